@@ -1,0 +1,39 @@
+"""``loopcoll bound COLLECTIVE SPEC``: the optimal algbw and its bottleneck."""
+
+from __future__ import annotations
+
+import argparse
+
+from loopcoll._common import add_topology_args, print_json, topology_from_args
+from synth import COLLECTIVES, optimal_bound
+
+__all__ = ["register"]
+
+
+def _run(args: argparse.Namespace) -> int:
+    topo = topology_from_args(args)
+    bound = optimal_bound(args.collective, topo)
+    if args.json:
+        print_json(bound.to_json_dict())
+        return 0
+    print(
+        f"{bound.collective} on {bound.topology} ({bound.nranks} ranks): "
+        f"algbw {bound.algbw_GBps:.3f} GB/s, busbw {bound.busbw_GBps:.3f} GB/s"
+    )
+    shown = ", ".join(f"{a}->{b}" for a, b in bound.bottleneck[:12])
+    more = f" (+{len(bound.bottleneck) - 12} more)" if len(bound.bottleneck) > 12 else ""
+    print(f"  bottleneck: {shown}{more}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``bound``."""
+    p = sub.add_parser(
+        "bound",
+        help="optimal algbw of a collective on a topology",
+        description="Print the optimal (physical-limit) algbw and busbw of a collective, with its bottleneck links.",
+    )
+    p.add_argument("collective", choices=COLLECTIVES, help="the collective")
+    add_topology_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_run)

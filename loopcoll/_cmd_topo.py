@@ -1,0 +1,63 @@
+"""``loopcoll topo show|export``: inspect a topology or write it as JSON."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+from loopcoll._common import add_topology_args, topology_from_args
+from synth.topologies import Topology, topology_to_json, write_topology
+
+__all__ = ["register"]
+
+
+def _describe(topo: Topology) -> str:
+    lines = [
+        f"topology {topo.name}  (fingerprint {topo.fingerprint})",
+        f"  {topo.nranks} GPUs, {len(topo.switches)} switches, {len(topo.links)} links "
+        f"({len(topo.live_links)} up)",
+    ]
+    hosts = sorted({g.host for g in topo.gpus if g.host is not None})
+    if hosts:
+        lines.append(f"  hosts: {len(hosts)}")
+    classes = Counter((lk.gbps, lk.latency_us) for lk in topo.links)
+    lines.append("  link classes (Gbit/s, latency us: count):")
+    for (gbps, lat), count in sorted(classes.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
+        lines.append(f"    {gbps:>9g} Gbit/s  {lat:>6g} us  x{count}")
+    down = [f"{lk.src}->{lk.dst}" for lk in topo.links if lk.gbps == 0]
+    if down:
+        lines.append("  down: " + ", ".join(down))
+    return "\n".join(lines)
+
+
+def _show(args: argparse.Namespace) -> int:
+    topo = topology_from_args(args)
+    if args.json:
+        print(topology_to_json(topo), end="")
+    else:
+        print(_describe(topo))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    topo = topology_from_args(args)
+    write_topology(topo, args.output)
+    print(f"wrote {args.output}: {topo.name}, {topo.nranks} GPUs, {len(topo.links)} links")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``topo show`` and ``topo export``."""
+    topo = sub.add_parser("topo", help="show or export a topology", description="Show or export a topology.")
+    tsub = topo.add_subparsers(dest="topo_command", metavar="ACTION", parser_class=type(topo))
+    tsub.required = True
+    show = tsub.add_parser("show", help="summarise a topology", description="Summarise a topology.")
+    add_topology_args(show)
+    show.add_argument("--json", action="store_true", help="print the topology JSON instead")
+    show.set_defaults(func=_show)
+    export = tsub.add_parser(
+        "export", help="write a topology as JSON", description="Write a topology in the JSON format of spec/topology.md."
+    )
+    add_topology_args(export)
+    export.add_argument("-o", "--output", metavar="FILE", required=True, help="output JSON file (written atomically)")
+    export.set_defaults(func=_export)

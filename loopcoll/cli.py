@@ -1,0 +1,72 @@
+"""The ``loopcoll`` command: a thin layer that parses, calls the library and prints.
+
+Every subcommand lives in a ``_cmd_*`` module exposing ``register(subparsers)``; its handler
+returns the exit code. A :class:`~synth.errors.LoopcollError` becomes one
+``loopcoll: error: ...`` line on stderr and exit code 2; anything else is a bug and keeps its
+traceback.
+
+Examples
+--------
+>>> main(["bound", "allgather", "ring:4"])  # doctest: +NORMALIZE_WHITESPACE
+allgather on ring-4 (4 ranks): algbw 66.667 GB/s, busbw 50.000 GB/s
+  bottleneck: gpu1->gpu0, gpu3->gpu0
+0
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from synth.errors import LoopcollError
+
+__all__ = ["build_parser", "main"]
+
+_COMMANDS = ("_cmd_topo", "_cmd_bound", "_cmd_synth", "_cmd_check", "_cmd_simulate", "_cmd_demo")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser (every installed subcommand)."""
+    parser = _Parser(
+        prog="loopcoll",
+        description="Closed-loop collective synthesis: optimal bounds, schedules and MSCCL XML for "
+        "healthy and degraded GPU fabrics.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name in _COMMANDS:
+        try:
+            module = importlib.import_module(f"loopcoll.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"loopcoll.{name}":
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI on ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        return int(args.func(args))
+    except LoopcollError as exc:
+        print(f"loopcoll: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("loopcoll: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

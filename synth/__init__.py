@@ -1,0 +1,45 @@
+"""loopcoll's synthesis core: topologies, the schedule IR, optimal bounds and synthesizers.
+
+Pure Python over networkx/scipy/OR-Tools/HiGHS; no GPU and no torch.
+
+Examples
+--------
+>>> from synth import load_topology, optimal_bound
+>>> round(optimal_bound("alltoall", load_topology("hpn:1x2x8")).algbw_GBps, 6)
+100.0
+"""
+
+from __future__ import annotations
+
+from synth._schedule_io import read_schedule, write_schedule
+from synth._types import COLLECTIVES, Collective
+from synth.bounds import Bound, busbw_GBps, optimal_bound
+from synth.errors import LoopcollError, ScheduleError, SolverError, TopologyError, XmlError
+from synth.schedule import CutLink, Hop, Route, RouteKind, Schedule
+from synth.topologies import Link, Node, NodeKind, Topology, load_topology, named_topology
+
+__all__ = [
+    "COLLECTIVES",
+    "Bound",
+    "Collective",
+    "CutLink",
+    "Hop",
+    "Link",
+    "LoopcollError",
+    "Node",
+    "NodeKind",
+    "Route",
+    "RouteKind",
+    "Schedule",
+    "ScheduleError",
+    "SolverError",
+    "Topology",
+    "TopologyError",
+    "XmlError",
+    "busbw_GBps",
+    "load_topology",
+    "named_topology",
+    "optimal_bound",
+    "read_schedule",
+    "write_schedule",
+]

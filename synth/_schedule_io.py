@@ -1,0 +1,88 @@
+"""Reading a schedule back from its JSON document, validating every field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from synth.errors import ScheduleError
+from synth.schedule import SCHEDULE_FORMAT, CutLink, Hop, Route, RouteKind, Schedule
+
+__all__ = ["read_schedule", "schedule_from_dict", "write_schedule"]
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ScheduleError(f"{what} must be an integer, got {value!r}")
+    return value
+
+
+def _route(doc: Any, i: int, source: str) -> Route:
+    where = f"{source}: routes[{i}]"
+    if not isinstance(doc, dict):
+        raise ScheduleError(f"{where} must be an object")
+    try:
+        kind = RouteKind(doc.get("kind"))
+    except ValueError:
+        raise ScheduleError(f"{where}: unknown route kind {doc.get('kind')!r}") from None
+    hops = []
+    for j, h in enumerate(doc.get("hops", [])):
+        if not isinstance(h, dict) or not isinstance(h.get("path"), list):
+            raise ScheduleError(f"{where}.hops[{j}] must be an object with a 'path' list")
+        if not all(isinstance(p, str) for p in h["path"]):
+            raise ScheduleError(f"{where}.hops[{j}].path must hold node id strings")
+        hops.append(Hop(_int(h.get("src"), f"{where}.hops[{j}].src"), _int(h.get("dst"), f"{where}.hops[{j}].dst"), tuple(h["path"])))
+    dest = doc.get("dest")
+    return Route(
+        kind=kind,
+        root=_int(doc.get("root"), f"{where}.root"),
+        chunks=_int(doc.get("chunks"), f"{where}.chunks"),
+        hops=tuple(hops),
+        dest=None if dest is None else _int(dest, f"{where}.dest"),
+    )
+
+
+def schedule_from_dict(doc: Any, *, source: str = "<dict>") -> Schedule:
+    """Build a :class:`Schedule` from its JSON document."""
+    if not isinstance(doc, dict):
+        raise ScheduleError(f"{source}: a schedule must be a JSON object")
+    if doc.get("format") != SCHEDULE_FORMAT:
+        raise ScheduleError(f"{source}: not a loopcoll schedule (format {doc.get('format')!r}, expected {SCHEDULE_FORMAT!r})")
+    if not isinstance(doc.get("routes"), list):
+        raise ScheduleError(f"{source}: 'routes' must be a list")
+    cut = []
+    for c in doc.get("bottleneck", []):
+        if not isinstance(c, dict):
+            raise ScheduleError(f"{source}: bottleneck entries must be objects")
+        cut.append(CutLink(str(c.get("src")), str(c.get("dst")), float(c.get("base_slack", 0.0))))
+    fingerprint = doc.get("topology_fingerprint")
+    meta = doc.get("meta", {})
+    if not isinstance(meta, dict):
+        raise ScheduleError(f"{source}: 'meta' must be an object")
+    return Schedule(
+        collective=doc.get("collective"),
+        nranks=_int(doc.get("nranks"), f"{source}: nranks"),
+        nchunks=_int(doc.get("nchunks"), f"{source}: nchunks"),
+        routes=tuple(_route(r, i, source) for i, r in enumerate(doc["routes"])),
+        bottleneck=tuple(cut),
+        topology_fingerprint=None if fingerprint is None else str(fingerprint),
+        meta=meta,
+    )
+
+
+def read_schedule(path: str) -> Schedule:
+    """Read a schedule JSON file written by :func:`write_schedule`."""
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScheduleError(f"{p}: cannot read schedule file: {exc}") from exc
+    return Schedule.from_json(text, source=str(p))
+
+
+def write_schedule(sched: Schedule, path: str) -> None:
+    """Write a schedule as JSON, atomically."""
+    from synth._atomic import write_text_atomic
+
+    write_text_atomic(path, sched.to_json())

@@ -1,0 +1,126 @@
+"""Postcondition checks of :meth:`synth.schedule.Schedule.validate`."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from synth.errors import ScheduleError
+
+if TYPE_CHECKING:
+    from synth.schedule import Hop, Route, Schedule
+    from synth.topologies.model import Topology
+
+__all__ = ["validate_schedule"]
+
+
+def _check_hop(hop: Hop, where: str, topo: Topology) -> None:
+    if len(hop.path) < 2:
+        raise ScheduleError(f"{where}: hop {hop.src}->{hop.dst} has a physical path of {len(hop.path)} node(s)")
+    if hop.path[0] != topo.gpu_id(hop.src) or hop.path[-1] != topo.gpu_id(hop.dst):
+        raise ScheduleError(
+            f"{where}: hop {hop.src}->{hop.dst} path {'->'.join(hop.path)} must run from "
+            f"{topo.gpu_id(hop.src)} to {topo.gpu_id(hop.dst)}"
+        )
+    for mid in hop.path[1:-1]:
+        if topo.node(mid).is_gpu:
+            raise ScheduleError(
+                f"{where}: hop {hop.src}->{hop.dst} passes through gpu {mid!r}; relays must be separate hops"
+            )
+    for a, b in hop.links:
+        if not topo.has_link(a, b):
+            raise ScheduleError(f"{where}: hop {hop.src}->{hop.dst} uses link {a}->{b}, absent from {topo.name!r}")
+        if topo.link(a, b).gbps <= 0:
+            raise ScheduleError(f"{where}: hop {hop.src}->{hop.dst} uses link {a}->{b}, which is down (0 Gbit/s)")
+
+
+def _check_out_tree(route: Route, where: str, nranks: int) -> None:
+    have = {route.root}
+    for hop in route.hops:
+        if hop.src not in have:
+            raise ScheduleError(f"{where}: hop {hop.src}->{hop.dst} leaves rank {hop.src} before it holds the data")
+        if hop.dst in have:
+            raise ScheduleError(f"{where}: rank {hop.dst} receives the data twice (hop {hop.src}->{hop.dst})")
+        have.add(hop.dst)
+    missing = sorted(set(range(nranks)) - have)
+    if missing:
+        raise ScheduleError(f"{where}: out-tree from rank {route.root} misses rank(s) {missing}")
+
+
+def _check_in_tree(route: Route, where: str, nranks: int) -> None:
+    sent: set[int] = set()
+    for hop in route.hops:
+        if hop.src == route.root:
+            raise ScheduleError(f"{where}: root rank {route.root} sends its partial sum away (hop {hop.src}->{hop.dst})")
+        if hop.src in sent:
+            raise ScheduleError(f"{where}: rank {hop.src} contributes twice (hop {hop.src}->{hop.dst})")
+        if hop.dst in sent:
+            raise ScheduleError(f"{where}: rank {hop.dst} receives after it already sent (hop {hop.src}->{hop.dst})")
+        sent.add(hop.src)
+    missing = sorted(set(range(nranks)) - sent - {route.root})
+    if missing:
+        raise ScheduleError(f"{where}: in-tree into rank {route.root} misses the contribution of rank(s) {missing}")
+
+
+def _check_path(route: Route, where: str) -> None:
+    if route.dest is None or route.dest == route.root:
+        raise ScheduleError(f"{where}: a path route needs a destination other than its source, got {route.dest!r}")
+    at = route.root
+    seen = {at}
+    for hop in route.hops:
+        if hop.src != at:
+            raise ScheduleError(f"{where}: hop {hop.src}->{hop.dst} does not continue the path at rank {at}")
+        if hop.dst in seen:
+            raise ScheduleError(f"{where}: path revisits rank {hop.dst}")
+        seen.add(hop.dst)
+        at = hop.dst
+    if at != route.dest:
+        raise ScheduleError(f"{where}: path from rank {route.root} ends at rank {at}, not {route.dest}")
+
+
+_ALLOWED = {
+    "allgather": {"out_tree"},
+    "reducescatter": {"in_tree"},
+    "allreduce": {"in_tree", "out_tree"},
+    "alltoall": {"path"},
+}
+
+
+def validate_schedule(sched: Schedule, topo: Topology) -> None:
+    """Raise :class:`ScheduleError` naming the first route or rank that breaks the postcondition."""
+    n = sched.nranks
+    if topo.nranks != n:
+        raise ScheduleError(f"schedule is for {n} ranks but topology {topo.name!r} has {topo.nranks}")
+    if not sched.routes:
+        raise ScheduleError("schedule has no routes")
+    delivered: dict[tuple[str, int, int | None], int] = defaultdict(int)
+    for i, route in enumerate(sched.routes):
+        where = f"route {i} ({route.kind.value}, root {route.root})"
+        if route.kind.value not in _ALLOWED[sched.collective]:
+            raise ScheduleError(f"{where}: a {sched.collective} schedule cannot hold {route.kind.value} routes")
+        if isinstance(route.chunks, bool) or not isinstance(route.chunks, int) or route.chunks < 1:
+            raise ScheduleError(f"{where}: chunks must be an integer >= 1, got {route.chunks!r}")
+        for rank in (route.root, route.dest, *(r for h in route.hops for r in (h.src, h.dst))):
+            if rank is not None and not 0 <= rank < n:
+                raise ScheduleError(f"{where}: rank {rank!r} out of range 0..{n - 1}")
+        for hop in route.hops:
+            _check_hop(hop, where, topo)
+        if route.kind.value == "out_tree":
+            _check_out_tree(route, where, n)
+        elif route.kind.value == "in_tree":
+            _check_in_tree(route, where, n)
+        else:
+            _check_path(route, where)
+        delivered[(route.kind.value, route.root, route.dest)] += route.chunks
+    expected: list[tuple[str, int, int | None]] = []
+    for kind in sorted(_ALLOWED[sched.collective]):
+        if kind == "path":
+            expected += [(kind, s, d) for s in range(n) for d in range(n) if s != d]
+        else:
+            expected += [(kind, r, None) for r in range(n)]
+    for key in expected:
+        got = delivered.get(key, 0)
+        if got != sched.nchunks:
+            kind, root, dest = key
+            what = f"block {root}->{dest}" if dest is not None else f"{kind.replace('_', '-')} of rank {root}"
+            raise ScheduleError(f"{what} carries {got} chunk(s), expected nchunks={sched.nchunks}")

@@ -1,0 +1,111 @@
+"""Optimal bounds (the physical limit) of every collective on any topology.
+
+* AllGather: exact, by the cut characterisation (:mod:`synth.bounds_allgather`).
+* ReduceScatter: the AllGather bound of the reversed topology (equal on symmetric links).
+* AllReduce (ReduceScatter then AllGather): ``1 / (1/RS + 1/AG)``, half the AllGather bound on
+  symmetric links.
+* AllToAll: maximum concurrent multicommodity flow LP on HiGHS (:mod:`synth.bounds_alltoall`).
+
+Bandwidths follow nccl-tests: algbw in GB/s, busbw = algbw·(N−1)/N (AllReduce ×2).
+
+Examples
+--------
+>>> from synth.topologies import named_topology
+>>> b = optimal_bound("allgather", named_topology("hpn:1x2x8"))
+>>> round(b.algbw_GBps, 3), b.exact
+(437.333, True)
+>>> round(optimal_bound("allreduce", named_topology("hpn:1x2x8")).algbw_GBps, 3)
+218.667
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from synth._types import COLLECTIVES, Collective, NodeId
+from synth.bounds_allgather import allgather_rate_gbps
+from synth.bounds_alltoall import alltoall_rate_GBps
+from synth.errors import SolverError
+from synth.topologies.model import Topology
+
+__all__ = ["Bound", "busbw_GBps", "optimal_bound"]
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """An optimal bound: algbw, busbw and the bottleneck that sets it.
+
+    ``rate_GBps`` is exact (a :class:`~fractions.Fraction`) for the tree collectives and a float
+    from the LP for AllToAll (``exact`` says which). ``bottleneck`` lists the cut's links
+    ``(src, dst)``; ``cut_nodes`` is the AllGather cut S (empty for AllToAll).
+    """
+
+    collective: Collective
+    topology: str
+    nranks: int
+    rate_GBps: Fraction | float  # noqa: N815 - per source (per pair for AllToAll)
+    algbw_GBps: float  # noqa: N815
+    busbw_GBps: float  # noqa: N815
+    bottleneck: tuple[tuple[NodeId, NodeId], ...]
+    cut_nodes: frozenset[NodeId]
+    exact: bool
+    solve_time_s: float
+
+    def to_json_dict(self) -> dict[str, object]:
+        """The CLI's ``--json`` object."""
+        return {
+            "collective": self.collective,
+            "topology": self.topology,
+            "nranks": self.nranks,
+            "algbw_GBps": self.algbw_GBps,
+            "busbw_GBps": self.busbw_GBps,
+            "bottleneck": [list(k) for k in self.bottleneck],
+        }
+
+
+def busbw_GBps(collective: Collective, algbw_GBps: float, nranks: int) -> float:  # noqa: N802, N803
+    """nccl-tests bus bandwidth.
+
+    >>> busbw_GBps("allreduce", 100.0, 4)
+    150.0
+    """
+    factor = 2 if collective == "allreduce" else 1
+    return algbw_GBps * factor * (nranks - 1) / nranks
+
+
+def _cut_links(topo: Topology, nodes: frozenset[NodeId]) -> tuple[tuple[NodeId, NodeId], ...]:
+    return tuple(sorted(lk.key for lk in topo.live_links if lk.src in nodes and lk.dst not in nodes))
+
+
+def optimal_bound(collective: Collective, topo: Topology, *, time_limit_s: float | None = None) -> Bound:
+    """The optimal algbw of ``collective`` on ``topo`` with its bottleneck (see module docstring)."""
+    import time
+
+    if collective not in COLLECTIVES:
+        raise SolverError(f"unknown collective {collective!r}; known: {', '.join(COLLECTIVES)}")
+    start = time.perf_counter()
+    n = topo.nranks
+    if collective == "alltoall":
+        flow = alltoall_rate_GBps(topo, time_limit_s=time_limit_s)
+        algbw = n * flow.rate_GBps
+        return Bound(collective, topo.name, n, flow.rate_GBps, algbw, busbw_GBps(collective, algbw, n),
+                     flow.saturated, frozenset(), False, time.perf_counter() - start)
+    ag = allgather_rate_gbps(topo)
+    if collective == "allgather":
+        rate = ag.rate_gbps / 8
+        cut = ag.cut_nodes
+        links = _cut_links(topo, cut)
+    else:
+        rs = ag if topo.is_symmetric else allgather_rate_gbps(topo.reversed())
+        # On the reversed graph, links leaving S are the original links entering S.
+        rs_links = tuple(sorted((b, a) for a, b in _cut_links(topo.reversed(), rs.cut_nodes)))
+        if collective == "reducescatter":
+            rate, cut, links = rs.rate_gbps / 8, rs.cut_nodes, rs_links
+        else:
+            rate = 1 / (8 / ag.rate_gbps + 8 / rs.rate_gbps)
+            cut = ag.cut_nodes
+            links = tuple(sorted(set(_cut_links(topo, ag.cut_nodes)) | set(rs_links)))
+    algbw = float(n * rate)
+    return Bound(collective, topo.name, n, rate, algbw, busbw_GBps(collective, algbw, n), links, cut, True,
+                 time.perf_counter() - start)

@@ -1,0 +1,37 @@
+"""The one exception family of loopcoll.
+
+Every error raised on purpose by loopcoll is a :class:`LoopcollError`; its message names the
+culprit (a node, a link ``src->dst``, a rank, a file, an option) and shows the bad value.
+
+Examples
+--------
+>>> try:
+...     raise TopologyError("link gpu0->nvs0.0: gbps must be finite and >= 0, got -1.0")
+... except LoopcollError as exc:
+...     print(exc)
+link gpu0->nvs0.0: gbps must be finite and >= 0, got -1.0
+"""
+
+from __future__ import annotations
+
+__all__ = ["LoopcollError", "ScheduleError", "SolverError", "TopologyError", "XmlError"]
+
+
+class LoopcollError(Exception):
+    """Base class of every error loopcoll raises on purpose."""
+
+
+class TopologyError(LoopcollError):
+    """A topology (file, named spec, failure scenario or builder option) is invalid."""
+
+
+class ScheduleError(LoopcollError):
+    """A schedule is malformed or does not deliver its collective on a topology."""
+
+
+class SolverError(LoopcollError):
+    """A solver backend failed, is unknown, or was given an infeasible request."""
+
+
+class XmlError(LoopcollError):
+    """An MSCCL XML program is unreadable, malformed or violates a runtime limit."""

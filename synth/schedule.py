@@ -1,0 +1,272 @@
+"""The schedule IR shared by every synthesizer, exporter, simulator and the runtime.
+
+A :class:`Schedule` moves ``nchunks`` chunks of every source buffer (AllGather, ReduceScatter,
+AllReduce) or of every (source, destination) block (AllToAll) along :class:`Route` objects. A route
+carries ``chunks`` chunks along a tree over GPUs (out-tree for broadcast, in-tree for reduction) or
+along a path (AllToAll); each GPU→GPU :class:`Hop` records the physical path through switches, so
+per-link chunk loads are exact.
+
+Timing convention (nccl-tests): with ``S`` the algbw numerator (AllGather output, AllToAll and
+AllReduce buffer, ReduceScatter input), one chunk is ``S / (N · nchunks)`` bytes, so the bandwidth
+term is ``T = max_a n_a · S / (N · nchunks · c_a)`` and ``algbw = N · nchunks / max_a(n_a / c_a)``.
+
+Examples
+--------
+>>> from synth.topologies import named_topology
+>>> topo = named_topology("ring:3")
+>>> def hop(a, b):
+...     return Hop(a, b, (f"gpu{a}", f"gpu{b}"))
+>>> routes = tuple(Route(RouteKind.OUT_TREE, r, 1, (hop(r, (r + 1) % 3), hop((r + 1) % 3, (r + 2) % 3)))
+...                for r in range(3))
+>>> s = Schedule("allgather", 3, 1, routes)
+>>> s.validate(topo)
+>>> s.algbw_GBps(topo)
+75.0
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from fractions import Fraction
+from types import MappingProxyType
+from typing import Any
+
+from synth._types import COLLECTIVES, Collective, NodeId, Rank
+from synth.errors import ScheduleError
+from synth.topologies.model import Topology, exact_gbps
+
+__all__ = ["CutLink", "Hop", "Route", "RouteKind", "Schedule", "SCHEDULE_FORMAT"]
+
+SCHEDULE_FORMAT = "loopcoll-schedule/1"
+
+
+class RouteKind(str, Enum):
+    """Shape of a route; the value is the JSON token."""
+
+    OUT_TREE = "out_tree"  # broadcast from root to every GPU
+    IN_TREE = "in_tree"  # reduction from every GPU into root
+    PATH = "path"  # point to point, root -> dest
+
+
+@dataclass(frozen=True, slots=True)
+class Hop:
+    """One GPU→GPU edge of a route in data-flow direction, with its physical node path.
+
+    ``path`` starts at the GPU of ``src``, ends at the GPU of ``dst``; every node in between is
+    a switch.
+    """
+
+    src: Rank
+    dst: Rank
+    path: tuple[NodeId, ...]
+
+    @property
+    def links(self) -> tuple[tuple[NodeId, NodeId], ...]:
+        """The physical links ``(a, b)`` the hop crosses, in order."""
+        return tuple(zip(self.path[:-1], self.path[1:]))
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """``chunks`` chunks moved along a tree or path.
+
+    For ``OUT_TREE`` and ``PATH`` routes ``root`` is the source; for ``IN_TREE`` it is the GPU the
+    reduction ends at. ``dest`` is set for ``PATH`` routes only. Hops are listed parents first
+    (out-tree, path) or leaves first (in-tree): the order data can move in.
+    """
+
+    kind: RouteKind
+    root: Rank
+    chunks: int
+    hops: tuple[Hop, ...]
+    dest: Rank | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CutLink:
+    """A link of a schedule's bottleneck cut ``K_s`` with its ``base_slack`` (MCCL Algorithm 1)."""
+
+    src: NodeId
+    dst: NodeId
+    base_slack: float
+
+
+def _freeze(meta: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    try:
+        return MappingProxyType(json.loads(json.dumps(dict(meta or {}), sort_keys=True, allow_nan=False)))
+    except (TypeError, ValueError) as exc:
+        raise ScheduleError(f"schedule meta must be JSON-serialisable: {exc}") from exc
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """One schedule of one collective (see the module docstring for the timing convention).
+
+    ``meta`` is free-form JSON (synthesizer, solve time, optimal bound, ...); ``bottleneck`` is the
+    cut ``K_s`` with base slacks; ``topology_fingerprint`` names the topology it was made for.
+    """
+
+    collective: Collective
+    nranks: int
+    nchunks: int
+    routes: tuple[Route, ...]
+    bottleneck: tuple[CutLink, ...] = ()
+    topology_fingerprint: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if self.collective not in COLLECTIVES:
+            raise ScheduleError(f"unknown collective {self.collective!r}; known: {', '.join(COLLECTIVES)}")
+        if isinstance(self.nranks, bool) or not isinstance(self.nranks, int) or self.nranks < 2:
+            raise ScheduleError(f"schedule nranks must be an integer >= 2, got {self.nranks!r}")
+        if isinstance(self.nchunks, bool) or not isinstance(self.nchunks, int) or self.nchunks < 1:
+            raise ScheduleError(f"schedule nchunks must be an integer >= 1, got {self.nchunks!r}")
+        if not isinstance(self.meta, MappingProxyType):
+            object.__setattr__(self, "meta", _freeze(self.meta))
+        object.__setattr__(self, "routes", tuple(self.routes))
+        object.__setattr__(self, "bottleneck", tuple(self.bottleneck))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Schedule):
+            return NotImplemented
+        return (
+            self.collective == other.collective
+            and self.nranks == other.nranks
+            and self.nchunks == other.nchunks
+            and self.routes == other.routes
+            and self.bottleneck == other.bottleneck
+            and self.topology_fingerprint == other.topology_fingerprint
+            and dict(self.meta) == dict(other.meta)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Schedule({self.collective}, nranks={self.nranks}, nchunks={self.nchunks}, {len(self.routes)} routes)"
+
+    def with_meta(self, **updates: Any) -> Schedule:
+        """A copy with ``meta`` keys added or replaced."""
+        return replace(self, meta=_freeze({**self.meta, **updates}))
+
+    # -- loads and timing ---------------------------------------------------------------------
+    def link_loads(self) -> dict[tuple[NodeId, NodeId], int]:
+        """Chunks crossing each physical link, ``n_a`` (links with no load are absent)."""
+        loads: dict[tuple[NodeId, NodeId], int] = defaultdict(int)
+        for route in self.routes:
+            for hop in route.hops:
+                for key in hop.links:
+                    loads[key] += route.chunks
+        return dict(sorted(loads.items()))
+
+    def _max_ratio(self, topo: Topology) -> Fraction:
+        worst = Fraction(0)
+        for key, load in self.link_loads().items():
+            if not topo.has_link(*key):
+                raise ScheduleError(f"schedule uses link {key[0]}->{key[1]}, absent from topology {topo.name!r}")
+            gbps = exact_gbps(topo.link(*key).gbps)
+            if gbps == 0:
+                raise ScheduleError(f"schedule uses link {key[0]}->{key[1]}, which is down (0 Gbit/s)")
+            worst = max(worst, Fraction(load) * 8 / gbps)
+        if worst == 0:
+            raise ScheduleError("schedule moves no data")
+        return worst
+
+    def rate_GBps(self, topo: Topology) -> Fraction:  # noqa: N802
+        """Exact per-(source, chunk-stream) rate: ``nchunks / max_a(n_a / c_a)`` in GB/s."""
+        return Fraction(self.nchunks) / self._max_ratio(topo)
+
+    def algbw_GBps(self, topo: Topology) -> float:  # noqa: N802
+        """Bandwidth-term algbw in GB/s (nccl-tests convention) on ``topo``."""
+        return float(self.nranks * self.rate_GBps(topo))
+
+    def busbw_GBps(self, topo: Topology) -> float:  # noqa: N802
+        """busbw = algbw × (N−1)/N (AllReduce: × 2(N−1)/N)."""
+        factor = 2 if self.collective == "allreduce" else 1
+        return self.algbw_GBps(topo) * factor * (self.nranks - 1) / self.nranks
+
+    def time_s(self, topo: Topology, nbytes: float) -> float:
+        """Bandwidth-term completion time for an algbw numerator of ``nbytes`` bytes."""
+        return nbytes / (self.algbw_GBps(topo) * 1e9)
+
+    def slacks(self, topo: Topology) -> dict[tuple[NodeId, NodeId], float]:
+        """Per used link, the unused fraction of capacity at the bottleneck rate ``x_min``."""
+        loads = self.link_loads()
+        caps = {key: topo.link(*key).GBps for key in loads}
+        x_min = min(caps[key] / n for key, n in loads.items())
+        return {key: (caps[key] - n * x_min) / caps[key] for key, n in loads.items()}
+
+    def bottleneck_for(self, topo: Topology, cut: Iterable[tuple[NodeId, NodeId]] | None = None) -> tuple[CutLink, ...]:
+        """``K_s`` with base slacks: the given cut links, or the links the schedule saturates.
+
+        A cut link the schedule does not use has base slack 1.0.
+        """
+        slacks = self.slacks(topo)
+        if cut is None:
+            keys = sorted(k for k, v in slacks.items() if v <= 1e-9)
+        else:
+            keys = sorted(set(cut))
+        return tuple(CutLink(a, b, slacks.get((a, b), 1.0)) for a, b in keys)
+
+    def with_bottleneck(self, topo: Topology, cut: Iterable[tuple[NodeId, NodeId]] | None = None) -> Schedule:
+        """A copy carrying ``K_s`` for ``topo`` and its fingerprint."""
+        return replace(self, bottleneck=self.bottleneck_for(topo, cut), topology_fingerprint=topo.fingerprint)
+
+    # -- validation ---------------------------------------------------------------------------
+    def validate(self, topo: Topology) -> None:
+        """Prove the collective's postcondition on ``topo``; raise :class:`ScheduleError` if not.
+
+        Checks every physical path exists with capacity > 0, every route's shape, and coverage:
+        AllGather every GPU receives every source's ``nchunks`` chunks; ReduceScatter every
+        contribution reaches its root exactly once; AllReduce both; AllToAll every ordered pair's
+        ``nchunks`` chunks arrive.
+        """
+        from synth._validate_schedule import validate_schedule
+
+        validate_schedule(self, topo)
+
+    # -- JSON ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        routes = []
+        for r in self.routes:
+            doc: dict[str, Any] = {
+                "kind": r.kind.value,
+                "root": r.root,
+                "chunks": r.chunks,
+                "hops": [{"src": h.src, "dst": h.dst, "path": list(h.path)} for h in r.hops],
+            }
+            if r.dest is not None:
+                doc["dest"] = r.dest
+            routes.append(doc)
+        return {
+            "format": SCHEDULE_FORMAT,
+            "collective": self.collective,
+            "nranks": self.nranks,
+            "nchunks": self.nchunks,
+            "routes": routes,
+            "bottleneck": [{"src": c.src, "dst": c.dst, "base_slack": c.base_slack} for c in self.bottleneck],
+            "topology_fingerprint": self.topology_fingerprint,
+            "meta": dict(self.meta),
+        }
+
+    def to_json(self) -> str:
+        """Deterministic JSON text; :meth:`from_json` reads it back to an equal schedule."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")) + "\n"
+
+    @classmethod
+    def from_dict(cls, doc: Any, *, source: str = "<dict>") -> Schedule:
+        from synth._schedule_io import schedule_from_dict
+
+        return schedule_from_dict(doc, source=source)
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str = "<string>") -> Schedule:
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ScheduleError(f"{source}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
+        return cls.from_dict(doc, source=source)
+

@@ -1,0 +1,76 @@
+"""Topology model, JSON I/O (spec/topology.md), named builders and failure scenarios.
+
+Examples
+--------
+>>> t = load_topology("hpn:1x2x8", failures=["fail2"])
+>>> t.name, t.nranks
+('hpn-1x2x8+fail2', 16)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from synth.errors import TopologyError
+from synth.topologies.failures import FAILURES, apply_failure, apply_failures
+from synth.topologies.io import (
+    read_topology,
+    topology_from_dict,
+    topology_from_json,
+    topology_to_dict,
+    topology_to_json,
+    write_topology,
+)
+from synth.topologies.model import Link, Node, NodeKind, Topology, exact_gbps
+from synth.topologies.named import (
+    NAMED_SPECS,
+    dgx_a100,
+    dgx_h100,
+    hpn,
+    named_topology,
+    nvswitch,
+    ring,
+    torus,
+)
+
+__all__ = [
+    "FAILURES",
+    "NAMED_SPECS",
+    "Link",
+    "Node",
+    "NodeKind",
+    "Topology",
+    "apply_failure",
+    "apply_failures",
+    "dgx_a100",
+    "dgx_h100",
+    "exact_gbps",
+    "hpn",
+    "load_topology",
+    "named_topology",
+    "nvswitch",
+    "read_topology",
+    "ring",
+    "topology_from_dict",
+    "topology_from_json",
+    "topology_to_dict",
+    "topology_to_json",
+    "torus",
+    "write_topology",
+]
+
+
+def load_topology(spec: str | os.PathLike[str], failures: Sequence[str] = ()) -> Topology:
+    """A topology from a named spec or a JSON file path, with failure scenarios applied in order.
+
+    A string that names an existing file, or ends in ``.json``, is read as a file.
+    """
+    if isinstance(spec, os.PathLike) or (isinstance(spec, str) and (spec.endswith(".json") or Path(spec).is_file())):
+        topo = read_topology(spec)
+    elif isinstance(spec, str):
+        topo = named_topology(spec)
+    else:
+        raise TopologyError(f"topology must be a named spec or a JSON path, got {spec!r}")
+    return apply_failures(topo, failures)

@@ -1,0 +1,89 @@
+"""Validation rules of spec/topology.md, applied once when a topology is built."""
+
+from __future__ import annotations
+
+import math
+
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+from synth.errors import TopologyError
+from synth.topologies.model import Link, Node, NodeKind
+
+__all__ = ["validate_parts"]
+
+
+def _validate_nodes(name: str, nodes: tuple[Node, ...]) -> None:
+    seen: set[str] = set()
+    ranks: dict[int, str] = {}
+    for node in nodes:
+        if not isinstance(node.id, str) or not node.id:
+            raise TopologyError(f"topology {name!r}: node id must be a non-empty string, got {node.id!r}")
+        if node.id in seen:
+            raise TopologyError(f"topology {name!r}: duplicate node id {node.id!r}")
+        seen.add(node.id)
+        if not isinstance(node.kind, NodeKind):
+            raise TopologyError(f"node {node.id!r}: kind must be 'gpu' or 'switch', got {node.kind!r}")
+        if node.kind is NodeKind.SWITCH:
+            if node.rank is not None:
+                raise TopologyError(f"node {node.id!r}: a switch has no rank, got rank {node.rank!r}")
+            continue
+        if isinstance(node.rank, bool) or not isinstance(node.rank, int):
+            raise TopologyError(f"node {node.id!r}: a gpu needs an integer rank, got {node.rank!r}")
+        if node.rank in ranks:
+            raise TopologyError(f"node {node.id!r}: rank {node.rank} already used by node {ranks[node.rank]!r}")
+        ranks[node.rank] = node.id
+        if node.host is not None and (isinstance(node.host, bool) or not isinstance(node.host, int)):
+            raise TopologyError(f"node {node.id!r}: host must be an integer, got {node.host!r}")
+    if not ranks:
+        raise TopologyError(f"topology {name!r}: has no gpu nodes")
+    expected = set(range(len(ranks)))
+    if set(ranks) != expected:
+        missing = sorted(expected - set(ranks))
+        extra = sorted(set(ranks) - expected)
+        detail = f"missing {missing}" if missing else f"unexpected {[(r, ranks[r]) for r in extra]}"
+        raise TopologyError(f"topology {name!r}: ranks must be exactly 0..{len(ranks) - 1}, {detail}")
+
+
+def _validate_links(name: str, ids: set[str], links: tuple[Link, ...]) -> None:
+    seen: set[tuple[str, str]] = set()
+    for lk in links:
+        for end in (lk.src, lk.dst):
+            if end not in ids:
+                raise TopologyError(f"link {lk.src}->{lk.dst}: unknown node id {end!r}")
+        if lk.src == lk.dst:
+            raise TopologyError(f"link {lk.src}->{lk.dst}: a link cannot join a node to itself")
+        if lk.key in seen:
+            raise TopologyError(f"link {lk.src}->{lk.dst}: duplicate link")
+        seen.add(lk.key)
+        if isinstance(lk.gbps, bool) or not isinstance(lk.gbps, (int, float)) or not math.isfinite(lk.gbps) or lk.gbps < 0:
+            raise TopologyError(f"link {lk.src}->{lk.dst}: gbps must be finite and >= 0, got {lk.gbps!r}")
+        lat = lk.latency_us
+        if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not math.isfinite(lat) or lat < 0:
+            raise TopologyError(f"link {lk.src}->{lk.dst}: latency_us must be finite and >= 0, got {lat!r}")
+
+
+def _validate_reachability(name: str, nodes: tuple[Node, ...], links: tuple[Link, ...]) -> None:
+    index = {n.id: i for i, n in enumerate(nodes)}
+    live = [lk for lk in links if lk.gbps > 0]
+    rows = [index[lk.src] for lk in live]
+    cols = [index[lk.dst] for lk in live]
+    graph = csr_matrix(([1] * len(live), (rows, cols)), shape=(len(nodes), len(nodes)))
+    _, labels = connected_components(graph, directed=True, connection="strong")
+    gpus = sorted((n for n in nodes if n.kind is NodeKind.GPU), key=lambda n: n.rank or 0)
+    home = labels[index[gpus[0].id]]
+    for gpu in gpus[1:]:
+        if labels[index[gpu.id]] != home:
+            raise TopologyError(
+                f"topology {name!r}: gpu {gpu.id!r} (rank {gpu.rank}) and gpu {gpus[0].id!r} (rank 0) "
+                "cannot reach each other over links with capacity > 0"
+            )
+
+
+def validate_parts(name: str, nodes: tuple[Node, ...], links: tuple[Link, ...]) -> None:
+    """Raise :class:`TopologyError` naming the first rule the parts break."""
+    if not isinstance(name, str) or not name:
+        raise TopologyError(f"topology name must be a non-empty string, got {name!r}")
+    _validate_nodes(name, nodes)
+    _validate_links(name, {n.id for n in nodes}, links)
+    _validate_reachability(name, nodes, links)

@@ -1,0 +1,143 @@
+"""Topology JSON I/O: exactly the format of spec/topology.md, with an exact round trip.
+
+Examples
+--------
+>>> from synth.topologies import named_topology
+>>> t = named_topology("ring:3")
+>>> topology_from_json(topology_to_json(t)) == t
+True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from synth._atomic import write_text_atomic
+from synth.errors import TopologyError
+from synth.topologies.model import Link, Node, NodeKind, Topology
+
+__all__ = [
+    "read_topology",
+    "topology_from_dict",
+    "topology_from_json",
+    "topology_to_dict",
+    "topology_to_json",
+    "write_topology",
+]
+
+_NODE_KEYS = {"id", "kind", "rank", "host"}
+_LINK_KEYS = {"src", "dst", "gbps", "latency_us"}
+_TOP_KEYS = {"name", "nodes", "links", "meta"}
+
+
+def topology_to_dict(topo: Topology) -> dict[str, Any]:
+    """The JSON document of a topology, as plain dicts and lists."""
+    nodes: list[dict[str, Any]] = []
+    for n in topo.nodes:
+        doc: dict[str, Any] = {"id": n.id, "kind": n.kind.value}
+        if n.rank is not None:
+            doc["rank"] = n.rank
+        if n.host is not None:
+            doc["host"] = n.host
+        nodes.append(doc)
+    links = [{"src": lk.src, "dst": lk.dst, "gbps": lk.gbps, "latency_us": lk.latency_us} for lk in topo.links]
+    return {"name": topo.name, "nodes": nodes, "links": links, "meta": json.loads(json.dumps(dict(topo.meta)))}
+
+
+def topology_to_json(topo: Topology) -> str:
+    """Deterministic JSON text (keys sorted, two-space indent, trailing newline)."""
+    return json.dumps(topology_to_dict(topo), indent=2, sort_keys=True) + "\n"
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TopologyError(f"{what} must be a number, got {value!r}")
+    return float(value)
+
+
+def _node_from(doc: Any, i: int) -> Node:
+    if not isinstance(doc, dict):
+        raise TopologyError(f"nodes[{i}] must be an object, got {doc!r}")
+    unknown = sorted(set(doc) - _NODE_KEYS)
+    ident = doc.get("id", f"nodes[{i}]")
+    if unknown:
+        raise TopologyError(f"node {ident!r}: unknown key(s) {unknown} (allowed: {sorted(_NODE_KEYS)})")
+    if "id" not in doc:
+        raise TopologyError(f"nodes[{i}]: missing 'id'")
+    if "kind" not in doc:
+        raise TopologyError(f"node {ident!r}: missing 'kind'")
+    try:
+        kind = NodeKind(doc["kind"])
+    except ValueError:
+        raise TopologyError(f"node {ident!r}: kind must be 'gpu' or 'switch', got {doc['kind']!r}") from None
+    if kind is NodeKind.GPU and "rank" not in doc:
+        raise TopologyError(f"node {ident!r}: a gpu needs a 'rank'")
+    return Node(id=doc["id"], kind=kind, rank=doc.get("rank"), host=doc.get("host"))
+
+
+def _link_from(doc: Any, i: int) -> Link:
+    if not isinstance(doc, dict):
+        raise TopologyError(f"links[{i}] must be an object, got {doc!r}")
+    name = f"{doc.get('src', '?')}->{doc.get('dst', '?')}"
+    unknown = sorted(set(doc) - _LINK_KEYS)
+    if unknown:
+        raise TopologyError(f"link {name}: unknown key(s) {unknown} (allowed: {sorted(_LINK_KEYS)})")
+    missing = sorted(_LINK_KEYS - set(doc))
+    if missing:
+        raise TopologyError(f"link {name}: missing key(s) {missing}")
+    for end in ("src", "dst"):
+        if not isinstance(doc[end], str):
+            raise TopologyError(f"links[{i}]: {end} must be a node id string, got {doc[end]!r}")
+    return Link(
+        src=doc["src"],
+        dst=doc["dst"],
+        gbps=_number(doc["gbps"], f"link {name}: gbps"),
+        latency_us=_number(doc["latency_us"], f"link {name}: latency_us"),
+    )
+
+
+def topology_from_dict(doc: Any, *, source: str = "<dict>") -> Topology:
+    """Validate a parsed JSON document and build the topology it describes."""
+    if not isinstance(doc, dict):
+        raise TopologyError(f"{source}: a topology must be a JSON object, got {type(doc).__name__}")
+    unknown = sorted(set(doc) - _TOP_KEYS)
+    if unknown:
+        raise TopologyError(f"{source}: unknown top-level key(s) {unknown} (allowed: {sorted(_TOP_KEYS)})")
+    for key in ("name", "nodes", "links"):
+        if key not in doc:
+            raise TopologyError(f"{source}: missing top-level key {key!r}")
+    if not isinstance(doc["nodes"], list) or not isinstance(doc["links"], list):
+        raise TopologyError(f"{source}: 'nodes' and 'links' must be lists")
+    meta = doc.get("meta", {})
+    if not isinstance(meta, dict):
+        raise TopologyError(f"{source}: 'meta' must be an object, got {meta!r}")
+    nodes = [_node_from(n, i) for i, n in enumerate(doc["nodes"])]
+    links = [_link_from(lk, i) for i, lk in enumerate(doc["links"])]
+    return Topology.create(doc["name"], nodes, links, meta)
+
+
+def topology_from_json(text: str, *, source: str = "<string>") -> Topology:
+    """Parse JSON text into a topology; malformed JSON names the line and column."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TopologyError(f"{source}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
+    return topology_from_dict(doc, source=source)
+
+
+def read_topology(path: str | os.PathLike[str]) -> Topology:
+    """Read a topology JSON file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TopologyError(f"{p}: cannot read topology file: {exc}") from exc
+    return topology_from_json(text, source=str(p))
+
+
+def write_topology(topo: Topology, path: str | os.PathLike[str]) -> None:
+    """Write a topology as JSON, atomically."""
+    write_text_atomic(path, topology_to_json(topo))
