@@ -15,6 +15,7 @@ from synth._schedule_io import read_schedule, write_schedule
 from synth._types import COLLECTIVES, Collective
 from synth.bounds import Bound, busbw_GBps, optimal_bound
 from synth.errors import LoopcollError, ScheduleError, SolverError, TopologyError, XmlError
+from synth.result import Status, SynthResult
 from synth.schedule import CutLink, Hop, Route, RouteKind, Schedule
 from synth.topologies import Link, Node, NodeKind, Topology, load_topology, named_topology
 
@@ -33,6 +34,8 @@ __all__ = [
     "Schedule",
     "ScheduleError",
     "SolverError",
+    "Status",
+    "SynthResult",
     "Topology",
     "TopologyError",
     "XmlError",
