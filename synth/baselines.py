@@ -1,0 +1,170 @@
+"""NCCL-like baseline schedules, expressed in the schedule IR so every comparison uses one model.
+
+* :func:`nccl_ring` — multi-ring AllGather / ReduceScatter / AllReduce: one ring per channel,
+  data split equally over the rings. On rail-optimised fabrics (``hpn``, ``dgx-*``: one NIC per
+  GPU into a rail switch per GPU index) each ring enters a host on one rail and leaves it on
+  another, and different rings leave a host on different NICs, as NCCL does.
+* :func:`nccl_direct_alltoall` — each GPU sends each peer's block directly; on a rail-optimised
+  fabric a cross-rail inter-host block first crosses the NVSwitch to the local GPU on the
+  destination's rail and then leaves through that GPU's NIC (NCCL's PXN).
+* "Static" schedules need no code: a schedule synthesized for the healthy topology, evaluated on
+  the degraded one (``schedule.algbw_GBps(degraded)``).
+
+Examples
+--------
+>>> from synth.topologies import named_topology
+>>> t = named_topology("hpn:1x2x8")
+>>> ring = nccl_ring("allgather", t)
+>>> ring.validate(t)
+>>> round(ring.algbw_GBps(t), 3)
+426.667
+>>> a2a = nccl_direct_alltoall(t)
+>>> a2a.validate(t)
+>>> round(a2a.algbw_GBps(t), 3)
+100.0
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from synth._types import Collective, Rank
+from synth.errors import ScheduleError
+from synth.paths import switch_path, switch_reachable
+from synth.schedule import Hop, Route, RouteKind, Schedule
+from synth.topologies.model import Topology
+
+__all__ = ["nccl_direct_alltoall", "nccl_ring", "ring_orders"]
+
+_RAIL_FAMILIES = ("hpn", "dgx-a100", "dgx-h100")
+
+
+def _rail_layout(topo: Topology) -> tuple[int, int] | None:
+    """(hosts, gpus_per_host) for rail-optimised named fabrics, else None."""
+    if topo.meta.get("family") not in _RAIL_FAMILIES:
+        return None
+    hosts = int(topo.meta["segments"]) * int(topo.meta["hosts_per_segment"])
+    return hosts, int(topo.meta["gpus_per_host"])
+
+
+def _rail_ring(hosts: int, g: int, channel: int) -> list[Rank]:
+    """Ring ``channel`` on a rail fabric: host h is entered on rail e_h and left on rail x_h ≠ e_h,
+    with x_h = e_{h+1} (the inter-host hop stays on one rail)."""
+    if g == 1:
+        return list(range(hosts))
+    if hosts == 1:
+        return [(channel + i) % g for i in range(g)]
+    steps = [1] * (hosts - 1)
+    last = (-(hosts - 1)) % g
+    if last == 0:  # make the rail offsets sum to 0 mod g with every offset nonzero
+        if g == 2:
+            raise ScheduleError(f"no rail-aligned ring for {hosts} hosts of 2 GPUs (odd host count)")
+        steps[-1], last = 2, (-hosts) % g
+    steps.append(last)
+    order: list[Rank] = []
+    entry = channel % g
+    for h in range(hosts):
+        exit_ = (entry + steps[h]) % g
+        middle = [(entry + i) % g for i in range(1, g) if (entry + i) % g != exit_]
+        order += [h * g + r for r in [entry, *middle, exit_]]
+        entry = exit_
+    return order
+
+
+def ring_orders(topo: Topology, nchannels: int) -> list[list[Rank]]:
+    """The rank order of each ring NCCL-like rings would use on ``topo``."""
+    layout = _rail_layout(topo)
+    if layout is not None:
+        return [_rail_ring(*layout, c) for c in range(nchannels)]
+    n = topo.nranks
+    if topo.meta.get("family") == "torus" and "x" in topo.name:
+        x, y = (int(v) for v in topo.name.split("-")[1].split("x"))
+        snake = [r * y + (c if r % 2 == 0 else y - 1 - c) for r in range(x) for c in range(y)]
+        return [snake[c % n:] + snake[: c % n] for c in range(nchannels)]
+    return [[(c + i) % n for i in range(n)] for c in range(nchannels)]
+
+
+def _hop(topo: Topology, a: Rank, b: Rank) -> Hop:
+    path = switch_path(topo, topo.gpu_id(a), topo.gpu_id(b))
+    if path is None:
+        raise ScheduleError(f"ring baseline: rank {a} cannot reach rank {b} through switches on {topo.name!r}")
+    return Hop(a, b, path)
+
+
+def nccl_ring(collective: Collective, topo: Topology, *, nchannels: int | None = None) -> Schedule:
+    """Multi-ring AllGather, ReduceScatter or AllReduce (one chunk per ring per source).
+
+    ``nchannels`` defaults to the GPUs per host on rail fabrics (one ring per NIC), else 2.
+    """
+    if collective not in ("allgather", "reducescatter", "allreduce"):
+        raise ScheduleError(f"ring baseline supports allgather, reducescatter, allreduce, not {collective!r}")
+    layout = _rail_layout(topo)
+    if nchannels is None:
+        nchannels = layout[1] if layout is not None else 2
+    if nchannels < 1:
+        raise ScheduleError(f"nchannels must be >= 1, got {nchannels!r}")
+    n = topo.nranks
+    routes: list[Route] = []
+    for order in ring_orders(topo, nchannels):
+        pos = {r: i for i, r in enumerate(order)}
+        hops = {(order[i], order[(i + 1) % n]): _hop(topo, order[i], order[(i + 1) % n]) for i in range(n)}
+        for root in range(n):
+            chain = [order[(pos[root] + i) % n] for i in range(n)]
+            if collective in ("reducescatter", "allreduce"):
+                # Reduction of root's block travels the ring and ends at root.
+                red = chain[1:] + [root]
+                routes.append(Route(RouteKind.IN_TREE, root, 1, tuple(hops[(red[i], red[i + 1])] for i in range(n - 1))))
+            if collective in ("allgather", "allreduce"):
+                routes.append(Route(RouteKind.OUT_TREE, root, 1, tuple(hops[(chain[i], chain[i + 1])] for i in range(n - 1))))
+    sched = Schedule(collective, n, nchannels, tuple(routes), meta={"synthesizer": "nccl-ring", "nchannels": nchannels})
+    sched.validate(topo)
+    return sched
+
+
+def _gpu_hops(topo: Topology) -> dict[Rank, dict[Rank, tuple[str, ...]]]:
+    return {
+        r: {topo.rank_of(v): p for v, p in switch_reachable(topo, topo.gpu_id(r)).items() if v != topo.gpu_id(r)}
+        for r in range(topo.nranks)
+    }
+
+
+def _relay_path(direct: dict[Rank, dict[Rank, tuple[str, ...]]], s: Rank, d: Rank) -> list[Rank]:
+    parent = {s: s}
+    queue = deque([s])
+    while queue:
+        u = queue.popleft()
+        for v in sorted(direct[u]):
+            if v not in parent:
+                parent[v] = u
+                if v == d:
+                    path = [d]
+                    while path[-1] != s:
+                        path.append(parent[path[-1]])
+                    return path[::-1]
+                queue.append(v)
+    raise ScheduleError(f"direct AllToAll: rank {d} unreachable from rank {s}")
+
+
+def nccl_direct_alltoall(topo: Topology) -> Schedule:
+    """Direct AllToAll with PXN on rail fabrics (one chunk per block)."""
+    n = topo.nranks
+    layout = _rail_layout(topo)
+    direct = _gpu_hops(topo)
+    routes: list[Route] = []
+    for s in range(n):
+        for d in range(n):
+            if s == d:
+                continue
+            if d in direct[s]:
+                ranks = [s, d]
+            elif layout is not None:
+                g = layout[1]
+                proxy = (s // g) * g + d % g  # the GPU in s's host on d's rail
+                ranks = [s, proxy, d]
+            else:
+                ranks = _relay_path(direct, s, d)
+            hops = tuple(Hop(a, b, direct[a][b]) for a, b in zip(ranks[:-1], ranks[1:]))
+            routes.append(Route(RouteKind.PATH, s, 1, hops, dest=d))
+    sched = Schedule("alltoall", n, 1, tuple(routes), meta={"synthesizer": "nccl-direct"})
+    sched.validate(topo)
+    return sched
