@@ -1,0 +1,140 @@
+"""``loopcoll synth COLLECTIVE SPEC``: synthesize a schedule, optionally warm, and export it."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+from loopcoll._common import add_topology_args, print_json, topology_from_args
+from loopcoll._synthesize import synthesize
+from synth import read_schedule, write_schedule
+from synth.errors import ScheduleError
+from synth.result import SynthResult
+
+__all__ = ["register"]
+
+PROGRESS_AFTER_S = 2.0
+
+
+class _AfterDelay(logging.Filter):
+    """Drop progress records during the first seconds: only long runs report progress."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self._start = time.monotonic()
+        self._delay_s = delay_s
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or time.monotonic() - self._start >= self._delay_s
+
+
+def configure_progress(quiet: bool) -> None:
+    """Send the library's INFO progress to stderr (after a short delay), unless ``quiet``."""
+    root = logging.getLogger("synth")
+    for h in list(root.handlers):
+        if getattr(h, "_loopcoll", False):
+            root.removeHandler(h)
+    if quiet:
+        root.setLevel(logging.WARNING)
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler._loopcoll = True  # type: ignore[attr-defined]
+    handler.setFormatter(logging.Formatter("loopcoll: %(message)s"))
+    handler.addFilter(_AfterDelay(PROGRESS_AFTER_S))
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+def result_json(collective: str, topo_name: str, nranks: int, result: SynthResult) -> dict[str, object]:
+    """The ``--json`` object of ``loopcoll synth``."""
+    sched = result.schedule
+    doc: dict[str, object] = {
+        "collective": collective,
+        "topology": topo_name,
+        "nranks": nranks,
+        "nchunks": None if sched is None else sched.nchunks,
+        "algbw_GBps": result.algbw_GBps,
+        "optimal_algbw_GBps": result.optimal_algbw_GBps,
+        "solve_seconds": result.solve_time_s,
+        "warm": result.warm,
+        "status": result.status.value,
+    }
+    if collective == "alltoall":
+        doc["lp_algbw_GBps"] = result.stats.get("lp_algbw_GBps", result.optimal_algbw_GBps)
+        doc["gap"] = result.stats.get("gap", result.gap_pct / 100.0)
+    return doc
+
+
+def _run(args: argparse.Namespace) -> int:
+    configure_progress(args.quiet or args.json)
+    topo = topology_from_args(args)
+    warm = None
+    if args.warm_from:
+        warm = read_schedule(args.warm_from)
+        if warm.collective != args.collective:
+            raise ScheduleError(
+                f"{args.warm_from}: holds a {warm.collective} schedule, cannot warm-start {args.collective}"
+            )
+    result = synthesize(
+        args.collective,
+        topo,
+        chunks=args.chunks,
+        warm_start=warm,
+        max_steps=getattr(args, "max_steps", None),
+        solver=getattr(args, "solver", "highs"),
+        time_limit_s=getattr(args, "time_limit", None),
+    )
+    if result.schedule is None:
+        raise ScheduleError(f"{args.collective} on {topo.name}: no schedule ({result.status.value}: {result.message})")
+    if args.output:
+        from loopcoll._export import export_xml
+
+        export_xml(result.schedule, topo, args.output, runtime=args.runtime, protocol=args.protocol)
+    if args.schedule_out:
+        write_schedule(result.schedule, args.schedule_out)
+    if args.json:
+        print_json(result_json(args.collective, topo.name, topo.nranks, result))
+        return 0
+    sched = result.schedule
+    print(
+        f"{args.collective} on {topo.name} ({topo.nranks} ranks, {sched.nchunks} chunks, "
+        f"{len(sched.routes)} routes): algbw {result.algbw_GBps:.3f} GB/s, "
+        f"optimal {result.optimal_algbw_GBps:.3f} GB/s ({100 * result.algbw_GBps / result.optimal_algbw_GBps:.2f}%)"
+    )
+    print(f"  {'warm' if result.warm else 'cold'} solve {result.solve_time_s:.3f} s; {result.status.value}: {result.message}")
+    for path, what in ((args.output, "MSCCL XML"), (args.schedule_out, "schedule")):
+        if path:
+            print(f"  wrote {what} to {path}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``synth`` with one sub-command per collective."""
+    p = sub.add_parser(
+        "synth",
+        help="synthesize a schedule",
+        description="Synthesize a throughput-optimal schedule; optionally warm-start from a previous one and "
+        "write it as a schedule JSON and/or MSCCL XML.",
+    )
+    csub = p.add_subparsers(dest="collective", metavar="COLLECTIVE", parser_class=type(p))
+    csub.required = True
+    for collective in ("allgather", "reducescatter", "allreduce", "alltoall"):
+        c = csub.add_parser(collective, help=f"synthesize {collective}", description=f"Synthesize {collective}.")
+        add_topology_args(c)
+        if collective == "alltoall":
+            c.add_argument("--chunks", type=int, default=10, metavar="C", help="chunks per (source, destination) block (default 10)")
+            c.add_argument("--max-steps", type=int, default=None, metavar="S", help="time-expanded DAG depth (default: smallest that keeps the optimum)")
+            c.add_argument("--solver", choices=("highs", "ortools"), default="highs", help="LP backend (default highs)")
+            c.add_argument("--time-limit", type=float, default=None, metavar="SEC", help="stop early with the best schedule and its certified gap")
+        else:
+            c.add_argument("--chunks", type=int, default=None, metavar="C", help="at most C chunks per source (default: as many as the optimum needs)")
+        c.add_argument("--warm-from", metavar="SCHED.json", help="warm-start from a previous schedule of this collective")
+        c.add_argument("--schedule-out", metavar="SCHED.json", help="write the schedule JSON here (atomically)")
+        c.add_argument("-o", "--output", metavar="OUT.xml", help="write the schedule as MSCCL XML (checked before writing)")
+        c.add_argument("--runtime", default="msccl-executor-nccl", help="MSCCL runtime whose limits the XML must meet")
+        c.add_argument("--protocol", default="Simple", choices=("Simple", "LL", "LL128"), help="MSCCL protocol (default Simple)")
+        c.add_argument("--json", action="store_true", help="print one JSON object (implies --quiet)")
+        c.add_argument("--quiet", action="store_true", help="no progress on stderr")
+        c.set_defaults(func=_run)

@@ -1,0 +1,50 @@
+"""One entry point that dispatches a collective to its synthesizer (used by the CLI and the demo)."""
+
+from __future__ import annotations
+
+from synth._types import Collective
+from synth.errors import SolverError
+from synth.result import SynthResult
+from synth.schedule import Schedule
+from synth.topologies.model import Topology
+
+__all__ = ["synthesize"]
+
+
+def synthesize(
+    collective: Collective,
+    topo: Topology,
+    *,
+    chunks: int | None = None,
+    warm_start: Schedule | object | None = None,
+    max_steps: int | None = None,
+    solver: str = "highs",
+    time_limit_s: float | None = None,
+) -> SynthResult:
+    """Synthesize ``collective`` on ``topo`` with the matching synthesizer.
+
+    ``chunks`` is ``max_chunks`` for the tree collectives and ``nchunks`` (default 10) for AllToAll.
+    """
+    if chunks is not None and chunks < 1:
+        raise SolverError(f"--chunks must be >= 1, got {chunks!r}")
+    if collective == "alltoall":
+        from synth.alltoall_cg import synthesize_alltoall
+
+        return synthesize_alltoall(
+            topo,
+            nchunks=10 if chunks is None else chunks,
+            max_steps=max_steps,
+            solver=solver,
+            time_limit=time_limit_s,
+            warm_start=warm_start,
+        )
+    from synth import forestcoll_warm
+
+    fn = {
+        "allgather": forestcoll_warm.synthesize_allgather,
+        "reducescatter": forestcoll_warm.synthesize_reducescatter,
+        "allreduce": forestcoll_warm.synthesize_allreduce,
+    }.get(collective)
+    if fn is None:
+        raise SolverError(f"unknown collective {collective!r}")
+    return fn(topo, max_chunks=chunks, warm_start=warm_start)
