@@ -8,7 +8,7 @@ from pathlib import Path
 
 from synth.errors import LoopcollError
 
-__all__ = ["write_text_atomic"]
+__all__ = ["write_bytes_atomic", "write_text_atomic"]
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
@@ -20,6 +20,11 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     >>> (pathlib.Path(d) / "x.txt").read_text()
     'hi'
     """
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Binary variant of :func:`write_text_atomic`."""
     p = Path(path)
     directory = p.parent if str(p.parent) else Path(".")
     try:
@@ -27,9 +32,12 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
     except OSError as exc:
         raise LoopcollError(f"{p}: cannot write: {exc.strerror or exc}") from exc
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
         os.replace(tmp, p)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise LoopcollError(f"{p}: cannot write: {exc.strerror or exc}") from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -1,0 +1,176 @@
+"""``loopcoll simulate``: compare schedules with the flow-level simulator over message sizes."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from loopcoll._cmd_synth import configure_progress
+from loopcoll._common import add_topology_args, print_json
+from loopcoll._synthesize import synthesize
+from synth import COLLECTIVES, Schedule, load_topology, read_schedule
+from synth.baselines import nccl_direct_alltoall, nccl_ring
+from synth.errors import LoopcollError, ScheduleError
+from synth.topologies.model import Topology
+
+__all__ = ["parse_size", "register"]
+
+DEFAULT_SIZES = "1M,4M,16M,64M,256M,1G"
+KINDS = ("loopcoll", "nccl", "static")
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def parse_size(text: str) -> int:
+    """``"128M"`` → 134217728 (nccl-tests convention: binary units).
+
+    >>> parse_size("1G"), parse_size("4K"), parse_size("100")
+    (1073741824, 4096, 100)
+    """
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMG]?)i?B?\s*", text, flags=re.IGNORECASE)
+    if not m or float(m.group(1)) <= 0:
+        raise LoopcollError(f"bad message size {text!r}: expected e.g. 1M, 128M, 1G")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def _label(nbytes: int) -> str:
+    for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale}{unit}"
+    return str(nbytes)
+
+
+def _schedules(args: argparse.Namespace, topo: Topology) -> list[tuple[str, Schedule]]:
+    out: list[tuple[str, Schedule]] = []
+    kinds = [k.strip() for k in args.schedules.split(",") if k.strip()]
+    for k in kinds:
+        if k not in KINDS:
+            raise LoopcollError(f"unknown schedule kind {k!r}; choose from {', '.join(KINDS)}")
+    chunks = (10 if args.chunks is None else args.chunks) if args.collective == "alltoall" else args.chunks
+    healthy = load_topology(args.spec) if args.fail else topo
+    static = None
+    if "static" in kinds or ("loopcoll" in kinds and args.fail):
+        res = synthesize(args.collective, healthy, chunks=chunks)
+        static = res.schedule
+    for k in kinds:
+        if k == "nccl":
+            sched = nccl_direct_alltoall(topo) if args.collective == "alltoall" else nccl_ring(args.collective, topo)
+        elif k == "static":
+            assert static is not None
+            sched = static
+        else:
+            res = synthesize(args.collective, topo, chunks=chunks, warm_start=static if args.fail else None)
+            assert res.schedule is not None
+            sched = res.schedule
+        out.append((k, sched))
+    for path in args.schedule or []:
+        sched = read_schedule(path)
+        if sched.collective != args.collective:
+            raise ScheduleError(f"{path}: holds a {sched.collective} schedule, not {args.collective}")
+        sched.validate(topo)
+        out.append((path, sched))
+    for path in args.xml or []:
+        from msccl_xml import program_to_schedule, read
+
+        sched = program_to_schedule(read(path), topo)
+        if sched.collective != args.collective:
+            raise ScheduleError(f"{path}: holds a {sched.collective} program, not {args.collective}")
+        out.append((path, sched))
+    if not out:
+        raise LoopcollError("nothing to simulate: give --schedules, --schedule or --xml")
+    return out
+
+
+def _plot(path: str, title: str, sizes: list[int], series: dict[str, list[float]], bound: float) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise LoopcollError("--plot needs matplotlib: pip install 'loopcoll[plot]'") from exc
+    from io import BytesIO
+
+    from synth._atomic import write_bytes_atomic
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name, values in series.items():
+        ax.plot(sizes, values, marker="o", label=name)
+    ax.axhline(bound, color="k", linestyle="--", linewidth=1, label="optimal bound")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes)
+    ax.set_xticklabels([_label(s) for s in sizes])
+    ax.set_xlabel("message size (bytes, nccl-tests convention)")
+    ax.set_ylabel("algbw (GB/s)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    write_bytes_atomic(path, buf.getvalue())
+
+
+def _run(args: argparse.Namespace) -> int:
+    from synth import optimal_bound
+    from synth.simulate import simulate
+
+    configure_progress(args.quiet or args.json)
+    topo = load_topology(args.spec, args.fail)
+    sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    if not sizes:
+        raise LoopcollError("--sizes is empty")
+    scheds = _schedules(args, topo)
+    bound = optimal_bound(args.collective, topo).algbw_GBps
+    series: dict[str, list[float]] = {}
+    rows = []
+    for name, sched in scheds:
+        series[name] = []
+        for size in sizes:
+            sim = simulate(sched, topo, size, slices_per_chunk=args.slices)
+            series[name].append(sim.algbw_GBps)
+            rows.append({
+                "schedule": name,
+                "nbytes": size,
+                "time_us": sim.time_s * 1e6,
+                "algbw_GBps": sim.algbw_GBps,
+                "busbw_GBps": sim.busbw_GBps,
+                "bandwidth_term_algbw_GBps": sched.algbw_GBps(topo),
+            })
+    if args.plot:
+        _plot(args.plot, f"{args.collective} on {topo.name}", sizes, series, bound)
+    if args.json:
+        print_json({"collective": args.collective, "topology": topo.name, "nranks": topo.nranks,
+                    "optimal_algbw_GBps": bound, "results": rows})
+        return 0
+    print(f"{args.collective} on {topo.name} ({topo.nranks} ranks); optimal algbw {bound:.2f} GB/s; simulated algbw GB/s")
+    names = [n for n, _ in scheds]
+    width = max(10, *(len(n) for n in names))
+    print(f"{'size':>6} " + " ".join(f"{n:>{width}}" for n in names))
+    for i, size in enumerate(sizes):
+        print(f"{_label(size):>6} " + " ".join(f"{series[n][i]:>{width}.2f}" for n in names))
+    if args.plot:
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``simulate``."""
+    p = sub.add_parser(
+        "simulate",
+        help="simulate schedules over message sizes",
+        description="Simulate schedules (loopcoll re-synthesized, NCCL-like baseline, static = synthesized for the "
+        "healthy topology, schedule JSON or MSCCL XML files) on a topology with failures, over message sizes.",
+    )
+    p.add_argument("collective", choices=COLLECTIVES)
+    add_topology_args(p)
+    p.add_argument("--schedules", default="loopcoll,nccl,static", help="comma list of loopcoll, nccl, static (default all)")
+    p.add_argument("--schedule", action="append", metavar="SCHED.json", help="also simulate this schedule file")
+    p.add_argument("--xml", action="append", metavar="FILE.xml", help="also simulate this MSCCL XML program")
+    p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"message sizes (default {DEFAULT_SIZES})")
+    p.add_argument("--chunks", type=int, default=None, metavar="C", help="chunks for synthesized schedules")
+    p.add_argument("--slices", type=int, default=4, metavar="K", help="pipelining slices per chunk (default 4)")
+    p.add_argument("--plot", metavar="FILE.png", help="draw algbw vs message size")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.set_defaults(func=_run)
