@@ -77,11 +77,35 @@ def ring_orders(topo: Topology, nchannels: int) -> list[list[Rank]]:
     if layout is not None:
         return [_rail_ring(*layout, c) for c in range(nchannels)]
     n = topo.nranks
-    if topo.meta.get("family") == "torus" and "x" in topo.name:
-        x, y = (int(v) for v in topo.name.split("-")[1].split("x"))
-        snake = [r * y + (c if r % 2 == 0 else y - 1 - c) for r in range(x) for c in range(y)]
-        return [snake[c % n:] + snake[: c % n] for c in range(nchannels)]
-    return [[(c + i) % n for i in range(n)] for c in range(nchannels)]
+    direct = {r: set(peers) for r, peers in _gpu_hops(topo).items()}
+    base = list(range(n))
+    if not all(base[(i + 1) % n] in direct[base[i]] for i in range(n)):
+        base = _hamiltonian_cycle(direct, n)
+    return [base[c % n:] + base[: c % n] for c in range(nchannels)]
+
+
+def _hamiltonian_cycle(direct: dict[Rank, set[Rank]], n: int, budget: int = 200_000) -> list[Rank]:
+    """A ring through every GPU over switch-only hops (backtracking, fewest-options first)."""
+    path, on_path = [0], {0}
+    stack = [iter(sorted(direct[0], key=lambda v: (len(direct[v]), v)))]
+    while stack and budget > 0:
+        budget -= 1
+        nxt = next(stack[-1], None)
+        if nxt is None:
+            stack.pop()
+            on_path.discard(path.pop())
+            continue
+        if nxt in on_path:
+            continue
+        path.append(nxt)
+        on_path.add(nxt)
+        if len(path) == n:
+            if 0 in direct[nxt]:
+                return path
+            on_path.discard(path.pop())
+            continue
+        stack.append(iter(sorted(direct[nxt] - on_path, key=lambda v: (len(direct[v] - on_path), v))))
+    raise ScheduleError("ring baseline: found no ring through every GPU over switch-only hops")
 
 
 def _hop(topo: Topology, a: Rank, b: Rank) -> Hop:
