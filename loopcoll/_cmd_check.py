@@ -1,0 +1,101 @@
+"""``loopcoll check FILE.xml|DIR [--topology SPEC] [--runtime R] [--json]``.
+
+Checks MSCCL XML files (a directory: every ``*.xml`` in it, sorted) and prints one line, or with
+``--json`` one JSON object, per file. Exit status 0 when every file is valid, 1 when any is
+invalid; unreadable input raises :class:`~synth.errors.XmlError` (the CLI exits 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from msccl_xml import RUNTIMES, check_file, program_algbw_GBps, read
+from synth.errors import LoopcollError, XmlError
+
+__all__ = ["register", "run"]
+
+
+def register(sub: Any) -> None:
+    """Add the ``check`` subcommand to the argparse subparsers ``sub``."""
+    p = sub.add_parser(
+        "check",
+        help="check MSCCL XML files against a runtime's rules and their collective",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    p.add_argument("path", metavar="FILE.xml|DIR", help="an MSCCL XML file or a directory of them")
+    p.add_argument(
+        "--topology",
+        metavar="SPEC",
+        help="named topology or JSON file; adds the program's bandwidth-term algbw (GB/s)",
+    )
+    p.add_argument(
+        "--runtime",
+        default="msccl-executor-nccl",
+        choices=sorted(RUNTIMES),
+        help="runtime whose limits apply (default: msccl-executor-nccl)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object per file")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the file or directory in ``args.path``; return the exit status."""
+    path = Path(args.path)
+    if path.is_dir():
+        files = sorted(p for p in path.glob("*.xml") if p.is_file())
+        if not files:
+            raise XmlError(f"{path}: no *.xml files in this directory")
+    elif path.exists():
+        files = [path]
+    else:
+        raise XmlError(f"{path}: no such file or directory")
+    topology = None
+    if args.topology is not None:
+        from synth.topologies import load_topology
+
+        topology = load_topology(args.topology)
+    all_valid = True
+    for file in files:
+        report = _report(file, args.runtime, topology)
+        if path.is_dir():
+            report["file"] = str(file)
+        all_valid &= bool(report["valid"])
+        if args.json:
+            print(json.dumps(report, sort_keys=True))
+        else:
+            _print_text(file, report)
+    return 0 if all_valid else 1
+
+
+def _report(file: Path, runtime: str, topology: Any) -> dict[str, Any]:
+    result = check_file(file, runtime=runtime)
+    report: dict[str, Any] = {
+        "valid": result.valid,
+        "collective": result.collective,
+        "nranks": result.nranks,
+        "errors": list(result.errors),
+    }
+    if topology is not None:
+        report["algbw_GBps"] = None
+        if result.valid:
+            try:
+                report["algbw_GBps"] = program_algbw_GBps(read(file), topology)
+            except LoopcollError as exc:
+                report["valid"] = False
+                report["errors"].append(f"topology: {exc}")
+    return report
+
+
+def _print_text(file: Path, report: dict[str, Any]) -> None:
+    what = f"{report['collective']}, {report['nranks']} ranks"
+    if report.get("algbw_GBps") is not None:
+        what += f", algbw {report['algbw_GBps']:.2f} GB/s"
+    if report["valid"]:
+        print(f"{file}: valid ({what})")
+        return
+    print(f"{file}: INVALID ({what}): {len(report['errors'])} error(s)")
+    for err in report["errors"]:
+        print(f"  {err}")

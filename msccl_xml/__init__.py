@@ -1,0 +1,50 @@
+"""MSCCL XML: program model, writer, parser, checker, algbw and lowering from a Schedule.
+
+Examples
+--------
+>>> from msccl_xml import check, parse, write
+>>> text = ('<algo name="noop" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2" '
+...         'coll="allreduce" inplace="1" outofplace="0" minBytes="0" maxBytes="0"/>')
+>>> p = parse(text)
+>>> parse(write(p)) == p
+True
+>>> check(p).valid   # no <gpu> elements, nothing reduced
+False
+"""
+
+from __future__ import annotations
+
+from .algbw import program_algbw_GBps, program_link_loads, switch_path
+from .checker import CheckResult, check, check_file, check_text
+from .limits import RUNTIMES, RuntimeLimits, runtime_limits
+from .lint import lint_text
+from .lowering import lower
+from .parser import parse, read
+from .program import BufferKind, Gpu, Program, Protocol, Step, StepType, Threadblock, nop
+from .writer import write
+
+__all__ = [
+    "RUNTIMES",
+    "BufferKind",
+    "CheckResult",
+    "Gpu",
+    "Program",
+    "Protocol",
+    "RuntimeLimits",
+    "Step",
+    "StepType",
+    "Threadblock",
+    "check",
+    "check_file",
+    "check_text",
+    "lint_text",
+    "lower",
+    "nop",
+    "parse",
+    "program_algbw_GBps",
+    "program_link_loads",
+    "read",
+    "runtime_limits",
+    "switch_path",
+    "write",
+]

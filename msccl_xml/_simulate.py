@@ -1,0 +1,351 @@
+"""Symbolic execution of an MSCCL program: progress, data races and chunk contents.
+
+Model (reference §4, §6):
+
+* every threadblock runs its steps in order; a step with ``depid=d, deps=k`` waits until tb ``d``
+  of the same GPU has published a flag ``>= k`` (flags are written only by ``hasdep=1`` steps);
+* a receive waits for its matching send on the (sender, receiver, channel) FIFO; sends are
+  buffered (never wait for the receiver) unless ``fifo_depth`` bounds the number of messages in
+  flight per connection;
+* threadblocks that can no longer progress when nothing else can are deadlocked;
+* happens-before is tracked with vector clocks (program order, dependency flags, send->recv); two
+  accesses to one chunk of a GPU by different threadblocks, at least one a write, that are not
+  ordered are a data race, since the hardware runs threadblocks concurrently. Without races the
+  final memory does not depend on the interleaving, so one simulated order decides the
+  postcondition.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._layout import Layout, Slot, Value, combine, describe_mismatch
+from .program import BufferKind, Gpu, Program, Step, StepType, Threadblock
+
+__all__ = ["simulate"]
+
+Access = tuple[int, int, str]  # (tb index, step ordinal 1.., place)
+
+
+@dataclass(slots=True)
+class _Msg:
+    values: list[Value]
+    clock: np.ndarray
+    place: str
+    via: list[tuple[str, ...]]
+
+
+@dataclass(slots=True)
+class _State:
+    layout: Layout | None
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    mem: dict[tuple[int, Slot], Value] = field(default_factory=dict)
+    writer: dict[tuple[int, Slot], tuple[str, ...]] = field(default_factory=dict)
+    out_via: list[tuple[str, ...]] = field(default_factory=list)
+    last_write: dict[tuple[int, Slot], Access] = field(default_factory=dict)
+    reads: dict[tuple[int, Slot], list[Access]] = field(default_factory=dict)
+    races: int = 0
+    uninit: int = 0
+    lost: int = 0
+    unread: dict[tuple[int, Slot], str] = field(default_factory=dict)
+
+
+_MAX_RACES = 10
+_MAX_STUCK = 8
+_TRAIL = 40
+# Steps whose only effect is the local store: a scratch chunk they write must be read later.
+_STORE_ONLY = frozenset({StepType.RECV, StepType.RECV_REDUCE_COPY, StepType.LOCAL_COPY, StepType.REDUCE})
+
+
+def simulate(
+    program: Program, layout: Layout | None, *, fifo_depth: int | None = None
+) -> tuple[list[str], list[str]]:
+    """Run ``program`` symbolically; return (errors, warnings).
+
+    Errors: deadlocks, races, out-of-bounds or uninitialised reads, overwrites of unread data,
+    postcondition failures. Warnings: scratch chunks stored by a receive, copy or reduction that
+    nothing reads (wasted transfers).
+
+    ``layout`` gives buffer sizes, aliasing, initial contents and the postcondition; ``None``
+    checks progress only.
+    """
+    tbs = [(gpu, tb) for gpu in program.gpus for tb in gpu.threadblocks]
+    index = {(gpu.id, tb.id): u for u, (gpu, tb) in enumerate(tbs)}
+    s_chunks = {gpu.id: gpu.s_chunks for gpu in program.gpus}
+    n = len(tbs)
+    clocks = [np.zeros(n, dtype=np.int32) for _ in range(n)]
+    pcs = [0] * n
+    flag = [-1] * n
+    flag_log: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(n)]
+    queues: dict[tuple[int, int, int], deque[_Msg]] = {}
+    waiters: dict[object, set[int]] = {}
+    st = _State(layout)
+    if layout is not None:
+        for gpu in program.gpus:
+            for slot, value in layout.initial(gpu.id).items():
+                st.mem[(gpu.id, slot)] = value
+
+    ready = deque(range(n))
+    queued = set(ready)
+
+    def wake(key: object) -> None:
+        for w in sorted(waiters.pop(key, ())):
+            if w not in queued:
+                queued.add(w)
+                ready.append(w)
+
+    while ready:
+        u = ready.popleft()
+        queued.discard(u)
+        gpu, tb = tbs[u]
+        while pcs[u] < len(tb.steps):
+            step = tb.steps[pcs[u]]
+            dep = index.get((gpu.id, step.depid)) if step.depid >= 0 else None
+            if dep is not None and flag[dep] < step.deps:
+                waiters.setdefault(("flag", dep), set()).add(u)
+                break
+            in_key = (tb.recv, gpu.id, tb.chan)
+            out_key = (gpu.id, tb.send, tb.chan)
+            if step.type.receives and tb.recv >= 0 and not queues.get(in_key):
+                waiters.setdefault(("msg", in_key), set()).add(u)
+                break
+            if (
+                fifo_depth is not None
+                and step.type.sends
+                and tb.send >= 0
+                and len(queues.get(out_key, ())) >= fifo_depth
+            ):
+                waiters.setdefault(("space", out_key), set()).add(u)
+                break
+            clock = clocks[u]
+            if dep is not None:
+                log = flag_log[dep]
+                j = bisect.bisect_left([s for s, _ in log], step.deps)
+                np.maximum(clock, log[j][1], out=clock)
+            msg = None
+            if step.type.receives and tb.recv >= 0:
+                msg = queues[in_key].popleft()
+                np.maximum(clock, msg.clock, out=clock)
+                wake(("space", in_key))
+            place = f"gpu {gpu.id} tb {tb.id} step {step.s}"
+            out = _execute(st, gpu.id, s_chunks[gpu.id], u, pcs[u] + 1, clock, step, msg, place)
+            pcs[u] += 1
+            clock[u] = pcs[u]
+            if out is not None and tb.send >= 0:
+                msg_out = _Msg(out, clock.copy(), place, st.out_via)
+                queues.setdefault(out_key, deque()).append(msg_out)
+                wake(("msg", out_key))
+            if step.hasdep == 1 and step.type is not StepType.NOP and step.s > flag[u]:
+                flag[u] = step.s
+                flag_log[u].append((step.s, clock.copy()))
+                wake(("flag", u))
+    stuck = [u for u in range(n) if pcs[u] < len(tbs[u][1].steps)]
+    if stuck:
+        st.errors.extend(_deadlock_messages(tbs, pcs, stuck, index))
+    else:
+        for (rank, (buf, idx)), place in list(st.unread.items())[:_MAX_RACES]:
+            st.warnings.append(f"{place}: writes gpu {rank} {buf}[{idx}], which nothing reads")
+        if layout is not None and layout.collective is not None:
+            st.errors.extend(_postcondition(program, st, layout))
+    return st.errors, st.warnings
+
+
+def _deadlock_messages(
+    tbs: list[tuple[Gpu, Threadblock]],
+    pcs: list[int],
+    stuck: list[int],
+    index: dict[tuple[int, int], int],
+) -> list[str]:
+    messages = []
+    for u in stuck[:_MAX_STUCK]:
+        gpu, tb = tbs[u]
+        step = tb.steps[pcs[u]]
+        place = f"gpu {gpu.id} tb {tb.id} step {step.s}"
+        dep = index.get((gpu.id, step.depid)) if step.depid >= 0 else None
+        if dep is not None and pcs[dep] <= step.deps:
+            reason = f"waits for gpu {gpu.id} tb {step.depid} step {step.deps}, which never completes"
+        elif dep is not None:
+            reason = f"waits for a flag from gpu {gpu.id} tb {step.depid} that is never published"
+        elif step.type.receives:
+            reason = f"recv from gpu {tb.recv} on channel {tb.chan} waits for a send that never comes"
+        else:
+            reason = f"send to gpu {tb.send} on channel {tb.chan} blocks: its FIFO is full"
+        messages.append(f"{place}: deadlock: {reason}")
+    if len(stuck) > _MAX_STUCK:
+        messages.append(f"deadlock: {len(stuck) - _MAX_STUCK} more threadblocks are stuck")
+    return messages
+
+
+def _execute(
+    st: _State,
+    rank: int,
+    s_chunks: int,
+    u: int,
+    ordinal: int,
+    clock: np.ndarray,
+    step: Step,
+    msg: _Msg | None,
+    place: str,
+) -> list[Value] | None:
+    """Apply ``step`` to memory; return the values it sends, if any."""
+    t = step.type
+    if t is StepType.NOP:
+        return None
+    acc = (u, ordinal, place)
+    received: list[Value] = []
+    via: list[tuple[str, ...]] = [(place,)] * step.cnt
+    if msg is not None:
+        received = (msg.values + [None] * step.cnt)[: step.cnt]
+        via = [_trail(v + (place,)) for v in (msg.via + via)[: step.cnt]]
+    src: list[Value] = []
+    if t.reads_src:
+        src = _read(st, rank, s_chunks, acc, clock, step.srcbuf, step.srcoff, step.cnt)
+        local = [_writer(st, rank, step.srcbuf, step.srcoff + k) for k in range(step.cnt)]
+        if t in (StepType.REDUCE, StepType.RES_ADD):
+            local = [_writer(st, rank, step.dstbuf, step.dstoff + k) + w for k, w in enumerate(local)]
+        if msg is None:
+            via = [_trail(w + (place,)) for w in local]
+        elif t.reduces:
+            via = [_trail(v[:-1] + w + (place,)) for v, w in zip(via, local)]
+    st.out_via = via
+    if t in (StepType.REDUCE, StepType.RES_ADD):
+        old = _read(st, rank, s_chunks, acc, clock, step.dstbuf, step.dstoff, step.cnt)
+        _write(st, rank, s_chunks, acc, clock, step, [combine(a, b) for a, b in zip(old, src)])
+        return None
+    if t is StepType.SEND:
+        return src
+    if t is StepType.LOCAL_COPY:
+        _write(st, rank, s_chunks, acc, clock, step, src)
+        return None
+    value = [combine(a, b) for a, b in zip(received, src)] if t.reduces else received
+    if t.writes_dst:
+        _write(st, rank, s_chunks, acc, clock, step, value)
+    return value if t.sends else None
+
+
+def _in_bounds(
+    st: _State, rank: int, s_chunks: int, buf: BufferKind, off: int, cnt: int, what: str, place: str
+) -> bool:
+    layout = st.layout
+    assert layout is not None
+    size = layout.size(s_chunks, buf)
+    if off < 0 or off + cnt > size:
+        name = {BufferKind.INPUT: "input", BufferKind.OUTPUT: "output", BufferKind.SCRATCH: "scratch"}
+        mode = "in place" if layout.inplace else "out of place"
+        coll = layout.collective or "declared sizes"
+        st.errors.append(
+            f"{place}: {what} {buf.value}[{off}..{off + cnt}) outside the {name[buf]} buffer "
+            f"of {size} chunks ({coll}, {mode})"
+        )
+        return False
+    return True
+
+
+def _writer(st: _State, rank: int, buf: BufferKind, index: int) -> tuple[str, ...]:
+    if st.layout is None:
+        return ()
+    return st.writer.get((rank, st.layout.slot(rank, buf, index)), ())
+
+
+def _trail(places: tuple[str, ...]) -> tuple[str, ...]:
+    """The last few distinct places data went through (for error messages)."""
+    return tuple(dict.fromkeys(places))[-_TRAIL:]
+
+
+def _read(
+    st: _State, rank: int, s_chunks: int, acc: Access, clock: np.ndarray,
+    buf: BufferKind, off: int, cnt: int,
+) -> list[Value]:
+    layout = st.layout
+    if layout is None:
+        return [None] * cnt
+    if not _in_bounds(st, rank, s_chunks, buf, off, cnt, "reads", acc[2]):
+        return [None] * cnt
+    values = []
+    for k in range(off, off + cnt):
+        key = (rank, layout.slot(rank, buf, k))
+        last = st.last_write.get(key)
+        if last is not None:
+            _race_check(st, key, last, acc, clock, "write/read")
+        st.reads.setdefault(key, []).append(acc)
+        st.unread.pop(key, None)
+        if key not in st.mem and layout.collective is not None:
+            st.uninit += 1
+            if st.uninit <= _MAX_RACES:
+                st.errors.append(f"{acc[2]}: reads {buf.value}[{k}], which holds no data yet")
+        values.append(st.mem.get(key))
+    return values
+
+
+def _write(
+    st: _State, rank: int, s_chunks: int, acc: Access, clock: np.ndarray, step: Step,
+    values: list[Value],
+) -> None:
+    layout = st.layout
+    if layout is None:
+        return
+    buf, off, cnt = step.dstbuf, step.dstoff, step.cnt
+    if not _in_bounds(st, rank, s_chunks, buf, off, cnt, "writes", acc[2]):
+        return
+    if layout.collective is not None and not layout.inplace and buf is BufferKind.INPUT:
+        st.errors.append(
+            f"{acc[2]}: writes i[{off}..{off + cnt}) out of place; the caller's send buffer "
+            "is read-only"
+        )
+    for k, value in zip(range(off, off + cnt), values):
+        key = (rank, layout.slot(rank, buf, k))
+        last = st.last_write.get(key)
+        if last is not None:
+            _race_check(st, key, last, acc, clock, "write/write")
+        readers = st.reads.pop(key, ())
+        for read in readers:
+            _race_check(st, key, read, acc, clock, "read/write")
+        if last is not None and not readers and last[:2] != acc[:2]:
+            st.lost += 1
+            if st.lost <= _MAX_RACES:
+                st.errors.append(
+                    f"{acc[2]}: overwrites gpu {rank} {key[1][0]}[{key[1][1]}] written by "
+                    f"{last[2]} before anything read it"
+                )
+        st.last_write[key] = acc
+        if buf is BufferKind.SCRATCH and step.type in _STORE_ONLY:
+            st.unread[key] = acc[2]
+        st.mem[key] = value
+        st.writer[key] = st.out_via[k - off] if k - off < len(st.out_via) else (acc[2],)
+
+
+def _race_check(
+    st: _State, key: tuple[int, Slot], earlier: Access, acc: Access, clock: np.ndarray, kind: str
+) -> None:
+    u, ordinal, place = earlier
+    if u == acc[0] or clock[u] >= ordinal:
+        return
+    st.races += 1
+    if st.races <= _MAX_RACES:
+        rank, (buf, idx) = key
+        st.errors.append(
+            f"{acc[2]}: {kind} race on gpu {rank} {buf}[{idx}] with {place}: no dependency "
+            "orders them"
+        )
+
+
+def _postcondition(program: Program, st: _State, layout: Layout) -> list[str]:
+    problems = []
+    mode = "in place" if layout.inplace else "out of place"
+    for gpu in program.gpus:
+        for slot, want in sorted(layout.expected(gpu.id).items()):
+            key = (gpu.id, slot)
+            got = st.mem.get(key)
+            if got != want:
+                by = st.writer.get(key)
+                tail = f" (written via {' -> '.join(by)})" if by else " (never written)"
+                problems.append(
+                    f"gpu {gpu.id} {slot[0]}[{slot[1]}]: {layout.collective} {mode} "
+                    f"{describe_mismatch(want, got)}{tail}"
+                )
+    return problems

@@ -1,0 +1,135 @@
+"""Bandwidth-term algbw of an MSCCL program on a topology (nccl-tests convention).
+
+Every send-type step moves ``cnt`` chunks from its GPU to its threadblock's send peer. One chunk
+is ``S / nchunksperloop`` bytes, where ``S`` is the algbw numerator of the collective (reference
+§7.1 and ``spec/topology.md``): the AllGather output, the ReduceScatter input, the AllToAll
+per-rank buffer, the AllReduce buffer; this is exactly the byte count the runtime divides into
+``nchunksperloop`` chunks. A transfer follows the minimum-hop path whose intermediate nodes are
+all switches, over links with capacity > 0; ties go to the path whose node-id sequence is
+smallest. With ``n_a`` chunks on link ``a`` of capacity ``c_a`` GB/s the bandwidth term is
+``T = max_a n_a · S / (nchunksperloop · c_a)``, hence ``algbw = nchunksperloop / max_a(n_a/c_a)``.
+
+Examples
+--------
+>>> from msccl_xml.program import BufferKind, Gpu, Program, Protocol, Step, StepType, Threadblock
+>>> from synth.topologies import load_topology
+>>> o = BufferKind.OUTPUT
+>>> def gpu(r):
+...     return Gpu(r, 0, 2, 0, (Threadblock(0, 1 - r, 1 - r, 0, (
+...         Step(0, StepType.SEND, o, r, o, r, 1), Step(1, StepType.RECV, o, 1 - r, o, 1 - r, 1))),))
+>>> p = Program(name="ag", proto=Protocol.SIMPLE, nchannels=1, nchunksperloop=2, ngpus=2,
+...             coll="allgather", inplace=1, outofplace=0, min_bytes=0, max_bytes=0,
+...             gpus=(gpu(0), gpu(1)))
+>>> program_algbw_GBps(p, load_topology("nvswitch:2"))
+720.0
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+
+from synth.errors import XmlError
+from synth.paths import switch_path as synth_switch_path
+from synth.topologies import Topology
+
+from .program import Program
+
+__all__ = ["program_algbw_GBps", "program_link_loads", "switch_path"]
+
+
+def switch_path(topology: Topology, src: str, dst: str) -> tuple[str, ...]:
+    """The minimum-hop ``src`` → ``dst`` node path with only switches in between.
+
+    Ties go to the lexicographically smallest sequence of node ids. Links with capacity 0 are
+    not used.
+
+    Raises
+    ------
+    XmlError
+        If no such path exists.
+
+    Examples
+    --------
+    >>> from synth.topologies import load_topology
+    >>> switch_path(load_topology("hpn:1x2x2"), "gpu0", "gpu2")
+    ('gpu0', 'tor0.0', 'gpu2')
+    """
+    path = synth_switch_path(topology, src, dst) if src != dst else None
+    if path is None:
+        raise XmlError(
+            f"topology {topology.name!r}: no path {src}->{dst} through switches only "
+            "(the program sends between GPUs that are not switch-connected)"
+        )
+    return path
+
+
+def program_link_loads(program: Program, topology: Topology) -> dict[tuple[str, str], int]:
+    """Chunks each physical link carries in one run of ``program`` (unused links absent).
+
+    Raises
+    ------
+    XmlError
+        If the topology's rank count differs from ``ngpus`` or a transfer has no switch path.
+
+    Examples
+    --------
+    >>> from synth.topologies import load_topology
+    >>> from msccl_xml.program import Program, Protocol
+    >>> program_link_loads(Program(name=None, proto=Protocol.LL, nchannels=1, nchunksperloop=1,
+    ...     ngpus=2, coll="allreduce", inplace=1, outofplace=0, min_bytes=0, max_bytes=0,
+    ...     gpus=()), load_topology("ring:2"))
+    {}
+    """
+    if topology.nranks != program.ngpus:
+        raise XmlError(
+            f"topology {topology.name!r} has {topology.nranks} ranks but the program has "
+            f"ngpus={program.ngpus}"
+        )
+    per_pair: dict[tuple[int, int], int] = defaultdict(int)
+    for gpu in program.gpus:
+        for tb in gpu.threadblocks:
+            if tb.send < 0:
+                continue
+            sent = sum(st.cnt for st in tb.steps if st.type.sends)
+            if sent:
+                per_pair[(gpu.id, tb.send)] += sent
+    loads: dict[tuple[str, str], int] = defaultdict(int)
+    for (a, b), chunks in sorted(per_pair.items()):
+        path = switch_path(topology, topology.gpu_id(a), topology.gpu_id(b))
+        for key in zip(path[:-1], path[1:]):
+            loads[key] += chunks
+    return dict(sorted(loads.items()))
+
+
+def program_algbw_GBps(program: Program, topology: Topology) -> float:  # noqa: N802
+    """Bandwidth-term algbw of ``program`` on ``topology`` in GB/s (10^9 byte/s).
+
+    Returns
+    -------
+    float
+        ``nchunksperloop / max_a(n_a / c_a)``; ``inf`` if the program sends nothing.
+
+    Raises
+    ------
+    XmlError
+        As :func:`program_link_loads`.
+
+    Notes
+    -----
+    Latency and the per-step pipelining of the runtime are ignored: this is the throughput bound
+    the schedule's link loads allow. One breadth-first search per communicating GPU pair.
+
+    Examples
+    --------
+    >>> from synth.topologies import load_topology
+    >>> from msccl_xml.program import Program, Protocol
+    >>> program_algbw_GBps(Program(name=None, proto=Protocol.LL, nchannels=1, nchunksperloop=1,
+    ...     ngpus=2, coll="allreduce", inplace=1, outofplace=0, min_bytes=0, max_bytes=0,
+    ...     gpus=()), load_topology("ring:2"))
+    inf
+    """
+    loads = program_link_loads(program, topology)
+    worst = 0.0
+    for (a, b), chunks in loads.items():
+        worst = max(worst, chunks / topology.link(a, b).GBps)
+    return float("inf") if worst == 0 else program.nchunksperloop / worst

@@ -1,0 +1,194 @@
+"""Per-runtime limits and vocabularies of the MSCCL runtimes (reference §3, §5).
+
+Examples
+--------
+>>> runtime_limits("msccl-executor-nccl").max_channels
+32
+>>> runtime_limits("rccl").max_tbs_per_gpu
+64
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from synth.errors import XmlError
+
+from .program import StepType
+
+__all__ = ["RUNTIMES", "RuntimeLimits", "runtime_limits"]
+
+_EXECUTOR_COLLS = frozenset(
+    {
+        "reduce",
+        "broadcast",
+        "allreduce",
+        "reducescatter",
+        "allgather",
+        "send",
+        "recv",
+        "gather",
+        "scatter",
+        "alltoall",
+        "alltoallv",
+    }
+)
+_LEGACY_COLLS = frozenset(
+    {"allreduce", "allgather", "reduce", "broadcast", "alltoall", "reduce_scatter", "custom"}
+)
+_NEW_STEP_TYPES = frozenset(StepType) - {StepType.RES_ADD}
+_NEW_REQUIRED = (
+    "proto",
+    "nchannels",
+    "nchunksperloop",
+    "ngpus",
+    "coll",
+    "inplace",
+    "outofplace",
+    "minBytes",
+    "maxBytes",
+)
+_LEGACY_REQUIRED = ("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace")
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeLimits:
+    """Limits of one MSCCL runtime; every ``max_*`` is an inclusive maximum.
+
+    Attributes
+    ----------
+    name
+        Runtime name (a key of :data:`RUNTIMES`).
+    max_steps_per_tb
+        Steps per threadblock including nops (``MSCCL_MAX_NUM_STEPS``).
+    max_tbs_per_gpu
+        Threadblocks per rank (``MSCCL_MAX_NUM_THREAD_BLOCKS``).
+    max_tbs_per_channel
+        Threadblocks with a send peer (and, separately, with a recv peer) per channel.
+    max_channels
+        Channels; ``chan`` must be below this (``MAXCHANNELS``).
+    max_cnt
+        Largest ``cnt`` (``MSCCL_MAX_COUNT - 1``).
+    max_dep_tb
+        Largest threadblock id a dependency may name (``dependentBid`` is an int8).
+    max_offset
+        Largest chunk offset (offsets are int16).
+    max_nodes
+        XML nodes one rank parses: 1 + ngpus + its tbs + its steps must stay below this.
+    max_attrs
+        Attributes per element (``MAX_ATTR_COUNT``).
+    max_str_len
+        Attribute value length must stay below this (``MAX_STR_LEN``).
+    max_name_len
+        Longest ``<algo name>``, ``None`` if unlimited.
+    sm_count
+        Threadblocks per rank above this cannot be co-resident on an A100 (warning only).
+    collectives
+        Accepted ``coll`` values.
+    step_types
+        Accepted step types.
+    required_algo_attrs
+        ``<algo>`` attributes the runtime requires.
+    """
+
+    name: str
+    max_steps_per_tb: int
+    max_tbs_per_gpu: int
+    max_tbs_per_channel: int
+    max_channels: int
+    max_cnt: int
+    max_dep_tb: int
+    max_offset: int
+    max_nodes: int
+    max_attrs: int
+    max_str_len: int
+    max_name_len: int | None
+    sm_count: int
+    collectives: frozenset[str]
+    step_types: frozenset[StepType]
+    required_algo_attrs: tuple[str, ...]
+
+
+RUNTIMES: dict[str, RuntimeLimits] = {
+    "msccl-executor-nccl": RuntimeLimits(
+        name="msccl-executor-nccl",
+        max_steps_per_tb=64,
+        max_tbs_per_gpu=1024,
+        max_tbs_per_channel=32,
+        max_channels=32,
+        max_cnt=71,
+        max_dep_tb=127,
+        max_offset=32767,
+        max_nodes=4095,
+        max_attrs=16,
+        max_str_len=254,
+        max_name_len=None,
+        sm_count=108,
+        collectives=_EXECUTOR_COLLS,
+        step_types=_NEW_STEP_TYPES,
+        required_algo_attrs=_NEW_REQUIRED,
+    ),
+    "rccl": RuntimeLimits(
+        name="rccl",
+        max_steps_per_tb=64,
+        max_tbs_per_gpu=64,
+        max_tbs_per_channel=32,
+        max_channels=128,
+        max_cnt=71,
+        max_dep_tb=127,
+        max_offset=32767,
+        max_nodes=4095,
+        max_attrs=16,
+        max_str_len=254,
+        max_name_len=None,
+        sm_count=304,
+        collectives=_EXECUTOR_COLLS,
+        step_types=_NEW_STEP_TYPES,
+        required_algo_attrs=_NEW_REQUIRED,
+    ),
+    "msccl-legacy": RuntimeLimits(
+        name="msccl-legacy",
+        max_steps_per_tb=256,
+        max_tbs_per_gpu=216,
+        max_tbs_per_channel=32,
+        max_channels=32,
+        max_cnt=71,
+        max_dep_tb=127,
+        max_offset=32767,
+        max_nodes=4095,
+        max_attrs=16,
+        max_str_len=254,
+        max_name_len=63,
+        sm_count=108,
+        collectives=_LEGACY_COLLS,
+        step_types=frozenset(StepType),
+        required_algo_attrs=_LEGACY_REQUIRED,
+    ),
+}
+"""The runtimes of reference §2: the current NVIDIA executor, RCCL, and old microsoft/msccl."""
+
+
+def runtime_limits(runtime: str) -> RuntimeLimits:
+    """The limits of ``runtime``.
+
+    Parameters
+    ----------
+    runtime
+        ``"msccl-executor-nccl"``, ``"rccl"`` or ``"msccl-legacy"``.
+
+    Raises
+    ------
+    XmlError
+        If the runtime is unknown; the message lists the known ones.
+
+    Examples
+    --------
+    >>> runtime_limits("msccl-legacy").max_steps_per_tb
+    256
+    """
+    try:
+        return RUNTIMES[runtime]
+    except KeyError:
+        raise XmlError(
+            f"unknown runtime {runtime!r}; expected one of {sorted(RUNTIMES)}"
+        ) from None

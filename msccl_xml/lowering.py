@@ -1,0 +1,173 @@
+"""Lower a :class:`~synth.schedule.Schedule` to an MSCCL :class:`~msccl_xml.program.Program`.
+
+Passes, in order: routes -> operations with a global order (:mod:`msccl_xml._lower_ops`),
+operations -> channels and threadblocks, then dependencies and nops
+(:mod:`msccl_xml._lower_assign`), and a final verification with :func:`msccl_xml.checker.check`
+that raises if the result is not a valid program for the runtime.
+
+Examples
+--------
+>>> from synth.schedule import Hop, Route, RouteKind, Schedule
+>>> def hop(a, b):
+...     return Hop(a, b, (f"gpu{a}", f"gpu{b}"))
+>>> ring = Schedule("allgather", 3, 1, tuple(
+...     Route(RouteKind.OUT_TREE, r, 1, (hop(r, (r + 1) % 3), hop((r + 1) % 3, (r + 2) % 3)))
+...     for r in range(3)))
+>>> p = lower(ring)
+>>> p.coll, p.nchunksperloop, p.nchannels, [len(g.threadblocks) for g in p.gpus]
+('allgather', 3, 1, [2, 2, 2])
+"""
+
+from __future__ import annotations
+
+from synth.errors import XmlError
+from synth.schedule import Schedule
+
+from ._lower_assign import assign_channels, build_threadblocks
+from ._lower_ops import build_ops
+from .limits import runtime_limits
+from .program import Gpu, Program, Protocol
+
+__all__ = ["lower"]
+
+_PROTOCOLS = {p.value: p for p in Protocol}
+
+
+def lower(
+    schedule: Schedule,
+    *,
+    protocol: str = "Simple",
+    runtime: str = "msccl-executor-nccl",
+    inplace: bool = False,
+    max_channels: int | None = None,
+    name: str | None = None,
+    min_bytes: int = 0,
+    max_bytes: int = 0,
+) -> Program:
+    """The MSCCL program that executes ``schedule``.
+
+    Parameters
+    ----------
+    schedule
+        A schedule; its routes are trusted to satisfy their shapes (``Schedule.validate``).
+    protocol
+        ``"Simple"``, ``"LL"`` or ``"LL128"``.
+    runtime
+        Runtime whose limits the program must meet (``"msccl-executor-nccl"``, ``"rccl"``,
+        ``"msccl-legacy"``); ``reducescatter`` is spelled ``reduce_scatter`` for the legacy one.
+    inplace
+        Emit the in-place variant (``inplace="1" outofplace="0"``) instead of the out-of-place
+        one. In-place alltoall is not supported.
+    max_channels
+        Most channels to use; default the runtime's limit. Channels are opened only as needed.
+    name
+        ``<algo name>``; default ``loopcoll_<coll>_<N>r_<nchunks>c``.
+    min_bytes, max_bytes
+        Selection range of the algorithm in bytes (``max_bytes=0``: unlimited).
+
+    Returns
+    -------
+    Program
+        ``nchunksperloop = nranks · nchunks``; chunk ``k`` of source (or block) ``r`` is chunk
+        ``r·nchunks + k`` of the collective's buffer (module :mod:`msccl_xml._lower_ops`).
+
+    Raises
+    ------
+    XmlError
+        If an option is invalid, a runtime limit cannot be met (the message names the limit and
+        what to change: more channels, fewer chunks), or the result fails the checker.
+
+    Notes
+    -----
+    A route with ``chunks = c`` becomes transfers of ``cnt <= 71`` chunks. Out-trees relay with
+    ``rcs`` to one child and ``s`` to the others; in-trees fold children in with ``rrc`` into a
+    scratch accumulator and forward with ``rrs``; alltoall paths relay with ``rcs`` through
+    scratch. Runs in time linear in the number of steps times channels.
+
+    Examples
+    --------
+    >>> from synth.schedule import Hop, Route, RouteKind, Schedule
+    >>> rs = Schedule("reducescatter", 2, 1, (
+    ...     Route(RouteKind.IN_TREE, 0, 1, (Hop(1, 0, ("gpu1", "gpu0")),)),
+    ...     Route(RouteKind.IN_TREE, 1, 1, (Hop(0, 1, ("gpu0", "gpu1")),))))
+    >>> [st.type.value for g in lower(rs).gpus for tb in g.threadblocks for st in tb.steps]
+    ['rrc', 's', 'rrc', 's']
+    """
+    limits = runtime_limits(runtime)
+    if protocol not in _PROTOCOLS:
+        raise XmlError(f"unknown protocol {protocol!r}; expected one of {sorted(_PROTOCOLS)}")
+    if max_channels is None:
+        max_channels = limits.max_channels
+    if not 1 <= max_channels <= limits.max_channels:
+        raise XmlError(
+            f"max_channels must be in 1..{limits.max_channels} for {runtime}, got {max_channels!r}"
+        )
+    if min_bytes < 0 or max_bytes < 0:
+        raise XmlError(f"min_bytes and max_bytes must be >= 0, got {min_bytes!r}, {max_bytes!r}")
+    coll = schedule.collective
+    if inplace and coll == "alltoall":
+        raise XmlError("lowering: in-place alltoall is not supported; use inplace=False")
+    if not schedule.routes:
+        raise XmlError("lowering: the schedule has no routes")
+    n, nchunks = schedule.nranks, schedule.nchunks
+    ops = build_ops(schedule, inplace=inplace, max_cnt=limits.max_cnt)
+    budget = limits.max_steps_per_tb
+    for _ in range(8):  # nops are added after placement: shrink the budget until they fit
+        lanes = assign_channels(ops.ops, ops.chains, max_channels=max_channels, max_steps=budget)
+        tbs = build_threadblocks(lanes, n, max_dep_tb=limits.max_dep_tb)
+        longest = max((len(tb.steps) for g in tbs.values() for tb in g), default=0)
+        if longest <= limits.max_steps_per_tb:
+            break
+        budget -= max(1, longest - limits.max_steps_per_tb)
+        if budget < 1:
+            break
+    else:
+        longest = limits.max_steps_per_tb + 1
+    if longest > limits.max_steps_per_tb:
+        raise XmlError(
+            f"lowering: a threadblock needs {longest} steps (nops included) but {runtime} allows "
+            f"{limits.max_steps_per_tb}; lower the schedule's nchunks or allow more channels"
+        )
+    sizes = _buffer_sizes(coll, n, nchunks, inplace)
+    gpus = tuple(
+        Gpu(id=r, i_chunks=sizes[0], o_chunks=sizes[1], s_chunks=ops.scratch.get(r, 0),
+            threadblocks=tbs[r])  # fmt: skip
+        for r in range(n)
+    )
+    nchannels = 1 + max((tb.chan for g in gpus for tb in g.threadblocks), default=0)
+    program = Program(
+        name=name if name is not None else f"loopcoll_{coll}_{n}r_{nchunks}c",
+        proto=_PROTOCOLS[protocol],
+        nchannels=nchannels,
+        nchunksperloop=n * nchunks,
+        ngpus=n,
+        coll="reduce_scatter" if coll == "reducescatter" and runtime == "msccl-legacy" else coll,
+        inplace=int(inplace),
+        outofplace=int(not inplace),
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        gpus=gpus,
+    )
+    _verify(program, runtime)
+    return program
+
+
+def _buffer_sizes(coll: str, n: int, nchunks: int, inplace: bool) -> tuple[int, int]:
+    total = n * nchunks
+    if coll == "allgather":
+        return (0, total) if inplace else (nchunks, total)
+    if coll == "reducescatter":
+        return (total, 0) if inplace else (total, nchunks)
+    if coll == "allreduce":
+        return (total, 0) if inplace else (total, total)
+    return (total, total)
+
+
+def _verify(program: Program, runtime: str) -> None:
+    from .checker import check
+
+    result = check(program, runtime=runtime)
+    if not result.valid:
+        raise XmlError(
+            "lowering produced an invalid program (a bug in loopcoll): " + "; ".join(result.errors[:5])
+        )
