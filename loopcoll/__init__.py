@@ -12,8 +12,59 @@ Examples
 
 from __future__ import annotations
 
-from synth import *  # noqa: F403
-from synth import __all__ as _synth_all
+from synth import (
+    Bound,
+    COLLECTIVES,
+    Collective,
+    CutLink,
+    Hop,
+    Link,
+    LoopcollError,
+    Node,
+    NodeKind,
+    Route,
+    RouteKind,
+    Schedule,
+    ScheduleError,
+    SolverError,
+    Status,
+    SynthResult,
+    Topology,
+    TopologyError,
+    XmlError,
+    busbw_GBps,
+    load_topology,
+    named_topology,
+    optimal_bound,
+    read_schedule,
+    write_schedule,
+)
 
-__all__ = list(_synth_all)
+__all__ = [
+    "Bound",
+    "COLLECTIVES",
+    "Collective",
+    "CutLink",
+    "Hop",
+    "Link",
+    "LoopcollError",
+    "Node",
+    "NodeKind",
+    "Route",
+    "RouteKind",
+    "Schedule",
+    "ScheduleError",
+    "SolverError",
+    "Status",
+    "SynthResult",
+    "Topology",
+    "TopologyError",
+    "XmlError",
+    "busbw_GBps",
+    "load_topology",
+    "named_topology",
+    "optimal_bound",
+    "read_schedule",
+    "write_schedule",
+]
 __version__ = "0.1.0"

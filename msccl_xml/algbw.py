@@ -26,7 +26,7 @@ Examples
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import defaultdict
 
 from synth.errors import XmlError
 from synth.paths import switch_path as synth_switch_path
