@@ -65,7 +65,7 @@ def _schedules(args: argparse.Namespace, topo: Topology) -> list[tuple[str, Sche
     for path in args.schedule or []:
         sched = read_schedule(path)
         if sched.collective != args.collective:
-            raise ScheduleError(f"{path}: holds a {sched.collective} schedule, not {args.collective}")
+            raise ScheduleError(f"{path}: holds a schedule of collective {sched.collective!r}, not {args.collective!r}")
         sched.validate(topo)
         out.append((path, sched))
     for path in args.xml or []:
@@ -73,7 +73,7 @@ def _schedules(args: argparse.Namespace, topo: Topology) -> list[tuple[str, Sche
 
         sched = program_to_schedule(read(path), topo)
         if sched.collective != args.collective:
-            raise ScheduleError(f"{path}: holds a {sched.collective} program, not {args.collective}")
+            raise ScheduleError(f"{path}: holds a program of collective {sched.collective!r}, not {args.collective!r}")
         out.append((path, sched))
     if not out:
         raise LoopcollError("nothing to simulate: give --schedules, --schedule or --xml")

@@ -75,7 +75,7 @@ def _run(args: argparse.Namespace) -> int:
         warm = read_schedule(args.warm_from)
         if warm.collective != args.collective:
             raise ScheduleError(
-                f"{args.warm_from}: holds a {warm.collective} schedule, cannot warm-start {args.collective}"
+                f"{args.warm_from}: holds a schedule of collective {warm.collective!r}, cannot warm-start {args.collective!r}"
             )
     result = synthesize(
         args.collective,

@@ -8,8 +8,8 @@ traceback.
 Examples
 --------
 >>> main(["bound", "allgather", "ring:4"])  # doctest: +NORMALIZE_WHITESPACE
-allgather on ring-4 (4 ranks): algbw 66.667 GB/s, busbw 50.000 GB/s
-  bottleneck: gpu1->gpu0, gpu3->gpu0
+allgather on ring-4 (4 ranks): algbw 133.333 GB/s, busbw 100.000 GB/s
+  bottleneck: gpu0->gpu3, gpu2->gpu3
 0
 """
 
@@ -28,10 +28,12 @@ _COMMANDS = ("_cmd_topo", "_cmd_bound", "_cmd_synth", "_cmd_check", "_cmd_simula
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors as one line and exit code 2."""
+    """argparse that reports usage errors as one ``loopcoll: error: ...`` line and exit code 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        # Same prefix as a LoopcollError, so scripts need to match one form; the subcommand is kept.
+        where = self.prog.partition(" ")[2]
+        self.exit(2, f"loopcoll: error: {where + ': ' if where else ''}{message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -53,7 +53,12 @@ def schedule_from_dict(doc: Any, *, source: str = "<dict>") -> Schedule:
     for c in doc.get("bottleneck", []):
         if not isinstance(c, dict):
             raise ScheduleError(f"{source}: bottleneck entries must be objects")
-        cut.append(CutLink(str(c.get("src")), str(c.get("dst")), float(c.get("base_slack", 0.0))))
+        src, dst, slack = c.get("src"), c.get("dst"), c.get("base_slack")
+        if not isinstance(src, str) or not isinstance(dst, str):
+            raise ScheduleError(f"{source}: bottleneck entry {c!r} needs string 'src' and 'dst'")
+        if isinstance(slack, bool) or not isinstance(slack, (int, float)):
+            raise ScheduleError(f"{source}: bottleneck entry {src}->{dst} needs a numeric 'base_slack', got {slack!r}")
+        cut.append(CutLink(src, dst, float(slack)))
     fingerprint = doc.get("topology_fingerprint")
     meta = doc.get("meta", {})
     if not isinstance(meta, dict):

@@ -23,6 +23,8 @@ def _check_hop(hop: Hop, where: str, topo: Topology) -> None:
             f"{topo.gpu_id(hop.src)} to {topo.gpu_id(hop.dst)}"
         )
     for mid in hop.path[1:-1]:
+        if not topo.has_node(mid):
+            raise ScheduleError(f"{where}: hop {hop.src}->{hop.dst} passes through unknown node {mid!r}")
         if topo.node(mid).is_gpu:
             raise ScheduleError(
                 f"{where}: hop {hop.src}->{hop.dst} passes through gpu {mid!r}; relays must be separate hops"
@@ -97,7 +99,7 @@ def validate_schedule(sched: Schedule, topo: Topology) -> None:
     for i, route in enumerate(sched.routes):
         where = f"route {i} ({route.kind.value}, root {route.root})"
         if route.kind.value not in _ALLOWED[sched.collective]:
-            raise ScheduleError(f"{where}: a {sched.collective} schedule cannot hold {route.kind.value} routes")
+            raise ScheduleError(f"{where}: {route.kind.value} routes do not belong in a schedule of collective {sched.collective!r}")
         if isinstance(route.chunks, bool) or not isinstance(route.chunks, int) or route.chunks < 1:
             raise ScheduleError(f"{where}: chunks must be an integer >= 1, got {route.chunks!r}")
         for rank in (route.root, route.dest, *(r for h in route.hops for r in (h.src, h.dst))):

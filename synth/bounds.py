@@ -86,6 +86,8 @@ def optimal_bound(collective: Collective, topo: Topology, *, time_limit_s: float
         raise SolverError(f"unknown collective {collective!r}; known: {', '.join(COLLECTIVES)}")
     start = time.perf_counter()
     n = topo.nranks
+    if n < 2:
+        raise SolverError(f"the {collective} bound needs at least 2 GPUs; topology {topo.name!r} has {n}")
     if collective == "alltoall":
         flow = alltoall_rate_GBps(topo, time_limit_s=time_limit_s)
         algbw = n * flow.rate_GBps

@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
+from synth.errors import SolverError
 from synth.maxflow import FlowNetwork
 from synth.topologies.model import Topology, exact_gbps
 
@@ -62,6 +63,8 @@ def allgather_rate_gbps(topo: Topology) -> CutRate:
     index = {v: i for i, v in enumerate(nodes)}
     gpus = [g.id for g in topo.gpus]
     n = len(gpus)
+    if n < 2:
+        raise SolverError(f"the AllGather rate needs at least 2 GPUs; topology {topo.name!r} has {n}")
     live = topo.live_links
     caps = [exact_gbps(lk.gbps) for lk in live]
     scale = math.lcm(*(c.denominator for c in caps))

@@ -85,8 +85,15 @@ class FlowNetwork:
     def capacity(self, arc: int) -> int:
         return int(self._smf.capacity(arc))
 
+    def _touches_no_arc(self, *nodes: int) -> bool:
+        # OR-Tools knows only the nodes some arc touches; for any other it returns an empty cut.
+        return max(nodes) >= self._smf.num_nodes()
+
     def max_flow(self, source: int, sink: int) -> int:
         """Maximum flow value from ``source`` to ``sink``."""
+        if self._touches_no_arc(source, sink):
+            self._solved = (source, sink)
+            return 0
         status = self._smf.solve(source, sink)
         if status != self._smf.OPTIMAL:
             raise SolverError(f"OR-Tools SimpleMaxFlow failed on {source}->{sink} with status {status}")
@@ -97,6 +104,16 @@ class FlowNetwork:
         """Nodes on the source side of a minimum cut (solving first if needed)."""
         if self._solved != (source, sink):
             self.max_flow(source, sink)
+        if self._touches_no_arc(source, sink):
+            # No flow: the source side is everything the source reaches over arcs of capacity > 0.
+            side, stack = {source}, [source]
+            while stack:
+                v = stack.pop()
+                for arc, (tail, head) in enumerate(zip(self._tails, self._heads)):
+                    if tail == v and head not in side and self.capacity(arc) > 0:
+                        side.add(head)
+                        stack.append(head)
+            return side
         return {int(v) for v in self._smf.get_source_side_min_cut()}
 
     def flows(self, arcs: np.ndarray) -> np.ndarray:

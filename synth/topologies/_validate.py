@@ -41,7 +41,11 @@ def _validate_nodes(name: str, nodes: tuple[Node, ...]) -> None:
     if set(ranks) != expected:
         missing = sorted(expected - set(ranks))
         extra = sorted(set(ranks) - expected)
-        detail = f"missing {missing}" if missing else f"unexpected {[(r, ranks[r]) for r in extra]}"
+        # Name both sides: the ranks nobody holds and the nodes holding ranks out of range.
+        detail = ", ".join(
+            ([f"missing {missing}"] if missing else [])
+            + ([f"unexpected {[(r, ranks[r]) for r in extra]}"] if extra else [])
+        )
         raise TopologyError(f"topology {name!r}: ranks must be exactly 0..{len(ranks) - 1}, {detail}")
 
 

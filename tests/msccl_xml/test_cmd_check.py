@@ -14,7 +14,7 @@ from msccl_xml import lower, write
 from synth.errors import LoopcollError, XmlError
 from synth.topologies import load_topology
 
-from _msccl_helpers import VECTORS, ring_allgather, ring_schedule, vector_files
+from tests.msccl_xml._msccl_helpers import VECTORS, ring_allgather, ring_schedule, vector_files
 
 
 def _main(argv: list[str]) -> int:

@@ -10,7 +10,7 @@ from msccl_xml import StepType, Threadblock, check, check_text, nop, read
 from msccl_xml.program import Gpu, Program, Protocol
 from synth.errors import XmlError
 
-from _msccl_helpers import (
+from tests.msccl_xml._msccl_helpers import (
     I, O, S, VECTORS, ring_allgather, replace_step, replace_tb, set_steps, step, vector_files,
 )
 

@@ -8,7 +8,7 @@ import pytest
 
 from msccl_xml import check, check_file, lint_text, parse, read, write
 
-from _msccl_helpers import VECTORS, rel, vector_files
+from tests.msccl_xml._msccl_helpers import VECTORS, rel, vector_files
 
 # Every external file the checker rejects for msccl-executor-nccl, and why. Each was investigated:
 # - the three negatives are the MANIFEST's must-rejects (coll="custom"; channels 32..47);

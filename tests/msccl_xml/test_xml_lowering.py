@@ -15,7 +15,7 @@ from synth.errors import XmlError
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.topologies import load_topology
 
-from _msccl_helpers import random_schedule, ring_schedule
+from tests.msccl_xml._msccl_helpers import random_schedule, ring_schedule
 
 COLLS = ("allgather", "reducescatter", "allreduce", "alltoall")
 

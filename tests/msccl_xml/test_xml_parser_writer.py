@@ -13,7 +13,7 @@ import pytest
 from msccl_xml import StepType, lint_text, parse, read, write
 from synth.errors import XmlError
 
-from _msccl_helpers import ring_allgather, replace_step
+from tests.msccl_xml._msccl_helpers import ring_allgather, replace_step
 
 HEADER = ('<algo name="a" proto="Simple" nchannels="1" nchunksperloop="2" ngpus="2" '
           'coll="allgather" inplace="1" outofplace="0" minBytes="0" maxBytes="0">')

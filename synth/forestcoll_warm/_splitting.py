@@ -1,0 +1,384 @@
+"""Phase 2: remove switches by directed edge splitting-off, exactly.
+
+Graph ``D``: GPUs and switches with tree capacities ``c(e) = floor(U·b_e)`` plus a super source
+``s`` with an arc ``s→g`` of capacity k to every GPU. Invariant: ``λ_D(s, v) ≥ N·k`` for every GPU
+v (Edmonds' condition for k out-trees per root). Splitting ``(u,w),(w,t)`` by γ moves γ units onto
+a logical arc ``u→t``.
+
+Exact γ in one round (instead of ForestColl's ``2N`` max-flows per triple): after a tentative split
+by γ0, every set X has ``d⁺_γ(X) = d⁺(X) − γ·[X affected]`` (affected: ``u,t ∈ X ∌ w`` or
+``w ∈ X ∌ u,t``), so ``λ_γ(s,v) = min(A_v, B_v − γ)`` with ``A_v ≥ N·k``. A GPU v violated at γ0
+gives ``B_v = λ_γ0(s,v) + γ0`` exactly, hence ``γ* = min_v B_v − N·k`` over the violated v.
+
+Flow certificates: each GPU v keeps a maximum s→v flow. Splitting by γ keeps it valid when the
+flow on ``u→w→t`` can be rerouted onto the new arc ``u→t`` (``δ = min(f_uw, f_wt, γ)``) and the rest
+fits the lowered capacities. Only GPUs whose certificate breaks get a new max-flow, checked for all
+GPUs at once with numpy.
+
+Non-Eulerian switches (ρ(w) ≠ δ(w), e.g. a degradation applied in one direction):
+
+* in-excess ``ρ(w) > δ(w)``: a virtual arc ``w→s`` of the excess. Arcs into the root never carry
+  s→v flow, so no λ(s,v) changes and the optimum is kept exactly; splitting ``(u,w),(w,s)`` by γ
+  merely lowers ``c(u,w)`` by γ, and the exact γ above guarantees that this lowering removes only
+  capacity that no feasible packing needs (every tree unit entering w must leave it: switches do not
+  replicate).
+* out-excess ``δ(w) > ρ(w)``: a virtual arc ``z→w`` from a node z no flow reaches; splitting
+  ``(z,w),(w,t)`` lowers ``c(w,t)`` with the same exactness guarantee. Here a complete splitting can
+  fail to exist (the cut bound treats switches as able to replicate); :class:`SplitStuck` is then
+  raised and the caller rebalances the topology (documented gap).
+
+Examples
+--------
+>>> from synth.topologies import named_topology
+>>> from synth.forestcoll_warm._optimum import IntGraph, exact_optimum
+>>> t = named_topology("nvswitch:4")
+>>> g = IntGraph.from_topology(t)
+>>> res = split_switches(g, exact_optimum(g, t))
+>>> sorted(res.arcs)[:3]
+[(0, 1), (1, 2), (2, 3)]
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from synth.forestcoll_warm._optimum import IntGraph, Optimum
+from synth.maxflow import FlowNetwork
+
+__all__ = ["Pool", "SplitHint", "SplitResult", "SplitStuck", "split_switches"]
+
+log = logging.getLogger(__name__)
+
+#: A bundle of capacity on one arc: (physical node path, units).
+Pool = list[list]
+
+
+class SplitStuck(Exception):
+    """No complete splitting exists at this switch (only possible at a non-Eulerian switch)."""
+
+    def __init__(self, switch: str) -> None:
+        super().__init__(switch)
+        self.switch = switch
+
+
+@dataclass
+class SplitHint:
+    """A previous splitting to try first: per switch, ``(u, t, gbps)`` triples (node ids; ``t`` or
+    ``u`` may be ``"$virtual"``) and the switch's incident capacities in Gbit/s when it was split."""
+
+    order: list[str]
+    pairs: dict[str, list[tuple[str, str, Fraction]]]
+    incident: dict[str, list[tuple[str, str, Fraction]]]
+
+
+@dataclass
+class SplitResult:
+    arcs: dict[tuple[int, int], int]  # GPU->GPU logical arcs with integer tree capacity
+    pools: dict[tuple[int, int], Pool]  # the physical paths behind each arc
+    record: dict[str, list[tuple[str, str, Fraction]]]  # per switch: (u, t, gbps) split amounts
+    incident: dict[str, list[tuple[str, str, Fraction]]]
+    order: list[str]
+    stats: dict[str, object] = field(default_factory=dict)
+
+
+VIRTUAL = "$virtual"
+
+
+class _State:
+    def __init__(self, graph: IntGraph, opt: Optimum) -> None:
+        self.g = graph
+        self.n = graph.n_gpus
+        self.nn = graph.n_nodes
+        self.s = self.nn
+        self.k = opt.k
+        self.need = self.n * opt.k
+        self.U = opt.U
+        caps = opt.edge_caps(graph.caps)
+        self.net = FlowNetwork(self.nn + 1)
+        self.arc: dict[tuple[int, int], int] = {}
+        self.cap: list[int] = []
+        self.out: list[dict[int, int]] = [dict() for _ in range(self.nn)]  # node -> {head: arc}
+        self.inn: list[dict[int, int]] = [dict() for _ in range(self.nn)]
+        self.pools: dict[tuple[int, int], Pool] = {}
+        for a, b, c in zip(graph.tails.tolist(), graph.heads.tolist(), caps.tolist()):
+            if c > 0:
+                self._new_arc(a, b, c)
+                self.pools[(a, b)] = [[(graph.names[a], graph.names[b]), c]]
+        self.net.add_arcs([self.s] * self.n, list(range(self.n)), [self.k] * self.n)
+        self.cap.extend([self.k] * self.n)  # the source arcs, never changed
+        self.F = np.zeros((self.n, max(64, 2 * len(self.cap) + self.n)), dtype=np.int64)
+        self.stale = np.ones(self.n, dtype=bool)
+        self.maxflows = 0
+        self.probes = 0
+
+    def _new_arc(self, a: int, b: int, c: int) -> int:
+        idx = self.net.add_arc(a, b, c)
+        self.arc[(a, b)] = idx
+        self.cap.append(c)
+        self.out[a][b] = idx
+        self.inn[b][a] = idx
+        if hasattr(self, "F") and idx >= self.F.shape[1]:
+            grown = np.zeros((self.n, 2 * self.F.shape[1]), dtype=np.int64)
+            grown[:, : self.F.shape[1]] = self.F
+            self.F = grown
+        return idx
+
+    def set_cap(self, idx: int, c: int) -> None:
+        self.cap[idx] = c
+        self.net.set_capacity(idx, c)
+
+    def _flow(self, v: int) -> int:
+        self.maxflows += 1
+        val = self.net.max_flow(self.s, v)
+        m = self.net.n_arcs
+        self.F[v, :m] = self.net.flows(np.arange(m))
+        return val
+
+    # -- one split ------------------------------------------------------------------------------
+    def split(self, u: int | None, w: int, t: int | None, gamma0: int) -> int:
+        """Split (u,w),(w,t) by the largest γ ≤ gamma0 keeping the invariant; returns γ.
+
+        ``u is None``: virtual in-arc (lower c(w,t)); ``t is None``: virtual out-arc (lower c(u,w)).
+        """
+        self.probes += 1
+        a_uw = None if u is None else self.out[u][w]
+        a_wt = None if t is None else self.out[w][t]
+        real = u is not None and t is not None and u != t
+        a_ut = None
+        if real:
+            a_ut = self.arc.get((u, t))
+            if a_ut is None:
+                a_ut = self._new_arc(u, t, 0)
+        zeros = np.zeros(self.n, dtype=np.int64)
+        fu = self.F[:, a_uw] if a_uw is not None else zeros
+        ft = self.F[:, a_wt] if a_wt is not None else zeros
+        c_uw = self.cap[a_uw] if a_uw is not None else 0
+        c_wt = self.cap[a_wt] if a_wt is not None else 0
+        both = a_uw is not None and a_wt is not None
+
+        def reroute(g: int) -> np.ndarray:
+            return np.minimum(np.minimum(fu, ft), g) if both else zeros
+
+        d = reroute(gamma0)
+        ok = ~self.stale
+        if a_uw is not None:
+            ok &= fu - d <= c_uw - gamma0
+        if a_wt is not None:
+            ok &= ft - d <= c_wt - gamma0
+        bad = np.flatnonzero(~ok)
+        gamma = gamma0
+        recomputed: list[int] = []
+        violated: list[int] = []
+        if bad.size:
+            self._apply(a_uw, a_wt, a_ut, gamma0, +1)
+            worst = None
+            for v in bad.tolist():
+                val = self._flow(v)
+                if val < self.need:
+                    violated.append(v)
+                    b = val + gamma0 - self.need
+                    worst = b if worst is None else min(worst, b)
+                else:
+                    recomputed.append(v)
+            self._apply(a_uw, a_wt, a_ut, gamma0, -1)
+            if worst is not None:
+                gamma = max(0, min(gamma0, worst))
+        # Certificates: reroute the valid ones for the final γ ...
+        keep = np.flatnonzero(ok)
+        if gamma > 0 and keep.size and both:
+            dd = reroute(gamma)[keep]
+            self.F[keep, a_uw] -= dd
+            self.F[keep, a_wt] -= dd
+            if a_ut is not None:
+                self.F[keep, a_ut] += dd
+        # ... convert the recomputed ones (valid at γ0 ≥ γ) back to γ ...
+        if recomputed and gamma < gamma0 and a_ut is not None:
+            rv = np.array(recomputed)
+            excess = np.maximum(0, self.F[rv, a_ut] - (self.cap[a_ut] + gamma))
+            self.F[rv, a_ut] -= excess
+            self.F[rv, a_uw] += excess
+            self.F[rv, a_wt] += excess
+        self.stale[recomputed] = False
+        # ... and the violated ones must be recomputed when next needed.
+        self.stale[violated] = True
+        if gamma > 0:
+            self._apply(a_uw, a_wt, a_ut, gamma, +1)
+            self._move_pools(u, w, t, gamma)
+        return gamma
+
+    def _apply(self, a_uw: int | None, a_wt: int | None, a_ut: int | None, g: int, sign: int) -> None:
+        if a_uw is not None:
+            self.set_cap(a_uw, self.cap[a_uw] - sign * g)
+        if a_wt is not None:
+            self.set_cap(a_wt, self.cap[a_wt] - sign * g)
+        if a_ut is not None:
+            self.set_cap(a_ut, self.cap[a_ut] + sign * g)
+
+    def _take(self, key: tuple[int, int], g: int) -> Pool:
+        pool = self.pools[key]
+        taken: Pool = []
+        while g > 0:
+            path, amt = pool[0]
+            use = min(amt, g)
+            taken.append([path, use])
+            g -= use
+            if use == amt:
+                pool.pop(0)
+            else:
+                pool[0][1] = amt - use
+        return taken
+
+    def _move_pools(self, u: int | None, w: int, t: int | None, g: int) -> None:
+        left = self._take((u, w), g) if u is not None else None
+        right = self._take((w, t), g) if t is not None else None
+        if left is None or right is None or u == t:
+            return
+        merged: Pool = []
+        i = j = 0
+        while i < len(left) and j < len(right):
+            use = min(left[i][1], right[j][1])
+            merged.append([left[i][0] + right[j][0][1:], use])
+            left[i][1] -= use
+            right[j][1] -= use
+            i += left[i][1] == 0
+            j += right[j][1] == 0
+        pool = self.pools.setdefault((u, t), [])
+        for path, amt in merged:
+            if pool and pool[-1][0] == path:
+                pool[-1][1] += amt
+            else:
+                pool.append([path, amt])
+
+    def incident(self, w: int) -> list[tuple[str, str, Fraction]]:
+        names = self.g.names
+        items = [(names[a], names[w], self.cap[i]) for a, i in self.inn[w].items() if self.cap[i] > 0]
+        items += [(names[w], names[b], self.cap[i]) for b, i in self.out[w].items() if self.cap[i] > 0]
+        unit = self.g.unit_gbps / self.U
+        return sorted((a, b, c * unit) for a, b, c in items)
+
+
+def _order(graph: IntGraph) -> list[int]:
+    # Switches with fewer incident links first: splitting them creates fewest new arcs.
+    deg = np.bincount(np.concatenate([graph.tails, graph.heads]), minlength=graph.n_nodes)
+    sw = range(graph.n_gpus, graph.n_nodes)
+    return sorted(sw, key=lambda w: (int(deg[w]), graph.names[w]))
+
+
+def _split_one(st: _State, w: int, hint: list[tuple[str, str, Fraction]] | None) -> list[tuple[str, str, Fraction]]:
+    names = st.g.names
+    index = {v: i for i, v in enumerate(names)}
+    unit = st.g.unit_gbps / st.U
+    record: dict[tuple[str, str], int] = {}
+
+    def do(u: int | None, t: int | None, g0: int) -> None:
+        if g0 <= 0:
+            return
+        got = st.split(u, w, t, g0)
+        if got:
+            key = (VIRTUAL if u is None else names[u], VIRTUAL if t is None else names[t])
+            record[key] = record.get(key, 0) + got
+
+    def c_in(u: int) -> int:
+        return st.cap[st.out[u][w]]
+
+    def c_out(t: int) -> int:
+        return st.cap[st.out[w][t]]
+
+    rho = sum(c_in(u) for u in st.inn[w])
+    delta = sum(c_out(t) for t in st.out[w])
+    virt_out = max(0, rho - delta)  # capacity of the virtual w->s arc
+    virt_in = max(0, delta - rho)  # capacity of the virtual z->w arc
+
+    if hint:
+        for a, b, gbps in hint:
+            u = None if a == VIRTUAL else index.get(a)
+            t = None if b == VIRTUAL else index.get(b)
+            if (a != VIRTUAL and (u is None or w not in st.out[u])) or (b != VIRTUAL and (t is None or t not in st.out[w])):
+                continue
+            amount = int(gbps / unit)  # floor of the previous amount at the new scale
+            cu = c_in(u) if u is not None else virt_in
+            ct = c_out(t) if t is not None else virt_out
+            g0 = min(amount, cu, ct)
+            before = record.get((a, b), 0)
+            do(u, t, g0)
+            got = record.get((a, b), 0) - before
+            if u is None:
+                virt_in -= got
+            if t is None:
+                virt_out -= got
+
+    ins = sorted(st.inn[w])
+    outs = sorted(st.out[w])
+    ring = sorted(set(ins) | set(outs))
+    pos = {v: i for i, v in enumerate(ring)}
+    for u in ins:
+        i = pos[u]
+        cyc = [ring[(i + j) % len(ring)] for j in range(1, len(ring))]
+        for t in cyc:
+            if c_in(u) == 0:
+                break
+            if t in st.out[w]:
+                do(u, t, min(c_in(u), c_out(t)))
+        if c_in(u) and u in st.out[w]:
+            do(u, u, min(c_in(u), c_out(u)))
+        if c_in(u) and virt_out:
+            before = record.get((names[u], VIRTUAL), 0)
+            do(u, None, min(c_in(u), virt_out))
+            virt_out -= record.get((names[u], VIRTUAL), 0) - before
+    for t in outs:
+        if c_out(t) and virt_in:
+            before = record.get((VIRTUAL, names[t]), 0)
+            do(None, t, min(c_out(t), virt_in))
+            virt_in -= record.get((VIRTUAL, names[t]), 0) - before
+    if any(c_in(u) for u in st.inn[w]) or any(c_out(t) for t in st.out[w]):
+        raise SplitStuck(names[w])
+    # Drop the switch's arcs from the graph (capacity 0 already).
+    for u in list(st.inn[w]):
+        del st.out[u][w]
+        st.pools.pop((u, w), None)
+    for t in list(st.out[w]):
+        del st.inn[t][w]
+        st.pools.pop((w, t), None)
+    st.inn[w].clear()
+    st.out[w].clear()
+    return [(a, b, Fraction(c) * unit) for (a, b), c in sorted(record.items())]
+
+
+def split_switches(graph: IntGraph, opt: Optimum, hint: SplitHint | None = None) -> SplitResult:
+    """Remove every switch by exact splitting-off; see the module docstring.
+
+    ``hint`` (a warm start) gives a switch order and previous split amounts to try first; every
+    split is still checked exactly, so the result is a valid splitting whatever the hint says.
+    """
+    st = _State(graph, opt)
+    order = _order(graph)
+    index = {v: i for i, v in enumerate(graph.names)}
+    if hint is not None:
+        known = [index[v] for v in hint.order if v in index and index[v] >= graph.n_gpus]
+        order = known + [w for w in order if w not in set(known)]
+    record: dict[str, list[tuple[str, str, Fraction]]] = {}
+    incident: dict[str, list[tuple[str, str, Fraction]]] = {}
+    reused = 0
+    for i, w in enumerate(order):
+        name = graph.names[w]
+        incident[name] = st.incident(w)
+        h = None
+        if hint is not None and name in hint.pairs:
+            h = hint.pairs[name]
+            reused += hint.incident.get(name) == incident[name]
+        record[name] = _split_one(st, w, h)
+        log.info("phase 2: switch %s split (%d/%d), %d max-flows so far", name, i + 1, len(order), st.maxflows)
+    arcs: dict[tuple[int, int], int] = {}
+    pools: dict[tuple[int, int], Pool] = {}
+    n = graph.n_gpus
+    for (a, b), idx in sorted(st.arc.items()):
+        if a < n and b < n and st.cap[idx] > 0:
+            arcs[(a, b)] = st.cap[idx]
+            pools[(a, b)] = st.pools[(a, b)]
+            assert sum(p[1] for p in pools[(a, b)]) == st.cap[idx]
+    stats = {"split_maxflows": st.maxflows, "split_probes": st.probes, "switches_same_incident": reused}
+    return SplitResult(arcs, pools, record, incident, [graph.names[w] for w in order], stats)

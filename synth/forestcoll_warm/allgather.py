@@ -1,0 +1,290 @@
+"""AllGather by ForestColl tree packing, cold or warm-started from a previous schedule.
+
+Examples
+--------
+>>> from synth.topologies import named_topology
+>>> res = synthesize_allgather(named_topology("nvswitch:8"))
+>>> res.status.value, round(res.algbw_GBps, 3), res.schedule.nchunks
+('optimal', 411.429, 1)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from synth.errors import ScheduleError, SolverError
+from synth.forestcoll_warm._mapback import to_routes
+from synth.forestcoll_warm._optimum import IntGraph, Optimum, _dinkelbach, exact_optimum, fixed_k_optimum
+from synth.forestcoll_warm._packing import PackingError, TreeClass, pack
+from synth.forestcoll_warm._splitting import SplitStuck, split_switches
+from synth.forestcoll_warm.warm import accept_old_trees, hint_from_meta, hint_to_meta, old_trees
+from synth.result import Status, SynthResult
+from synth.schedule import Route, RouteKind, Schedule
+from synth.topologies.model import Link, Topology, exact_gbps
+
+__all__ = ["synthesize_allgather"]
+
+log = logging.getLogger(__name__)
+
+META_KEY = "forestcoll"
+
+
+@dataclass
+class Solved:
+    """One direction's trees (out-trees on the topology it was solved on) and its figures."""
+
+    routes: list[Route]
+    k: int
+    U: Fraction  # noqa: N815
+    rate_gbps: Fraction  # per source, of the schedule
+    bound_gbps: Fraction  # exact cut bound per source
+    cut: frozenset[str]
+    hint_meta: dict[str, Any]
+    stats: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+
+
+def _validate_args(topology: Topology, max_chunks: int | None, warm_start: Schedule | None) -> None:
+    if not isinstance(topology, Topology):
+        raise SolverError(f"topology must be a Topology, got {type(topology).__name__}")
+    if max_chunks is not None and (isinstance(max_chunks, bool) or not isinstance(max_chunks, int) or max_chunks < 1):
+        raise SolverError(f"max_chunks must be an integer >= 1 or None, got {max_chunks!r}")
+    if warm_start is not None and not isinstance(warm_start, Schedule):
+        raise SolverError(f"warm_start must be a Schedule or None, got {type(warm_start).__name__}")
+    if warm_start is not None and warm_start.nranks != topology.nranks:
+        raise SolverError(
+            f"warm_start schedule has {warm_start.nranks} ranks, topology {topology.name!r} has {topology.nranks}"
+        )
+
+
+def _choose_k(graph: IntGraph, opt: Optimum, max_chunks: int | None, stats: dict[str, Any]) -> Optimum:
+    if max_chunks is None or opt.k <= max_chunks:
+        return opt
+    best: Optimum | None = None
+    for k in range(1, max_chunks + 1):
+        cand = fixed_k_optimum(graph, k, Fraction(k) / opt.rate_units)
+        stats["fixed_k_maxflows"] = stats.get("fixed_k_maxflows", 0) + cand.maxflows
+        if best is None or cand.rate_units > best.rate_units:
+            best = cand
+    assert best is not None
+    return best
+
+
+def _rebalanced(topo: Topology) -> Topology:
+    """Scale down, in proportion, the out-links of every switch whose out-capacity exceeds its in-capacity.
+
+    Only used when no exact splitting exists: the cut bound treats switches as able to replicate,
+    but a tree unit entering a switch leaves it once, so at most ``ρ(w)`` of ``δ(w)`` is usable.
+    Proportional lowering keeps every GPU's share (for one NVSwitch it reaches the switch's
+    throughput limit). The schedule is valid on the original topology; the gap is reported.
+    """
+    gbps = {lk.key: exact_gbps(lk.gbps) for lk in topo.links}
+    for sw in topo.switches:
+        w = sw.id
+        ins = sum((gbps[lk.key] for lk in topo.in_links(w)), Fraction(0))
+        outs = [lk.key for lk in topo.out_links(w)]
+        total = sum((gbps[key] for key in outs), Fraction(0))
+        if total > ins:
+            for key in outs:
+                gbps[key] = gbps[key] * ins / total
+    links = []
+    for lk in topo.links:
+        new = lk.gbps
+        if gbps[lk.key] != exact_gbps(lk.gbps):
+            new = float(gbps[lk.key])
+            if exact_gbps(new) > gbps[lk.key]:  # float() rounded up: never exceed the lowered value
+                new = new * (1 - 2**-50)
+        links.append(Link(lk.src, lk.dst, new, lk.latency_us))
+    return topo.with_links(links, name=topo.name + "+rebalanced")
+
+
+def solve_out_trees(
+    topo: Topology,
+    *,
+    max_chunks: int | None,
+    hint_doc: Any = None,
+    prev: Schedule | None = None,
+    prev_kind: RouteKind = RouteKind.OUT_TREE,
+) -> Solved:
+    """Phases 1-3 and map-back on ``topo``: out-trees from every GPU."""
+    stats: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    graph = IntGraph.from_topology(topo)
+    split_hint = hint_from_meta(hint_doc) if isinstance(hint_doc, dict) else None
+    if split_hint is not None and isinstance(hint_doc, dict):
+        opt = _dinkelbach(graph, frozenset(str(v) for v in hint_doc.get("cut", [])))
+    else:
+        opt = exact_optimum(graph, topo)
+    bound = opt.rate_units * graph.unit_gbps
+    stats["phase1_maxflows"] = opt.maxflows
+    chosen = _choose_k(graph, opt, max_chunks, stats)
+    t1 = time.perf_counter()
+    stats["phase1_s"] = t1 - t0
+    log.info("phase 1: %s optimum k=%d U=%s (%.3f s)", topo.name, chosen.k, chosen.U, t1 - t0)
+    try:
+        split = split_switches(graph, chosen, split_hint)
+    except SplitStuck as exc:
+        if "rebalanced" in topo.name:
+            raise SolverError(f"switch {exc.switch!r} of {topo.name!r} cannot be split even after rebalancing") from exc
+        log.info("phase 2: switch %s has no exact splitting; rebalancing non-Eulerian switches", exc.switch)
+        inner = solve_out_trees(_rebalanced(topo), max_chunks=max_chunks)
+        inner.bound_gbps = bound
+        inner.stats["bound_attained"] = inner.rate_gbps == bound
+        inner.message = (
+            f"switch {exc.switch!r} is not Eulerian and cannot be split exactly: switches do not replicate, "
+            f"so the cut bound is not attainable by trees; solved on the rebalanced topology"
+        )
+        return inner
+    t2 = time.perf_counter()
+    stats["phase2_s"] = t2 - t1
+    stats.update(split.stats)
+    stats["logical_arcs"] = len(split.arcs)
+    n = graph.n_gpus
+    prefs = None
+    kept: list[TreeClass] = []
+    arcs = split.arcs
+    initial = None
+    previous = old_trees(prev, prev_kind) if prev is not None else {}
+    if previous:
+        prefs = {r: [edges for edges, _ in previous.get(r, [])] for r in range(n)}
+        k_old = prev.nchunks if prev is not None else chosen.k
+        accepted = accept_old_trees(split.arcs, n, chosen.k, previous, k_old, stats)
+        if accepted is not None:
+            arcs, kept, initial = accepted
+    try:
+        grown = pack(arcs, n, chosen.k, prefs=prefs, stats=stats, initial=initial) if initial != [] else []
+    except PackingError as exc:
+        raise SolverError(f"{topo.name}: {exc}") from exc
+    classes = kept + grown
+    t3 = time.perf_counter()
+    stats["phase3_s"] = t3 - t2
+    routes = to_routes(classes, split.pools)
+    stats["mapback_s"] = time.perf_counter() - t3
+    stats["k"] = chosen.k
+    stats["trees"] = len(routes)
+    stats["kept_tree_units"] = sum(c.mult for c in kept)
+    if previous:
+        old_edges = {r: {e for edges, _ in previous.get(r, []) for e in edges} for r in range(n)}
+        same = sum(c.mult * sum(e in old_edges.get(c.root, ()) for e in c.edges) for c in classes)
+        stats["reused_edges_frac"] = same / (n * chosen.k * (n - 1))
+    hint = hint_to_meta(opt.cut, split.order, split.record)
+    return Solved(routes, chosen.k, chosen.U, chosen.rate_units * graph.unit_gbps, bound, opt.cut, hint, stats)
+
+
+def _cut_links(topo: Topology, cut: frozenset[str]) -> list[tuple[str, str]]:
+    return sorted(lk.key for lk in topo.live_links if lk.src in cut and lk.dst not in cut)
+
+
+def finish(
+    topo: Topology,
+    collective: str,
+    routes: list[Route],
+    solved: list[Solved],
+    cut_links: list[tuple[str, str]] | None,
+    optimal_GBps: float,  # noqa: N803
+    optimal_rate: Fraction,
+    start: float,
+    warm: bool,
+    meta_extra: dict[str, Any],
+) -> SynthResult:
+    """Validate, attach the bottleneck and meta, and build the result."""
+    k = solved[0].k
+    sched = Schedule(collective, topo.nranks, k, tuple(routes))  # type: ignore[arg-type]
+    try:
+        sched.validate(topo)
+    except ScheduleError as exc:
+        return SynthResult(Status.FAILED, f"re-check failed: {exc}", None, 0.0, optimal_GBps, 100.0,
+                           time.perf_counter() - start, warm)
+    exact_opt = all(s.rate_gbps == s.bound_gbps for s in solved)
+    sched = sched.with_bottleneck(topo, cut_links if exact_opt else None)
+    rate = sched.rate_GBps(topo)
+    algbw = float(topo.nranks * rate)
+    solve_s = time.perf_counter() - start
+    stats = {key: v for s in solved for key, v in s.stats.items()} if len(solved) == 1 else {
+        name: s.stats for name, s in zip(("reducescatter", "allgather"), solved)
+    }
+    meta = {
+        "synthesizer": "forestcoll",
+        "U": str(solved[0].U) if len(solved) == 1 else [str(s.U) for s in solved],
+        "k": str(k),
+        "solve_time_s": solve_s,
+        "optimal_algbw_GBps": optimal_GBps,
+        META_KEY: meta_extra,
+    }
+    sched = sched.with_meta(**meta)
+    if rate == optimal_rate:
+        return SynthResult(Status.OPTIMAL, f"optimal: {algbw:.6g} GB/s with k={k} trees per root", sched, algbw,
+                           optimal_GBps, 0.0, solve_s, warm, stats)
+    gap = 100.0 * (1.0 - float(rate / optimal_rate))
+    if rate > optimal_rate and collective == "allreduce":
+        # The bound assumes RS then AG back to back; in the IR's link-load model the two phases
+        # share links, and where their bottlenecks lie on different links (e.g. one GPU's in- and
+        # out-links) the combined schedule is faster than that bound.
+        return SynthResult(Status.OPTIMAL, f"optimal RS+AG trees: {algbw:.6g} GB/s, above the sequential RS+AG "
+                           f"bound {optimal_GBps:.6g} GB/s (phase bottlenecks on different links)", sched, algbw,
+                           optimal_GBps, 0.0, solve_s, warm, stats)
+    if rate > optimal_rate:
+        return SynthResult(Status.FAILED, f"re-check failed: rate {rate} above the proven bound {optimal_rate}",
+                           None, algbw, optimal_GBps, 0.0, solve_s, warm, stats)
+    why = "; ".join(s.message for s in solved if s.message) or (
+        f"best schedule with at most {k} chunk(s) per source (fixed-k search), gap vs the unconstrained optimum"
+    )
+    return SynthResult(Status.OPTIMAL, f"{why}: {algbw:.6g} of {optimal_GBps:.6g} GB/s ({gap:.3f}% gap)", sched,
+                       algbw, optimal_GBps, gap, solve_s, warm, stats)
+
+
+def _warm_doc(warm_start: Schedule | None, key: str) -> Any:
+    if warm_start is None:
+        return None
+    doc = warm_start.meta.get(META_KEY)
+    return doc.get(key) if isinstance(doc, dict) else None
+
+
+def synthesize_allgather(
+    topology: Topology,
+    *,
+    max_chunks: int | None = None,
+    warm_start: Schedule | None = None,
+) -> SynthResult:
+    """Throughput-optimal AllGather: k spanning out-trees per GPU (ForestColl), cold or warm.
+
+    Parameters
+    ----------
+    topology
+        Any validated topology; switches may be non-Eulerian.
+    max_chunks
+        At most this many chunks per source (trees per root, counted with multiplicity); ``None``
+        for the exact optimum whatever its k.
+    warm_start
+        A previous ForestColl schedule (AllGather or AllReduce, e.g. reloaded from JSON): its cut
+        brackets the optimum, its splittings and trees are tried first. Same optimum as cold.
+
+    Returns
+    -------
+    SynthResult
+        ``OPTIMAL`` when the schedule's exact rate equals the cut bound (``gap_pct == 0``); with
+        ``max_chunks`` below the optimum's k, ``OPTIMAL`` for the fixed-k search with the gap to the
+        unconstrained optimum stated in ``message`` and ``gap_pct``.
+
+    Raises
+    ------
+    SolverError
+        Bad arguments, or an internal invariant broke (a bug).
+
+    References
+    ----------
+    Zhao et al., ForestColl (arXiv 2402.06787) §3-4; MCCL §4.3 (ForestColl-warm).
+    """
+    _validate_args(topology, max_chunks, warm_start)
+    start = time.perf_counter()
+    solved = solve_out_trees(
+        topology, max_chunks=max_chunks, hint_doc=_warm_doc(warm_start, "out"), prev=warm_start,
+        prev_kind=RouteKind.OUT_TREE,
+    )
+    optimal = float(topology.nranks * solved.bound_gbps / 8)
+    return finish(topology, "allgather", solved.routes, [solved], _cut_links(topology, solved.cut), optimal,
+                  solved.bound_gbps / 8, start, warm_start is not None, {"out": solved.hint_meta})

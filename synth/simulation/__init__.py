@@ -1,0 +1,20 @@
+"""Flow-level simulation of schedules: pipelined slices, store-and-forward GPUs, max-min fair links.
+
+:func:`simulate` and :func:`simulate_sweep` return :class:`SimResult` objects; the model is
+documented in :mod:`synth.simulation.simulator`.
+
+Examples
+--------
+>>> from synth.baselines import nccl_ring
+>>> from synth.topologies import named_topology
+>>> topo = named_topology("nvswitch:8")
+>>> res = simulate(nccl_ring("allgather", topo), topo, 1 << 30)
+>>> res.algbw_GBps <= res.bandwidth_term_algbw_GBps
+True
+"""
+
+from __future__ import annotations
+
+from synth.simulation.simulator import SimResult, simulate, simulate_sweep
+
+__all__ = ["SimResult", "simulate", "simulate_sweep"]

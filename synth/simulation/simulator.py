@@ -1,0 +1,255 @@
+"""Flow-level simulation of a schedule: pipelined slices, store-and-forward at GPUs, max-min links.
+
+Model
+-----
+* **Data units.** With ``S`` the algbw numerator (``nbytes``) a chunk is ``S / (N · nchunks)``
+  bytes (the :mod:`synth.schedule` convention) and is cut into ``slices_per_chunk`` equal slices.
+  Every (route, hop) is a *hop-flow*: a FIFO of the route's ``chunks × slices_per_chunk`` slices,
+  sent one after another in order.
+* **Dependencies (store-and-forward at GPUs).** Out-tree hop ``u→v`` may send a slice once ``u``
+  holds it (the root holds all its data at t = 0); in-tree hop ``u→parent`` once ``u`` has that
+  slice from every child in the tree (it then holds the partial sum; leaves start at once); path
+  hop ``k+1`` after hop ``k`` delivered the slice. AllReduce: the in-trees into root ``r`` cover
+  r's chunks in route order, the out-trees from ``r`` likewise; an out-tree slice leaves ``r``
+  once ``r`` has finished reducing the matching in-tree slice. Reduction and copies cost no time.
+* **Switches cut through.** A hop's transfer occupies every link of its physical path at once and
+  its slice arrives ``sum(latency)`` after its last byte leaves the source: one transfer of ``B``
+  bytes over one link of capacity ``C`` and latency ``L`` takes exactly ``L + B / C``. A
+  hop-flow keeps sending while earlier slices are still in flight (latency does not throttle it).
+* **Sharing.** All slices on the wire share every link max-min fairly (progressive filling,
+  :mod:`synth.simulation._maxmin`); rates are recomputed whenever the set of active transfers
+  changes and are constant in between, so the simulation is exact between events.
+* **Events.** The loop advances to the earliest slice finish or arrival and processes everything
+  due within a relative ``rtol`` of that time together (see :mod:`synth.simulation._engine`).
+
+Approximations: no per-message or per-slice overheads, no protocol (LL/Simple) effects, no
+congestion control dynamics (rates jump to the max-min point instantly), a link's latency applies
+once per hop even when many slices queue, GPUs copy and reduce infinitely fast and send on all
+their hops at once, and batched events shift a finish by at most ``rtol`` of the current time.
+
+References
+----------
+D. Bertsekas, R. Gallager, *Data Networks*, 2nd ed., §6.5.2 (max-min fairness); nccl-tests
+``PERFORMANCE.md`` (algbw / busbw).
+
+Examples
+--------
+>>> from synth.baselines import nccl_ring
+>>> from synth.topologies import named_topology
+>>> topo = named_topology("ring:4")
+>>> res = simulate(nccl_ring("allgather", topo), topo, 1 << 30)
+>>> res.bandwidth_term_algbw_GBps
+66.66666666666667
+>>> 0.99 < res.algbw_GBps / res.bandwidth_term_algbw_GBps <= 1.0
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from synth.bounds import busbw_GBps
+from synth.errors import ScheduleError
+from synth.simulation._build import FlowModel, build_model
+from synth.simulation._engine import run_engine
+from synth.topologies.model import exact_gbps
+
+if TYPE_CHECKING:
+    from synth._types import NodeId
+    from synth.schedule import Schedule
+    from synth.topologies.model import Topology
+
+__all__ = ["SimResult", "simulate", "simulate_sweep"]
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """Outcome of one simulated collective.
+
+    Attributes
+    ----------
+    time_s
+        Completion time: the last slice arrives at its last GPU.
+    algbw_GBps, busbw_GBps
+        ``nbytes / time_s`` in 10^9 byte/s, and the nccl-tests bus bandwidth from it.
+    bandwidth_term_algbw_GBps
+        The schedule's bandwidth-term estimate :meth:`synth.schedule.Schedule.algbw_GBps`; the
+        simulated algbw never exceeds it and approaches it for large messages.
+    link_utilization
+        Per live link ``(src, dst)``: bytes carried / (capacity · ``time_s``), in [0, 1].
+    nbytes, slices_per_chunk
+        The inputs: algbw numerator in bytes, slices each chunk was cut into.
+    events
+        Event times the loop processed (batches of slice finishes and arrivals).
+    steps
+        Slice transfers simulated (hop-flows × slices).
+    rate_solves
+        Max-min rate computations.
+    message
+        One line summarising the run.
+    """
+
+    time_s: float
+    algbw_GBps: float
+    busbw_GBps: float
+    bandwidth_term_algbw_GBps: float
+    link_utilization: Mapping[tuple[NodeId, NodeId], float]
+    nbytes: float
+    slices_per_chunk: int
+    events: int
+    steps: int
+    rate_solves: int
+    message: str
+
+
+def _validate(nbytes: float, slices_per_chunk: int, rtol: float) -> None:
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not math.isfinite(nbytes) or nbytes <= 0:
+        raise ScheduleError(f"`nbytes` must be a finite number > 0, got {nbytes!r}")
+    if isinstance(slices_per_chunk, bool) or not isinstance(slices_per_chunk, int) or slices_per_chunk < 1:
+        raise ScheduleError(f"`slices_per_chunk` must be an integer >= 1, got {slices_per_chunk!r}")
+    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not 0 <= rtol <= 1e-3:
+        raise ScheduleError(f"`rtol` must be a number in [0, 1e-3], got {rtol!r}")
+
+
+def _prepare(schedule: Schedule, topology: Topology, slices_per_chunk: int, check: bool) -> tuple[FlowModel, float]:
+    if check:
+        schedule.validate(topology)
+    elif topology.nranks != schedule.nranks:
+        raise ScheduleError(f"schedule is for {schedule.nranks} ranks but topology {topology.name!r} has {topology.nranks}")
+    model = build_model(schedule, topology, slices_per_chunk)
+    return model, _bandwidth_term_GBps(schedule, topology, model, slices_per_chunk)
+
+
+def _bandwidth_term_GBps(schedule: Schedule, topology: Topology, model: FlowModel, spc: int) -> float:
+    """:meth:`Schedule.algbw_GBps`, same exact arithmetic, from the loads the lowering counted.
+
+    (The schedule's own method walks every hop in Python again: seconds at 256 GPUs.)
+    """
+    worst = Fraction(0)
+    for li in np.flatnonzero(model.link_slices).tolist():
+        chunks = int(model.link_slices[li]) // spc
+        worst = max(worst, Fraction(chunks) * 8 / exact_gbps(topology.links[li].gbps))
+    return float(schedule.nranks * (Fraction(schedule.nchunks) / worst))
+
+
+def _run(
+    schedule: Schedule, model: FlowModel, bw_term_GBps: float, nbytes: float, spc: int, rtol: float
+) -> SimResult:
+    n = schedule.nranks
+    slice_bytes = float(nbytes) / (n * schedule.nchunks * spc)
+    run = run_engine(model, slice_bytes, rtol)
+    live = model.link_cap_Bps > 0
+    util = np.zeros(model.link_cap_Bps.size)
+    util[live] = model.link_slices[live] * slice_bytes / (model.link_cap_Bps[live] * run.time_s)
+    utilization = {key: float(min(u, 1.0)) for key, u, ok in zip(model.link_keys, util.tolist(), live.tolist()) if ok}
+    algbw = float(nbytes) / run.time_s / 1e9
+    message = (
+        f"{schedule.collective} of {float(nbytes):.6g} B on {n} ranks: {run.time_s * 1e6:.6g} us, "
+        f"algbw {algbw:.6g} GB/s ({100.0 * algbw / bw_term_GBps:.4g}% of the bandwidth term), "
+        f"{run.events} events, {run.steps} slice transfers"
+    )
+    return SimResult(
+        time_s=run.time_s,
+        algbw_GBps=algbw,
+        busbw_GBps=busbw_GBps(schedule.collective, algbw, n),
+        bandwidth_term_algbw_GBps=bw_term_GBps,
+        link_utilization=MappingProxyType(dict(sorted(utilization.items()))),
+        nbytes=float(nbytes),
+        slices_per_chunk=spc,
+        events=run.events,
+        steps=run.steps,
+        rate_solves=run.rate_solves,
+        message=message,
+    )
+
+
+def simulate(
+    schedule: Schedule,
+    topology: Topology,
+    nbytes: float,
+    *,
+    slices_per_chunk: int = 4,
+    rtol: float = 1e-9,
+    check: bool = True,
+) -> SimResult:
+    """Simulate ``schedule`` on ``topology`` for an algbw numerator of ``nbytes`` bytes.
+
+    Parameters
+    ----------
+    schedule, topology
+        What runs where. The schedule is validated on the topology first unless ``check`` is
+        false (for schedules already validated; hops on missing or down links still raise).
+    nbytes
+        ``S`` of the nccl-tests convention, in bytes: AllGather total output (N × per-rank
+        input), AllToAll per-rank buffer, ReduceScatter per-rank input, AllReduce buffer.
+    slices_per_chunk
+        Pipelining depth: every chunk moves as this many independent slices.
+    rtol
+        Events due within ``rtol × t`` of the current time ``t`` are processed together.
+
+    Returns
+    -------
+    SimResult
+
+    Raises
+    ------
+    ScheduleError
+        ``nbytes``, ``slices_per_chunk`` or ``rtol`` out of range; the schedule is invalid on
+        the topology (``check``), or a hop crosses a missing or down link.
+
+    See Also
+    --------
+    simulate_sweep : several sizes, one lowering.
+
+    Notes
+    -----
+    Cost grows with the events, not the bytes: each event costs ``O(path classes)`` numpy work
+    plus one max-min solve when the set of active transfers changed. The model is in the module
+    docstring.
+
+    Examples
+    --------
+    >>> from synth.schedule import Hop, Route, RouteKind, Schedule
+    >>> from synth.topologies import named_topology
+    >>> topo = named_topology("ring:2")  # 400 Gbit/s = 50 GB/s, 0.5 us per link
+    >>> hop = Hop(0, 1, ("gpu0", "gpu1"))
+    >>> routes = (Route(RouteKind.PATH, 0, 1, (hop,), dest=1), Route(RouteKind.PATH, 1, 1, (Hop(1, 0, ("gpu1", "gpu0")),), dest=0))
+    >>> res = simulate(Schedule("alltoall", 2, 1, routes), topo, 100_000)  # 50 kB per block
+    >>> round(res.time_s * 1e6, 9)  # 0.5 us + 50 kB / 50 GB/s
+    1.5
+    """
+    _validate(nbytes, slices_per_chunk, rtol)
+    model, bw_term = _prepare(schedule, topology, slices_per_chunk, check)
+    return _run(schedule, model, bw_term, nbytes, slices_per_chunk, rtol)
+
+
+def simulate_sweep(
+    schedule: Schedule,
+    topology: Topology,
+    sizes_bytes: Sequence[float],
+    *,
+    slices_per_chunk: int = 4,
+    rtol: float = 1e-9,
+    check: bool = True,
+) -> list[SimResult]:
+    """:func:`simulate` at each size of ``sizes_bytes``, validating and lowering the schedule once.
+
+    Examples
+    --------
+    >>> from synth.baselines import nccl_ring
+    >>> from synth.topologies import named_topology
+    >>> topo = named_topology("nvswitch:4")
+    >>> [r.algbw_GBps < r.bandwidth_term_algbw_GBps for r in simulate_sweep(nccl_ring("allgather", topo), topo, [1e3, 1e9])]
+    [True, True]
+    """
+    for nbytes in sizes_bytes:
+        _validate(nbytes, slices_per_chunk, rtol)
+    model, bw_term = _prepare(schedule, topology, slices_per_chunk, check)
+    return [_run(schedule, model, bw_term, nbytes, slices_per_chunk, rtol) for nbytes in sizes_bytes]
