@@ -8,6 +8,8 @@ per-rank buffer, the AllReduce buffer; this is exactly the byte count the runtim
 all switches, over links with capacity > 0; ties go to the path whose node-id sequence is
 smallest. With ``n_a`` chunks on link ``a`` of capacity ``c_a`` GB/s the bandwidth term is
 ``T = max_a n_a · S / (nchunksperloop · c_a)``, hence ``algbw = nchunksperloop / max_a(n_a/c_a)``.
+For AllReduce the reduce phase (transfers whose receive reduces) runs before the copy phase, so
+their two terms add up, as in :meth:`synth.schedule.Schedule.rate_GBps`.
 
 Examples
 --------
@@ -32,9 +34,10 @@ from synth.errors import XmlError
 from synth.paths import switch_path as synth_switch_path
 from synth.topologies import Topology
 
+from ._matching import _endpoints
 from .program import Program
 
-__all__ = ["program_algbw_GBps", "program_link_loads", "switch_path"]
+__all__ = ["program_algbw_GBps", "program_link_loads", "program_phase_loads", "switch_path"]
 
 
 def switch_path(topology: Topology, src: str, dst: str) -> tuple[str, ...]:
@@ -63,6 +66,41 @@ def switch_path(topology: Topology, src: str, dst: str) -> tuple[str, ...]:
     return path
 
 
+def program_phase_loads(program: Program, topology: Topology) -> dict[str, dict[tuple[str, str], int]]:
+    """Link loads split into the ``"reduce"`` phase (the receiving step reduces) and ``"copy"``.
+
+    A send is classed by the receive it pairs with (the k-th send on a connection pairs with the
+    k-th receive, reference §4); an unmatched send counts as a copy.
+    """
+    if topology.nranks != program.ngpus:
+        raise XmlError(
+            f"topology {topology.name!r} has {topology.nranks} ranks but the program has "
+            f"ngpus={program.ngpus}"
+        )
+    sends, _, _ = _endpoints(program)
+    receive_reduces: dict[tuple[int, int, int], list[bool]] = defaultdict(list)
+    for gpu in program.gpus:
+        for tb in gpu.threadblocks:
+            if tb.recv < 0:
+                continue
+            for step in tb.steps:
+                if step.type.receives:
+                    receive_reduces[(tb.recv, gpu.id, tb.chan)].append(step.type.reduces)
+    per_pair: dict[tuple[str, int, int], int] = defaultdict(int)
+    for key, endpoints in sends.items():
+        a, b, _ = key
+        kinds = receive_reduces.get(key, [])
+        for k, (_, _, _, cnt) in enumerate(endpoints):
+            phase = "reduce" if k < len(kinds) and kinds[k] else "copy"
+            per_pair[(phase, a, b)] += cnt
+    out: dict[str, dict[tuple[str, str], int]] = {"reduce": defaultdict(int), "copy": defaultdict(int)}
+    for (phase, a, b), chunks in sorted(per_pair.items()):
+        path = switch_path(topology, topology.gpu_id(a), topology.gpu_id(b))
+        for key2 in zip(path[:-1], path[1:]):
+            out[phase][key2] += chunks
+    return {phase: dict(sorted(loads.items())) for phase, loads in out.items()}
+
+
 def program_link_loads(program: Program, topology: Topology) -> dict[tuple[str, str], int]:
     """Chunks each physical link carries in one run of ``program`` (unused links absent).
 
@@ -85,20 +123,11 @@ def program_link_loads(program: Program, topology: Topology) -> dict[tuple[str, 
             f"topology {topology.name!r} has {topology.nranks} ranks but the program has "
             f"ngpus={program.ngpus}"
         )
-    per_pair: dict[tuple[int, int], int] = defaultdict(int)
-    for gpu in program.gpus:
-        for tb in gpu.threadblocks:
-            if tb.send < 0:
-                continue
-            sent = sum(st.cnt for st in tb.steps if st.type.sends)
-            if sent:
-                per_pair[(gpu.id, tb.send)] += sent
-    loads: dict[tuple[str, str], int] = defaultdict(int)
-    for (a, b), chunks in sorted(per_pair.items()):
-        path = switch_path(topology, topology.gpu_id(a), topology.gpu_id(b))
-        for key in zip(path[:-1], path[1:]):
-            loads[key] += chunks
-    return dict(sorted(loads.items()))
+    merged: dict[tuple[str, str], int] = defaultdict(int)
+    for phase in program_phase_loads(program, topology).values():
+        for key, chunks in phase.items():
+            merged[key] += chunks
+    return dict(sorted(merged.items()))
 
 
 def program_algbw_GBps(program: Program, topology: Topology) -> float:  # noqa: N802
@@ -128,8 +157,15 @@ def program_algbw_GBps(program: Program, topology: Topology) -> float:  # noqa: 
     ...     gpus=()), load_topology("ring:2"))
     inf
     """
-    loads = program_link_loads(program, topology)
+    phases = program_phase_loads(program, topology)
+    if program.coll != "allreduce":
+        merged: dict[tuple[str, str], int] = defaultdict(int)
+        for loads in phases.values():
+            for key, chunks in loads.items():
+                merged[key] += chunks
+        phases = {"all": dict(merged)}
+    # AllReduce: the reduce phase, then the copy (broadcast) phase: their terms add up.
     worst = 0.0
-    for (a, b), chunks in loads.items():
-        worst = max(worst, chunks / topology.link(a, b).GBps)
+    for loads in phases.values():
+        worst += max((chunks / topology.link(a, b).GBps for (a, b), chunks in loads.items()), default=0.0)
     return float("inf") if worst == 0 else program.nchunksperloop / worst

@@ -9,6 +9,8 @@ per-link chunk loads are exact.
 Timing convention (nccl-tests): with ``S`` the algbw numerator (AllGather output, AllToAll and
 AllReduce buffer, ReduceScatter input), one chunk is ``S / (N · nchunks)`` bytes, so the bandwidth
 term is ``T = max_a n_a · S / (N · nchunks · c_a)`` and ``algbw = N · nchunks / max_a(n_a / c_a)``.
+An AllReduce runs its ReduceScatter phase (in-trees), then its AllGather phase (out-trees), so
+the two phases' terms add up; this matches the bound ``1 / (1/RS + 1/AG)`` of :mod:`synth.bounds`.
 
 Examples
 --------
@@ -162,17 +164,38 @@ class Schedule:
                     loads[key] += route.chunks
         return dict(sorted(loads.items()))
 
+    def _phase_loads(self) -> list[dict[tuple[NodeId, NodeId], int]]:
+        if self.collective != "allreduce":
+            return [self.link_loads()]
+        phases = []
+        for kind in (RouteKind.IN_TREE, RouteKind.OUT_TREE):
+            loads: dict[tuple[NodeId, NodeId], int] = defaultdict(int)
+            for route in self.routes:
+                if route.kind is kind:
+                    for hop in route.hops:
+                        for key in hop.links:
+                            loads[key] += route.chunks
+            phases.append(dict(loads))
+        return phases
+
     def _max_ratio(self, topo: Topology) -> Fraction:
+        """Sum over phases of ``max_a n_a / c_a`` (one phase except AllReduce: reduce, then broadcast)."""
+        total = Fraction(0)
+        for loads in self._phase_loads():
+            total += self._phase_ratio(topo, loads)
+        if total == 0:
+            raise ScheduleError("schedule moves no data")
+        return total
+
+    def _phase_ratio(self, topo: Topology, loads: dict[tuple[NodeId, NodeId], int]) -> Fraction:
         worst = Fraction(0)
-        for key, load in self.link_loads().items():
+        for key, load in loads.items():
             if not topo.has_link(*key):
                 raise ScheduleError(f"schedule uses link {key[0]}->{key[1]}, absent from topology {topo.name!r}")
             gbps = exact_gbps(topo.link(*key).gbps)
             if gbps == 0:
                 raise ScheduleError(f"schedule uses link {key[0]}->{key[1]}, which is down (0 Gbit/s)")
             worst = max(worst, Fraction(load) * 8 / gbps)
-        if worst == 0:
-            raise ScheduleError("schedule moves no data")
         return worst
 
     def rate_GBps(self, topo: Topology) -> Fraction:  # noqa: N802
