@@ -32,6 +32,13 @@ def register(sub: Any) -> None:
         help="named topology or JSON file; adds the program's bandwidth-term algbw (GB/s)",
     )
     p.add_argument(
+        "--fail",
+        metavar="F",
+        action="append",
+        default=[],
+        help="apply a failure scenario to --topology first; repeatable",
+    )
+    p.add_argument(
         "--runtime",
         default="msccl-executor-nccl",
         choices=sorted(RUNTIMES),
@@ -53,10 +60,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise XmlError(f"{path}: no such file or directory")
     topology = None
+    if args.fail and args.topology is None:
+        raise XmlError("--fail needs --topology")
     if args.topology is not None:
         from synth.topologies import load_topology
 
-        topology = load_topology(args.topology)
+        topology = load_topology(args.topology, args.fail)
     all_valid = True
     for file in files:
         report = _report(file, args.runtime, topology)

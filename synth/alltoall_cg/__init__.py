@@ -1,4 +1,21 @@
 """AllToAll by column generation on a maximum-concurrent-flow LP, warm-started, with deep-dive rounding.
 
-This package will hold the synthesizer of issue 4.
+MCCL §4.2 and reference/alltoall_cg.md: T-form restricted master over per-source tree columns,
+vectorised shortest-path-tree pricing on the time-expanded graph (≤ ``max_steps`` GPU hops),
+warm start from a previous result's column pool and basis (or a schedule's paths), and deep-dive
+rounding to at most ``nchunks`` chunks per block.
+
+Examples
+--------
+>>> from synth.topologies import named_topology
+>>> r = synthesize_alltoall(named_topology("nvswitch:4"), nchunks=1)
+>>> r.status.value, round(r.algbw_GBps, 6)
+('optimal', 480.0)
 """
+
+from __future__ import annotations
+
+from synth.alltoall_cg._warm import WarmState
+from synth.alltoall_cg.synthesize import AllToAllBound, alltoall_lp_bound, synthesize_alltoall
+
+__all__ = ["AllToAllBound", "WarmState", "alltoall_lp_bound", "synthesize_alltoall"]

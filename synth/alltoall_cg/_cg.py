@@ -1,0 +1,217 @@
+"""Column generation on the tree master: the pricing loop and the sweep over the step bound.
+
+The loop: solve the master (primal simplex from the previous basis), price one shortest-path
+tree per source under the link duals, add the trees with negative reduced cost, and stop when
+none is left or the Farley bound meets the master's value. Every iteration also yields a lower
+bound on T (Farley, §2.2): ``T* ≥ Σ_s cost_s(w) / Σ_e c_e w_e`` for the link weights w ≥ 0.
+
+The step sweep (§2.6 a): start at the hop diameter; after convergence at m steps, price once more
+without a step bound. If no tree improves, the m-step optimum is the unbounded optimum and m is
+kept; otherwise m grows by one and the loop continues with the pool it has.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from synth.alltoall_cg._expanded import ExpandedGraph, Network
+from synth.alltoall_cg._master import TreeMaster
+from synth.alltoall_cg._pool import PathPool, TreePool
+from synth.alltoall_cg._pricing import TreeSet, price_trees
+from synth.errors import SolverError
+from synth.result import Status
+from synth.solvers import LpMethod, LpSolution
+
+__all__ = ["CgRun", "ColumnGeneration"]
+
+log = logging.getLogger(__name__)
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+RC_TOL = 1e-8  # reduced cost (scaled units, μ_s ~ 1) below which a tree enters
+GAP_TOL = 1e-10  # relative Farley gap at which the loop stops
+
+
+@dataclass
+class CgRun:
+    """Outcome of :meth:`ColumnGeneration.run` (T values in real units: seconds per GB per pair)."""
+
+    status: Status
+    native: str
+    t_lp: float
+    lam: FloatArray
+    lower_bound: float
+    iterations: int
+    converged: bool
+    lp_time_s: float = 0.0
+    pricing_time_s: float = 0.0
+    history: list[tuple[int, float]] = field(default_factory=list)  # (steps, T) at each convergence
+
+
+def tie_break(w: FloatArray) -> float:
+    top = float(w.max()) if len(w) else 0.0
+    return 1e-11 * top if top > 0 else 1.0
+
+
+class ColumnGeneration:
+    """Mutable CG state: network, step bound, pools and master (owned by one synthesis)."""
+
+    def __init__(self, net: Network, solver: str, steps: int | None, *, scale: float) -> None:
+        self.net = net
+        self.solver = solver
+        self.steps = steps
+        self.graph = ExpandedGraph.build(net, steps)
+        self.scale = scale
+        self.paths = PathPool(net)
+        self.trees = TreePool(net.n_gpus)
+        self.tree_loads: list[IntArray] = []
+        self.master = TreeMaster(solver, net.n_gpus, net.caps_GBps, scale=scale)
+        self.lp_time_s = 0.0
+        self.pricing_time_s = 0.0
+        self.last_solution: LpSolution | None = None
+
+    # -- columns --------------------------------------------------------------------------------
+    def add_from(self, trees: TreeSet, rows: IntArray) -> int:
+        """Register the trees in ``rows`` and add the new ones to the master; returns how many."""
+        if len(rows) == 0:
+            return 0
+        ids = self.paths.register(trees, rows)
+        kept = self.trees.add(trees.sources[rows], ids)
+        if len(kept):
+            loads = trees.loads[rows[kept]]
+            self.tree_loads.append(loads)
+            self.master.add_trees(trees.sources[rows[kept]], loads)
+        return len(kept)
+
+    def add_path_trees(self, sources: IntArray, path_ids: IntArray) -> int:
+        """Add trees given as path ids (warm seeds); loads are recomputed from the paths."""
+        kept = self.trees.add(sources, path_ids)
+        if len(kept) == 0:
+            return 0
+        loads = np.zeros((len(kept), self.net.n_links), dtype=np.int64)
+        for row, i in enumerate(kept.tolist()):
+            pids = path_ids[i][path_ids[i] >= 0]
+            _, links = self.paths.link_csr(pids)
+            loads[row] = np.bincount(links, minlength=self.net.n_links)
+        self.tree_loads.append(loads)
+        self.master.add_trees(sources[kept], loads)
+        return len(kept)
+
+    def all_loads(self) -> IntArray:
+        if not self.tree_loads:
+            return np.zeros((0, self.net.n_links), dtype=np.int64)
+        if len(self.tree_loads) > 1:
+            self.tree_loads = [np.concatenate(self.tree_loads)]
+        return self.tree_loads[0]
+
+    def price(self, w: FloatArray, graph: ExpandedGraph | None = None) -> TreeSet:
+        t0 = time.perf_counter()
+        out = price_trees(graph or self.graph, w, tie_break=tie_break(w))
+        self.pricing_time_s += time.perf_counter() - t0
+        return out
+
+    def cut_bound(self) -> float:
+        """Trivial lower bound on T: every GPU sends (and receives) N − 1 units over its own links."""
+        net = self.net
+        live = net.live
+        out_cap = np.bincount(net.tail[live], weights=net.caps_GBps[live], minlength=net.n_nodes)[net.gpu_node]
+        in_cap = np.bincount(net.head[live], weights=net.caps_GBps[live], minlength=net.n_nodes)[net.gpu_node]
+        return float((net.n_gpus - 1) / min(out_cap.min(), in_cap.min()))
+
+    def farley(self, trees: TreeSet, w: FloatArray) -> float:
+        """Lower bound on T (real units) from the weights ``w`` and their shortest trees."""
+        denom = float(self.master.caps @ w) / self.scale
+        if denom <= 0:
+            return 0.0
+        eps = tie_break(w)
+        # The trees are shortest for w + eps; subtract eps per link any path could use.
+        slack = eps * (self.net.n_gpus - 1) * self.net.n_nodes * self.graph.n_layers
+        lb = float(np.maximum(trees.cost + eps * trees.loads.sum(axis=1) - slack, 0.0).sum())
+        return lb / denom / self.scale
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def solve_master(self, method: LpMethod, deadline: float | None) -> LpSolution:
+        t0 = time.perf_counter()
+        remaining = None if deadline is None else max(0.0, deadline - time.perf_counter())
+        if self.last_solution is None:
+            remaining = None  # the first master (seed trees only) is small; it gives the incumbent
+        sol = self.master.solve(method=method, time_limit_s=remaining)
+        self.lp_time_s += time.perf_counter() - t0
+        if sol.status is Status.OPTIMAL:
+            self.last_solution = sol
+        return sol
+
+    def run(self, *, deadline: float | None, first_method: LpMethod = "primal", sweep: bool = True) -> CgRun:
+        """Column generation to LP optimality at ``self.steps`` (growing it when ``sweep``)."""
+        iterations = 0
+        best_lb = 0.0
+        method = first_method
+        history: list[tuple[int, float]] = []
+        while True:
+            sol = self.solve_master(method, deadline)
+            method = "primal"
+            iterations += 1
+            if sol.status is not Status.OPTIMAL:
+                return self._stop(sol.status, sol.native, best_lb, iterations, history)
+            t_now = sol.objective / self.scale
+            mu, w = self.master.duals(sol)
+            trees = self.price(w)
+            rc = trees.cost - mu
+            lb = self.farley(trees, w)
+            if self.steps is None:
+                best_lb = max(best_lb, lb)
+            enter = np.flatnonzero(rc < -RC_TOL)
+            added = self.add_from(trees, enter) if len(enter) and lb < t_now * (1 - GAP_TOL) else 0
+            log.info("alltoall_cg: iteration %d, steps %s, T=%.9g, Farley bound %.9g, %d trees added (%d in pool)",
+                     iterations, self.steps, t_now, lb, added, len(self.trees))
+            if added:
+                if deadline is not None and time.perf_counter() > deadline:
+                    return self._stop(Status.TIME_LIMIT, "deadline", best_lb, iterations, history)
+                continue
+            history.append((self.steps if self.steps is not None else -1, t_now))
+            if self.steps is None or not sweep:
+                return self._finish(sol, t_now, max(best_lb, lb) if self.steps is None else lb, iterations, history)
+            # Converged at m steps: does any tree without a step bound improve?
+            free = self.price(w, self._free_graph())
+            free_lb = self.farley(free, w)
+            best_lb = max(best_lb, free_lb)
+            if not (free.cost - mu < -RC_TOL).any() or free_lb >= t_now * (1 - GAP_TOL):
+                return self._finish(sol, t_now, best_lb, iterations, history)
+            if self.steps >= self.net.n_gpus - 1:  # simple paths never need more hops
+                return self._finish(sol, t_now, best_lb, iterations, history)
+            self.steps += 1
+            self.graph = ExpandedGraph.build(self.net, self.steps)
+            log.info("alltoall_cg: %d steps leave T=%.9g above the unbounded bound; trying %d", self.steps - 1,
+                     t_now, self.steps)
+
+    def _free_graph(self) -> ExpandedGraph:
+        if not hasattr(self, "_free"):
+            self._free = ExpandedGraph.build(self.net, None)
+        return self._free
+
+    def lambdas(self) -> FloatArray:
+        sol = self.last_solution
+        if sol is None:
+            return np.zeros(len(self.trees))
+        return np.maximum(sol.col_values[1 : 1 + len(self.trees)], 0.0)
+
+    def _finish(self, sol: LpSolution, t_now: float, lb: float, iterations: int,
+                history: list[tuple[int, float]]) -> CgRun:
+        return CgRun(Status.OPTIMAL, sol.native, t_now, self.lambdas(), lb, iterations, True, self.lp_time_s,
+                     self.pricing_time_s, history)
+
+    def _stop(self, status: Status, native: str, best_lb: float, iterations: int,
+              history: list[tuple[int, float]]) -> CgRun:
+        if self.last_solution is None:
+            raise SolverError(f"AllToAll master LP on {self.net.name!r} ended with {native} before any solution")
+        sol = self.last_solution
+        mu, w = self.master.duals(sol)
+        best_lb = max(best_lb, self.farley(self.price(w, self._free_graph()), w), self.cut_bound())
+        return CgRun(status if status is not Status.OPTIMAL else Status.TIME_LIMIT, native, sol.objective / self.scale,
+                     self.lambdas(), best_lb, iterations, False, self.lp_time_s, self.pricing_time_s, history)

@@ -1,0 +1,164 @@
+"""Array form of a topology and its time-expanded DAG for step-bounded pricing.
+
+The time-expanded graph has a copy ``(v, t)`` of every node for t = 0..m. A link into a switch is
+instantaneous, ``(u, t) → (v, t)``; any other link (into a GPU) advances one step,
+``(u, t) → (v, t + 1)`` (MCCL §4.2). A path from ``(s, 0)`` to ``(d, t)`` therefore makes ``t``
+GPU-to-GPU hops. With ``m = None`` the graph is the physical graph itself (no step bound).
+
+Examples
+--------
+>>> from synth.topologies import named_topology
+>>> net = Network.from_topology(named_topology("hpn:1x2x2"))
+>>> net.n_gpus, net.n_links, hop_diameter(net)
+(4, 16, 2)
+>>> g = ExpandedGraph.build(net, 2)
+>>> g.n_layers, g.arc_link.shape
+(3, (40,))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import dijkstra
+
+from synth.errors import SolverError
+from synth.topologies.model import Topology
+
+__all__ = ["ExpandedGraph", "Network", "hop_diameter"]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, eq=False)
+class Network:
+    """Nodes and links of a topology as arrays; link ``e`` is ``topology.links[e]`` (dead ones too)."""
+
+    node_ids: tuple[str, ...]
+    is_gpu: BoolArray
+    gpu_node: IntArray  # node index of rank r
+    link_keys: tuple[tuple[str, str], ...]
+    tail: IntArray
+    head: IntArray
+    caps_GBps: FloatArray  # noqa: N815
+    name: str
+
+    @classmethod
+    def from_topology(cls, topo: Topology) -> Network:
+        node_ids = tuple(n.id for n in topo.nodes)
+        index = {v: i for i, v in enumerate(node_ids)}
+        is_gpu = np.array([n.is_gpu for n in topo.nodes], dtype=bool)
+        gpu_node = np.array([index[g.id] for g in topo.gpus], dtype=np.int64)
+        tail = np.array([index[lk.src] for lk in topo.links], dtype=np.int64)
+        head = np.array([index[lk.dst] for lk in topo.links], dtype=np.int64)
+        caps = np.array([lk.GBps for lk in topo.links], dtype=np.float64)
+        return cls(node_ids, is_gpu, gpu_node, tuple(lk.key for lk in topo.links), tail, head, caps, topo.name)
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.node_ids)
+
+    @property
+    def n_gpus(self) -> int:
+        return len(self.gpu_node)
+
+    @property
+    def n_links(self) -> int:
+        return len(self.link_keys)
+
+    @property
+    def live(self) -> BoolArray:
+        return self.caps_GBps > 0
+
+    def rank_of_node(self) -> IntArray:
+        """Rank of each node, -1 for switches."""
+        out = np.full(self.n_nodes, -1, dtype=np.int64)
+        out[self.gpu_node] = np.arange(self.n_gpus)
+        return out
+
+
+def hop_diameter(net: Network) -> int:
+    """Largest number of GPU-to-GPU hops any ordered GPU pair needs (switches relay for free).
+
+    Raises :class:`SolverError` naming a pair that cannot be reached at all.
+    """
+    live = net.live
+    # Arcs into a GPU cost one hop; arcs into a switch cost a sliver so that paths stay finite.
+    tiny = 1.0 / (4.0 * (net.n_nodes + 1))
+    w = np.where(net.is_gpu[net.head[live]], 1.0, tiny)
+    g = csr_matrix((w, (net.tail[live], net.head[live])), shape=(net.n_nodes, net.n_nodes))
+    dist = dijkstra(g, indices=net.gpu_node)[:, net.gpu_node]
+    if not np.isfinite(dist).all():
+        s, d = np.argwhere(~np.isfinite(dist))[0]
+        raise SolverError(
+            f"topology {net.name!r}: rank {int(d)} cannot be reached from rank {int(s)} over live links; "
+            "AllToAll needs every GPU to reach every other"
+        )
+    return int(np.floor(dist.max() + 0.5))
+
+
+@dataclass(frozen=True, eq=False)
+class ExpandedGraph:
+    """CSR skeleton of the (time-expanded) graph; arc weights are set per pricing call.
+
+    ``arc_link[a]`` is the physical link of CSR arc ``a``; node ``(v, t)`` is ``v + t·n_nodes``.
+    ``steps`` is the step bound m, or ``None`` for the plain physical graph.
+    """
+
+    net: Network
+    steps: int | None
+    n_layers: int
+    indptr: IntArray
+    indices: IntArray
+    arc_link: IntArray
+    arc_keys: IntArray  # sorted (physical tail · n_nodes + physical head) of live links
+    arc_key_link: IntArray  # link of each sorted key
+
+    @classmethod
+    def build(cls, net: Network, steps: int | None) -> ExpandedGraph:
+        nv = net.n_nodes
+        live_links = np.flatnonzero(net.live)
+        tails = net.tail[live_links]
+        heads = net.head[live_links]
+        if steps is None:
+            layers = 1
+            src, dst, link = tails, heads, live_links
+        else:
+            layers = steps + 1
+            into_gpu = net.is_gpu[heads]
+            src_l, dst_l, link_l = [], [], []
+            for t in range(layers):
+                inst = ~into_gpu
+                src_l.append(tails[inst] + t * nv)
+                dst_l.append(heads[inst] + t * nv)
+                link_l.append(live_links[inst])
+                if t + 1 < layers:
+                    src_l.append(tails[into_gpu] + t * nv)
+                    dst_l.append(heads[into_gpu] + (t + 1) * nv)
+                    link_l.append(live_links[into_gpu])
+            src, dst, link = np.concatenate(src_l), np.concatenate(dst_l), np.concatenate(link_l)
+        order = np.lexsort((dst, src))
+        src, dst, link = src[order], dst[order], link[order]
+        indptr = np.zeros(nv * layers + 1, dtype=np.int64)
+        np.cumsum(np.bincount(src, minlength=nv * layers), out=indptr[1:])
+        keys = tails * nv + heads
+        korder = np.argsort(keys)
+        return cls(net, steps, layers, indptr, dst.astype(np.int64), link.astype(np.int64), keys[korder],
+                   live_links[korder])
+
+    def matrix(self, link_weight: FloatArray) -> csr_matrix:
+        """The graph with arc weights ``link_weight[arc_link]`` (weights must be > 0)."""
+        n = self.net.n_nodes * self.n_layers
+        return csr_matrix((link_weight[self.arc_link], self.indices, self.indptr), shape=(n, n))
+
+    def link_of(self, tail_node: IntArray, head_node: IntArray) -> IntArray:
+        """Physical link id of arcs given by (expanded) tail and head node indices."""
+        nv = self.net.n_nodes
+        keys = (tail_node % nv) * nv + (head_node % nv)
+        pos = np.searchsorted(self.arc_keys, keys)
+        return self.arc_key_link[pos]

@@ -1,0 +1,295 @@
+"""Deep-dive rounding of the LP optimum to whole chunks per (source, destination) block.
+
+The tree solution is first disaggregated into path flows in chunk units, ``y_p = K·Σ_{τ∋p} λ_τ``
+(reference §2.5). Every path keeps ``floor(y_p)`` chunks for good; the commodities left with a
+remainder ``r_k = K − Σ floor`` form a *residual* T-form path LP whose capacity rows carry the
+fixed loads on their right-hand side. That LP is then dived (reference §5.3, after Sadykov et al.
+2019, "Primal heuristics for branch-and-price: the assets of diving methods", INFORMS JoC 31(2)):
+
+1. solve, then price paths for the unfinished commodities until none has negative reduced cost;
+2. fix every column at ``floor(u_p)`` where that raises its lower bound (free fixes);
+3. if nothing was fixed, round up a batch (fraction β of the fractional, non-tabu columns, at
+   most one per commodity, largest fractions first) to ``ceil(u_p)``;
+4. if a round-up raised T by more than δ, undo it, make half the batch tabu and retry (at most
+   ``backtracks`` times).
+
+Lower bounds only ever rise, so the master never becomes infeasible and the dive ends with every
+commodity on at most K paths. :func:`largest_remainder` is the no-LP fallback used when the time
+limit leaves no room for diving.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy.sparse import csc_matrix
+
+from synth.alltoall_cg._cg import ColumnGeneration, tie_break
+from synth.alltoall_cg._pricing import price_trees
+from synth.result import Status
+
+__all__ = ["DiveResult", "deep_dive", "disaggregate", "largest_remainder"]
+
+log = logging.getLogger(__name__)
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+INT_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class DiveResult:
+    """Integral chunks per path (``pids[i]`` carries ``chunks[i]``) and how the dive went."""
+
+    pids: IntArray
+    chunks: IntArray
+    steps: int
+    backtracks: int
+    columns_added: int
+    lp_solves: int
+    dived: bool
+
+
+def disaggregate(cg: ColumnGeneration, lam: FloatArray, nchunks: int) -> tuple[IntArray, FloatArray]:
+    """Path ids and their flows ``y_p`` in chunk units from tree weights ``lam``."""
+    use = np.flatnonzero(lam > 1e-12)
+    paths = cg.trees.paths[use]
+    weights = np.repeat(lam[use], paths.shape[1]) * nchunks
+    flat = paths.ravel()
+    keep = flat >= 0
+    y = np.bincount(flat[keep], weights=weights[keep], minlength=len(cg.paths))
+    pids = np.flatnonzero(y > 1e-12)
+    return pids, y[pids]
+
+
+def _commodity(cg: ColumnGeneration, pids: IntArray) -> IntArray:
+    return cg.paths.src[pids] * cg.net.n_gpus + cg.paths.dst[pids]
+
+
+def largest_remainder(cg: ColumnGeneration, pids: IntArray, y: FloatArray, nchunks: int) -> DiveResult:
+    """Per commodity, floors plus one more chunk on the paths with the largest remainders."""
+    k = _commodity(cg, pids)
+    base = np.floor(y + INT_TOL).astype(np.int64)
+    frac = y - base
+    short = nchunks - np.bincount(k, weights=base, minlength=cg.net.n_gpus**2).round().astype(np.int64)
+    order = np.lexsort((pids, -frac, k))  # per commodity, largest remainder first
+    ks = k[order]
+    first = np.r_[0, np.flatnonzero(np.diff(ks)) + 1]
+    rank = np.arange(len(ks)) - np.repeat(first, np.diff(np.r_[first, len(ks)]))
+    extra = (rank < short[ks]).astype(np.int64)
+    chunks = base.copy()
+    chunks[order] += extra
+    keep = chunks > 0
+    return DiveResult(pids[keep], chunks[keep], 0, 0, 0, 0, False)
+
+
+class _DiveLp:
+    """The residual path LP of the dive (rows: active commodities, then links)."""
+
+    def __init__(self, cg: ColumnGeneration, active_k: IntArray, residual: IntArray, fixed_load: FloatArray,
+                 nchunks: int) -> None:
+        from synth.solvers import lp_backend
+
+        self.cg = cg
+        self.k_of_row = active_k
+        self.row_of_k = np.full(cg.net.n_gpus**2, -1, dtype=np.int64)
+        self.row_of_k[active_k] = np.arange(len(active_k))
+        self.residual = residual
+        self.nk = len(active_k)
+        self.K = nchunks
+        caps = cg.net.caps_GBps
+        self.lp = lp_backend(cg.solver)
+        self.lp.add_rows(np.r_[residual.astype(float), np.full(len(caps), -np.inf)],
+                         np.r_[residual.astype(float), -fixed_load])
+        live = np.flatnonzero(caps > 0)
+        self.lp.add_cols(np.ones(1), np.zeros(1), np.full(1, np.inf), np.zeros(1, np.int64), self.nk + live,
+                         -caps[live] / cg.scale)
+        self.col_pid: list[int] = []
+        self.col_of_pid: dict[int, int] = {}
+        self.lb = np.zeros(0)
+        self.col_row = np.zeros(0, dtype=np.int64)
+
+    def add(self, pids: IntArray) -> int:
+        pids = np.array([p for p in pids.tolist() if p not in self.col_of_pid], dtype=np.int64)
+        if len(pids) == 0:
+            return 0
+        starts, links = self.cg.paths.link_csr(pids)
+        ncol = len(pids)
+        rows = np.r_[self.row_of_k[_commodity(self.cg, pids)], self.nk + links]
+        cols = np.r_[np.arange(ncol), np.repeat(np.arange(ncol), np.diff(starts))]
+        vals = np.r_[np.ones(ncol), np.full(len(links), 1.0 / self.K)]
+        mat = csc_matrix((vals, (rows, cols)), shape=(self.nk + self.cg.net.n_links, ncol))
+        mat.sort_indices()
+        self.lp.add_cols(np.zeros(ncol), np.zeros(ncol), np.full(ncol, np.inf), mat.indptr[:-1].astype(np.int64),
+                         mat.indices.astype(np.int64), mat.data)
+        base = len(self.col_pid)
+        for i, p in enumerate(pids.tolist()):
+            self.col_of_pid[p] = base + i + 1
+            self.col_pid.append(p)
+        self.lb = np.r_[self.lb, np.zeros(ncol)]
+        self.col_row = np.r_[self.col_row, self.row_of_k[_commodity(self.cg, pids)]]
+        return ncol
+
+    def set_lb(self, cols: IntArray, lb: FloatArray) -> None:
+        self.lb[cols - 1] = lb
+        self.lp.set_col_bounds(cols, lb, np.full(len(cols), np.inf))
+
+
+def deep_dive(
+    cg: ColumnGeneration,
+    pids: IntArray,
+    y: FloatArray,
+    nchunks: int,
+    *,
+    deadline: float | None,
+    batch: float = 0.05,
+    slack: float = 0.002,
+    backtracks: int = 2,
+    max_pricing_rounds: int = 50,
+) -> DiveResult:
+    """Round path flows ``y`` (chunk units) to integers by diving (see the module docstring)."""
+    net = cg.net
+    n = net.n_gpus
+    base = np.floor(y + INT_TOL).astype(np.int64)
+    k_all = _commodity(cg, pids)
+    residual_all = nchunks - np.bincount(k_all, weights=base, minlength=n * n).round().astype(np.int64)
+    residual_all[np.arange(n) * (n + 1)] = 0  # no block from a GPU to itself
+    active_k = np.flatnonzero(residual_all > 0)
+    fixed_pids = pids[base > 0]
+    fixed_chunks = base[base > 0]
+    if len(active_k) == 0:
+        return DiveResult(fixed_pids, fixed_chunks, 0, 0, 0, 0, True)
+    starts, links = cg.paths.link_csr(fixed_pids)
+    fixed_load = np.bincount(links, weights=np.repeat(fixed_chunks / nchunks, np.diff(starts)),
+                             minlength=net.n_links)
+    dive = _DiveLp(cg, active_k, residual_all[active_k], fixed_load, nchunks)
+    frac_pids = pids[(y - base > INT_TOL) & (residual_all[k_all] > 0)]
+    dive.add(frac_pids)
+    log.info("alltoall_cg: rounding %d fractional commodities (%d columns)", len(active_k), len(frac_pids))
+    graph = cg.graph
+    added_total = 0
+    solves = 0
+    tabu: set[int] = set()
+    used_backtracks = 0
+    steps = 0
+    method = "primal"
+    while True:
+        # Re-solve, pricing paths for commodities that still have room.
+        sol = None
+        for _ in range(max_pricing_rounds):
+            sol = dive.lp.solve(method=method, time_limit_s=None if deadline is None else
+                                max(0.0, deadline - time.perf_counter()))
+            solves += 1
+            method = "primal"
+            if sol.status is not Status.OPTIMAL:
+                break
+            room = np.bincount(dive.col_row, weights=dive.lb, minlength=dive.nk) < dive.residual - INT_TOL
+            open_k = dive.k_of_row[room]
+            if len(open_k) == 0:
+                break
+            srcs = np.unique(open_k // n)
+            mu = sol.row_duals[: dive.nk]
+            w = np.maximum(0.0, -sol.row_duals[dive.nk :])
+            trees = price_trees(graph, w, sources=srcs, tie_break=tie_break(w))
+            row_of_src = np.full(n, -1, dtype=np.int64)
+            row_of_src[srcs] = np.arange(len(srcs))
+            pc = trees.pair_cost[row_of_src[open_k // n], open_k % n] / nchunks
+            tol = 1e-9 * max(1.0, abs(sol.objective)) / max(1, dive.nk)
+            better = open_k[pc - mu[dive.row_of_k[open_k]] < -tol]
+            if len(better) == 0:
+                break
+            rows_needed = np.unique(row_of_src[better // n])
+            ids = cg.paths.register(trees, rows_needed)
+            lookup = np.full(n, -1, dtype=np.int64)
+            lookup[rows_needed] = np.arange(len(rows_needed))
+            new_pids = ids[lookup[row_of_src[better // n]], better % n]
+            got = dive.add(new_pids)
+            added_total += got
+            if got == 0:
+                break
+        if sol is None or sol.status is not Status.OPTIMAL:
+            log.info("alltoall_cg: dive LP stopped (%s); finishing by largest remainder",
+                     "no solve" if sol is None else sol.native)
+            cur = np.maximum(dive.lb, 0.0)
+            return _finish(cg, fixed_pids, fixed_chunks, dive, cur, nchunks, steps, used_backtracks, added_total,
+                           solves, fallback=True)
+        t_now = sol.objective
+        u = sol.col_values[1:]
+        frac = u - np.floor(u + INT_TOL)
+        fractional = frac > INT_TOL
+        if not fractional.any():
+            return _finish(cg, fixed_pids, fixed_chunks, dive, np.round(u), nchunks, steps, used_backtracks,
+                           added_total, solves, fallback=False)
+        if deadline is not None and time.perf_counter() > deadline:
+            return _finish(cg, fixed_pids, fixed_chunks, dive, u, nchunks, steps, used_backtracks, added_total,
+                           solves, fallback=True)
+        steps += 1
+        floors = np.floor(u + INT_TOL)
+        raise_cols = np.flatnonzero(floors > dive.lb + INT_TOL)
+        if len(raise_cols):
+            dive.set_lb(raise_cols + 1, floors[raise_cols])
+            method = "dual"
+            continue
+        cand = [c for c in np.flatnonzero(fractional)[np.argsort(-frac[fractional], kind="stable")].tolist()
+                if c not in tabu]
+        if not cand:
+            tabu.clear()
+            cand = np.flatnonzero(fractional)[np.argsort(-frac[fractional], kind="stable")].tolist()
+        want = max(1, math.ceil(batch * len(cand)))
+        chosen: list[int] = []
+        seen_k: set[int] = set()
+        for c in cand:
+            kk = int(dive.col_row[c])
+            if kk in seen_k:
+                continue
+            seen_k.add(kk)
+            chosen.append(c)
+            if len(chosen) >= want:
+                break
+        cols = np.array(chosen, dtype=np.int64)
+        old_lb = dive.lb[cols].copy()
+        dive.set_lb(cols + 1, np.ceil(u[cols] - INT_TOL))
+        sol2 = dive.lp.solve(method="dual", time_limit_s=None if deadline is None else
+                             max(0.0, deadline - time.perf_counter()))
+        solves += 1
+        if sol2.status is Status.OPTIMAL and sol2.objective > (1 + slack) * t_now and used_backtracks < backtracks:
+            dive.set_lb(cols + 1, old_lb)
+            tabu.update(chosen[len(chosen) // 2 :])
+            used_backtracks += 1
+            method = "dual"
+            log.info("alltoall_cg: dive step %d backtracks (T %.6g -> %.6g)", steps, t_now, sol2.objective)
+            continue
+        method = "primal"
+        log.info("alltoall_cg: dive step %d rounded up %d columns (LP value before: %.9g)", steps, len(cols), t_now)
+
+
+def _finish(cg: ColumnGeneration, fixed_pids: IntArray, fixed_chunks: IntArray, dive: _DiveLp, u: FloatArray,
+            nchunks: int, steps: int, backtracks: int, added: int, solves: int, *, fallback: bool) -> DiveResult:
+    dive_pids = np.array(dive.col_pid, dtype=np.int64)
+    if fallback:
+        # Complete each commodity's residual by largest remainder on the dive's current values.
+        k = _commodity(cg, dive_pids)
+        rows = dive.row_of_k[k]
+        base = np.floor(u + INT_TOL)
+        short = dive.residual - np.bincount(rows, weights=base, minlength=dive.nk).round().astype(np.int64)
+        frac = u - base
+        order = np.lexsort((dive_pids, -frac, rows))
+        rs = rows[order]
+        first = np.r_[0, np.flatnonzero(np.diff(rs)) + 1] if len(rs) else np.zeros(0, np.int64)
+        rank = np.arange(len(rs)) - np.repeat(first, np.diff(np.r_[first, len(rs)]))
+        chunks = base.astype(np.int64)
+        chunks[order] += (rank < short[rs]).astype(np.int64)
+    else:
+        chunks = np.round(u).astype(np.int64)
+    pids = np.r_[fixed_pids, dive_pids]
+    allc = np.r_[fixed_chunks, chunks]
+    # A path can be both floor-fixed and a dive column: merge.
+    merged = np.bincount(pids, weights=allc, minlength=len(cg.paths)).round().astype(np.int64)
+    out = np.flatnonzero(merged > 0)
+    return DiveResult(out, merged[out], steps, backtracks, added, solves, not fallback)

@@ -1,0 +1,309 @@
+"""AllToAll synthesis by column generation (MCCL §4.2): public entry points.
+
+:func:`synthesize_alltoall` solves the maximum-concurrent-flow LP by column generation over
+per-source shortest-path trees on a time-expanded graph (at most ``max_steps`` GPU hops per path),
+then rounds the LP optimum to at most ``nchunks`` chunks per (source, destination) block by deep
+diving. :func:`alltoall_lp_bound` runs the same column generation without a step bound and returns
+the LP optimum only, for bounds on topologies too large for the compact LP.
+
+Units: an AllToAll moves one block of B/N bytes between every ordered GPU pair; the LP's T is the
+time per byte of block (s/GB), and algbw = N / T in GB/s (nccl-tests convention).
+
+Examples
+--------
+>>> from synth.topologies import named_topology
+>>> r = synthesize_alltoall(named_topology("hpn:1x2x2"), nchunks=2)
+>>> r.status.value, round(r.optimal_algbw_GBps, 6), round(r.algbw_GBps, 6), r.stats["max_steps"]
+('optimal', 100.0, 100.0, 2)
+>>> round(alltoall_lp_bound(named_topology("nvswitch:4")).algbw_GBps, 6)
+480.0
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from synth.alltoall_cg._cg import CgRun, ColumnGeneration
+from synth.alltoall_cg._expanded import Network, hop_diameter
+from synth.alltoall_cg._rounding import DiveResult, deep_dive, disaggregate, largest_remainder
+from synth.alltoall_cg._schedule import RouteCache, build_schedule, check_and_measure
+from synth.alltoall_cg._warm import WarmState, paths_from_schedule, restore, seed_paths
+from synth.errors import ScheduleError, SolverError
+from synth.result import Status, SynthResult
+from synth.schedule import Schedule
+from synth.solvers import LP_SOLVERS
+from synth.topologies.model import Topology
+
+__all__ = ["AllToAllBound", "alltoall_lp_bound", "synthesize_alltoall"]
+
+log = logging.getLogger(__name__)
+
+WarmStart = SynthResult | WarmState | Schedule | None
+
+
+@dataclass(frozen=True, slots=True)
+class AllToAllBound:
+    """LP optimum of AllToAll by column generation (exact when ``optimal``, else an upper bound).
+
+    ``rate_GBps`` is per ordered pair, ``algbw_GBps = N · rate_GBps``; ``saturated`` lists the links
+    whose capacity constraint has a nonzero dual at the optimum.
+    """
+
+    algbw_GBps: float  # noqa: N815
+    rate_GBps: float  # noqa: N815
+    saturated: tuple[tuple[str, str], ...]
+    optimal: bool
+    cg_iterations: int
+    solve_time_s: float
+
+
+def _validate_args(topology: object, nchunks: object, max_steps: object, solver: object, time_limit: object,
+                   warm_start: object) -> None:
+    if not isinstance(topology, Topology):
+        raise SolverError(f"synthesize_alltoall needs a Topology, got {type(topology).__name__}")
+    if topology.nranks < 2:
+        raise SolverError(f"topology {topology.name!r} has {topology.nranks} GPU(s); AllToAll needs at least 2")
+    if isinstance(nchunks, bool) or not isinstance(nchunks, int) or nchunks < 1:
+        raise SolverError(f"nchunks must be an integer >= 1, got {nchunks!r}")
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+        raise SolverError(f"max_steps must be None or an integer >= 1, got {max_steps!r}")
+    if solver not in LP_SOLVERS:
+        raise SolverError(f"unknown LP solver {solver!r}; allowed: {', '.join(LP_SOLVERS)}")
+    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
+                                   or not math.isfinite(time_limit) or time_limit <= 0):
+        raise SolverError(f"time_limit must be None or a finite number of seconds > 0, got {time_limit!r}")
+    if warm_start is not None and not isinstance(warm_start, (SynthResult, WarmState, Schedule)):
+        raise SolverError(
+            f"warm_start must be a SynthResult, its warm_state, or a Schedule, got {type(warm_start).__name__}"
+        )
+    if isinstance(warm_start, Schedule) and warm_start.collective != "alltoall":
+        raise SolverError(f"warm_start schedule is a {warm_start.collective} schedule, not alltoall")
+
+
+def _scale(net: Network) -> float:
+    # Capacities are divided by this so that T is of order N and each source's dual of order 1.
+    return float(net.caps_GBps.sum()) / (3.0 * net.n_gpus)
+
+
+def _start(net: Network, solver: str, steps: int | None,
+           warm: WarmStart) -> tuple[ColumnGeneration, str, int, RouteCache]:
+    """A column generation seeded cold, from a warm state or from a schedule."""
+    state = warm.warm_state if isinstance(warm, SynthResult) else warm
+    if isinstance(state, WarmState) and steps is not None:
+        steps = max(steps, state.steps) if state.fits(net) else steps
+    cg = ColumnGeneration(net, solver, steps, scale=_scale(net))
+    dropped = 0
+    cache = RouteCache()
+    if isinstance(state, WarmState) and state.fits(net) and state.solver == solver:
+        dropped = restore(cg, state)
+        cache = state.routes.copy()
+        mode = "state"
+    elif isinstance(state, WarmState):
+        seed_paths(cg, state.node_paths())
+        mode = "pool-paths"
+    elif isinstance(state, Schedule):
+        seed_paths(cg, paths_from_schedule(state))
+        mode = "schedule"
+    else:
+        mode = "cold"
+    # Shortest-hop trees make the master feasible whatever the seeds were.
+    trees = cg.price(np.zeros(net.n_links))
+    cg.add_from(trees, np.arange(net.n_gpus))
+    return cg, mode, dropped, cache
+
+
+# Dive settings tried in order (batch fraction, backtracks, slack) while the gap stays above
+# ROUNDING_RETRY_GAP: small instances are where K-chunk granularity bites and retries are cheap.
+DIVES: tuple[tuple[float, int, float], ...] = ((0.05, 2, 0.002), (0.3, 8, 0.0), (1.0, 8, 0.0), (0.0, 8, 0.0))
+ROUNDING_RETRY_GAP = 0.005
+
+
+def _round(topology: Topology, cg: ColumnGeneration, pids: np.ndarray, y: np.ndarray, nchunks: int, t_lp: float,
+           deadline: float | None) -> DiveResult:
+    """Best of a few dives and largest-remainder rounding, by the exact T of the rounded solution."""
+    best = largest_remainder(cg, pids, y, nchunks)
+    best_t = _t_of(topology, cg, best, nchunks)
+    for batch, backtracks, slack in DIVES:
+        if best_t <= t_lp * (1 + ROUNDING_RETRY_GAP) or (deadline is not None and time.perf_counter() > deadline):
+            break
+        cand = deep_dive(cg, pids, y, nchunks, deadline=deadline, batch=batch, backtracks=backtracks, slack=slack)
+        t = _t_of(topology, cg, cand, nchunks)
+        if t < best_t * (1 - 1e-12) or not best.dived:
+            best, best_t = cand, t
+    return best
+
+
+def _t_of(topology: Topology, cg: ColumnGeneration, dive: DiveResult, nchunks: int) -> float:
+    try:
+        algbw, _ = check_and_measure(topology, cg.paths, dive.pids, dive.chunks, nchunks)
+    except ScheduleError:
+        return math.inf
+    return cg.net.n_gpus / algbw
+
+
+def synthesize_alltoall(
+    topology: Topology,
+    *,
+    nchunks: int = 10,
+    max_steps: int | None = None,
+    solver: str = "highs",
+    time_limit: float | None = None,
+    warm_start: WarmStart = None,
+) -> SynthResult:
+    """Throughput-optimal AllToAll schedule with at most ``nchunks`` chunks per block.
+
+    Parameters
+    ----------
+    topology
+        Any topology whose GPUs all reach each other over live links.
+    nchunks
+        Chunks per (source, destination) block, K ≥ 1 (MSCCL wants ≤ 10).
+    max_steps
+        Step bound m: at most m GPU-to-GPU hops per path. ``None`` sweeps m upward from the hop
+        diameter and keeps the first m whose LP optimum equals the unbounded one.
+    solver
+        LP backend, ``"highs"`` (default; primal simplex re-solves) or ``"ortools"`` (GLOP).
+    time_limit
+        Wall-clock seconds; when reached, the best schedule so far is returned with status
+        ``TIME_LIMIT`` and its gap against a proven (Farley) upper bound.
+    warm_start
+        A previous :class:`SynthResult` (or its ``warm_state``), reusing its column pool and basis,
+        or a :class:`Schedule` whose paths seed the pool.
+
+    Returns
+    -------
+    SynthResult
+        ``optimal_algbw_GBps`` is the LP optimum (N·z*), ``gap_pct`` the rounding gap against it;
+        ``stats`` holds ``lp_algbw_GBps``, ``lp_bound_algbw_GBps``, ``gap``, ``cg_iterations``,
+        ``columns``, ``max_steps`` and phase times; ``warm_state`` seeds the next call.
+
+    Raises
+    ------
+    SolverError
+        Bad arguments (naming them), ``max_steps`` below the hop diameter, GPUs that cannot reach
+        each other, or an LP that fails before any solution.
+
+    Notes
+    -----
+    Pricing is one vectorised multi-source Dijkstra per iteration on the time-expanded graph
+    (``O(N·|A_T| log |V_T|)``). Paths are tie-broken towards fewer links.
+
+    References
+    ----------
+    MCCL §4.2 (column generation, time-expanded pricing); reference/alltoall_cg.md §2, §5.
+    """
+    _validate_args(topology, nchunks, max_steps, solver, time_limit, warm_start)
+    start = time.perf_counter()
+    deadline = None if time_limit is None else start + float(time_limit)
+    net = Network.from_topology(topology)
+    diameter = hop_diameter(net)
+    if max_steps is not None and max_steps < diameter:
+        raise SolverError(
+            f"max_steps={max_steps!r} is below the hop diameter {diameter} of topology {topology.name!r}: "
+            f"some GPU pair needs {diameter} hops"
+        )
+    steps = max_steps if max_steps is not None else diameter
+    cg, mode, dropped, cache = _start(net, solver, steps, warm_start)
+    warm = mode != "cold"
+    t_setup = time.perf_counter() - start
+    run = cg.run(deadline=deadline, first_method="dual" if mode == "state" else "primal", sweep=max_steps is None)
+    t_cg = time.perf_counter() - start - t_setup
+    n = net.n_gpus
+    lp_algbw = n / run.t_lp
+    bound_algbw = lp_algbw if run.converged else (n / run.lower_bound if run.lower_bound > 0 else math.inf)
+    log.info("alltoall_cg: LP %s after %d iterations: algbw %.6g GB/s (bound %.6g), %d trees, %d steps",
+             "optimal" if run.converged else "stopped", run.iterations, lp_algbw, bound_algbw, len(cg.trees),
+             cg.steps)
+
+    t0 = time.perf_counter()
+    pids, y = disaggregate(cg, run.lam, nchunks)
+    dive = _round(topology, cg, pids, y, nchunks, run.t_lp, deadline if run.converged else start)
+    t_round = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    meta: dict[str, Any] = {
+        "synthesizer": "alltoall_cg",
+        "solver": solver,
+        "nchunks": nchunks,
+        "max_steps": cg.steps,
+        "lp_algbw_GBps": lp_algbw,
+        "optimal_algbw_GBps": lp_algbw if run.converged else bound_algbw,
+        "topology": topology.name,
+    }
+    try:
+        algbw, cut = check_and_measure(topology, cg.paths, dive.pids, dive.chunks, nchunks)
+        schedule = build_schedule(cg.paths, dive.pids, dive.chunks, nchunks, meta, cache)
+        schedule = replace(schedule, bottleneck=cut, topology_fingerprint=topology.fingerprint)
+    except ScheduleError as exc:
+        return SynthResult(Status.FAILED, f"rounded AllToAll schedule failed loopcoll's re-check: {exc}", None,
+                           0.0, lp_algbw, 100.0, time.perf_counter() - start, warm)
+    t_sched = time.perf_counter() - t0
+    optimal = lp_algbw if run.converged else bound_algbw
+    gap = max(0.0, 1.0 - algbw / optimal)
+    elapsed = time.perf_counter() - start
+    stats = {
+        "lp_algbw_GBps": lp_algbw,
+        "lp_bound_algbw_GBps": bound_algbw,
+        "gap": gap,
+        "cg_iterations": run.iterations,
+        "columns": len(cg.trees),
+        "paths": len(cg.paths),
+        "max_steps": cg.steps,
+        "hop_diameter": diameter,
+        "warm_mode": mode,
+        "trees_dropped": dropped,
+        "dive_steps": dive.steps,
+        "dive_backtracks": dive.backtracks,
+        "dive_columns_added": dive.columns_added,
+        "dive_lp_solves": dive.lp_solves,
+        "dived": dive.dived,
+        "setup_time_s": t_setup,
+        "cg_time_s": t_cg,
+        "lp_time_s": run.lp_time_s,
+        "pricing_time_s": run.pricing_time_s,
+        "rounding_time_s": t_round,
+        "schedule_time_s": t_sched,
+    }
+    if run.converged:
+        status = Status.OPTIMAL
+        message = (f"LP optimal after {run.iterations} CG iterations ({len(cg.trees)} trees, {cg.steps} steps); "
+                   f"rounded to {nchunks} chunks, gap {100 * gap:.3f}% ({solver} {run.native})")
+    else:
+        status = Status.TIME_LIMIT
+        message = (f"time limit after {elapsed:.1f} s, gap {100 * gap:.2f}% vs proven bound "
+                   f"{bound_algbw:.6g} GB/s ({solver} {run.native})")
+    log.info("alltoall_cg: %s", message)
+    return SynthResult(status, message, schedule, algbw, optimal, 100.0 * gap, elapsed, warm, stats,
+                       WarmState.capture(cg, cache))
+
+
+def alltoall_lp_bound(topology: Topology, *, solver: str = "highs", time_limit: float | None = None) -> AllToAllBound:
+    """AllToAll LP optimum (maximum concurrent flow, GPUs relay) by column generation.
+
+    Without a step bound, pricing runs on the physical graph, so the result equals the compact LP
+    of :func:`synth.bounds_alltoall.alltoall_rate_GBps`. On a time limit, ``algbw_GBps`` is the best
+    proven upper bound (Farley) and ``optimal`` is False.
+    """
+    _validate_args(topology, 1, None, solver, time_limit, None)
+    start = time.perf_counter()
+    deadline = None if time_limit is None else start + float(time_limit)
+    net = Network.from_topology(topology)
+    hop_diameter(net)
+    cg = ColumnGeneration(net, solver, None, scale=_scale(net))
+    cg.add_from(cg.price(np.zeros(net.n_links)), np.arange(net.n_gpus))
+    run: CgRun = cg.run(deadline=deadline, sweep=False)
+    n = net.n_gpus
+    t = run.t_lp if run.converged else run.lower_bound
+    saturated: tuple[tuple[str, str], ...] = ()
+    if cg.last_solution is not None:
+        _, w = cg.master.duals(cg.last_solution)
+        top = float(w.max()) if len(w) else 0.0
+        saturated = tuple(sorted(net.link_keys[e] for e in np.flatnonzero(w > 1e-7 * max(top, 1e-300))))
+    algbw = n / t if t > 0 else math.inf
+    return AllToAllBound(algbw, algbw / n, saturated, run.converged, run.iterations, time.perf_counter() - start)

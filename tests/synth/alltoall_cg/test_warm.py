@@ -1,0 +1,73 @@
+"""Warm starts: from a previous result (pool + basis) or a schedule; same optimum as cold."""
+
+from __future__ import annotations
+
+import pytest
+
+from synth.alltoall_cg import WarmState, synthesize_alltoall
+from synth.result import SynthResult
+from synth.schedule import Schedule
+from synth.topologies import load_topology
+from tests.synth.alltoall_cg._helpers import assert_valid_alltoall
+
+SOLVERS = ["highs", "ortools"]
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("start", ["cold", "state", "result", "schedule"])
+@pytest.mark.parametrize("failure", ["fail1", "fail2", "fail3"])
+def test_warm_and_cold_reach_the_same_lp_optimum(solver: str, start: str, failure: str) -> None:
+    base = load_topology("hpn:1x2x8")
+    topo = load_topology("hpn:1x2x8", [failure])
+    prev = synthesize_alltoall(base, solver=solver)
+    warm: SynthResult | WarmState | Schedule | None = {
+        "cold": None, "state": prev.warm_state, "result": prev, "schedule": prev.schedule}[start]
+    cold = synthesize_alltoall(topo, solver=solver)
+    res = synthesize_alltoall(topo, solver=solver, warm_start=warm)
+    assert res.stats["lp_algbw_GBps"] == pytest.approx(cold.stats["lp_algbw_GBps"], rel=1e-6)
+    assert res.warm is (start != "cold")
+    assert_valid_alltoall(res, topo, 10)
+    assert res.stats["gap"] <= 0.01
+
+
+def test_warm_state_is_not_modified_and_can_be_reused() -> None:
+    base = load_topology("hpn:1x2x8")
+    prev = synthesize_alltoall(base)
+    state = prev.warm_state
+    n_trees, n_paths = len(state.trees), len(state.paths)
+    a = synthesize_alltoall(load_topology("hpn:1x2x8", ["fail2"]), warm_start=prev)
+    b = synthesize_alltoall(load_topology("hpn:1x2x8", ["fail3"]), warm_start=prev)
+    assert (len(state.trees), len(state.paths)) == (n_trees, n_paths)
+    assert a.stats["warm_mode"] == b.stats["warm_mode"] == "state"
+
+
+def test_dead_link_drops_trees_through_it() -> None:
+    base = load_topology("hpn:1x2x8")
+    dead = base.scaled("gpu1", "tor0.1", 0.0)
+    prev = synthesize_alltoall(base)
+    res = synthesize_alltoall(dead, warm_start=prev)
+    assert res.stats["trees_dropped"] > 0
+    assert_valid_alltoall(res, dead, 10)
+    cold = synthesize_alltoall(dead)
+    assert res.stats["lp_algbw_GBps"] == pytest.approx(cold.stats["lp_algbw_GBps"], rel=1e-6)
+
+
+def test_warm_from_schedule_json_round_trip() -> None:
+    base = load_topology("hpn:1x2x8")
+    prev = synthesize_alltoall(base)
+    assert prev.schedule is not None
+    sched = Schedule.from_json(prev.schedule.to_json())
+    topo = load_topology("hpn:1x2x8", ["fail2"])
+    res = synthesize_alltoall(topo, warm_start=sched)
+    assert res.stats["warm_mode"] == "schedule"
+    assert_valid_alltoall(res, topo, 10)
+
+
+def test_warm_state_on_other_topology_falls_back_to_pool_paths() -> None:
+    prev = synthesize_alltoall(load_topology("hpn:1x2x8"))
+    other = load_topology("hpn:1x2x8,nic=200")  # same nodes and links, other capacities: state reused
+    assert synthesize_alltoall(other, warm_start=prev).stats["warm_mode"] == "state"
+    ring = load_topology("ring:8")
+    res = synthesize_alltoall(ring, warm_start=prev)
+    assert res.stats["warm_mode"] == "pool-paths"
+    assert_valid_alltoall(res, ring, 10)
