@@ -4,7 +4,8 @@
 * ReduceScatter: the AllGather bound of the reversed topology (equal on symmetric links).
 * AllReduce (ReduceScatter then AllGather): ``1 / (1/RS + 1/AG)``, half the AllGather bound on
   symmetric links.
-* AllToAll: maximum concurrent multicommodity flow LP on HiGHS (:mod:`synth.bounds_alltoall`).
+* AllToAll: maximum concurrent multicommodity flow LP on HiGHS: the compact aggregated LP
+  (:mod:`synth.bounds_alltoall`) up to 32 GPUs, column generation (:mod:`synth.alltoall_cg`) above.
 
 Bandwidths follow nccl-tests: algbw in GB/s, busbw = algbw·(N−1)/N (AllReduce ×2).
 
@@ -29,7 +30,11 @@ from synth.bounds_alltoall import alltoall_rate_GBps
 from synth.errors import SolverError
 from synth.topologies.model import Topology
 
-__all__ = ["Bound", "busbw_GBps", "optimal_bound"]
+__all__ = ["COMPACT_LP_MAX_RANKS", "Bound", "busbw_GBps", "optimal_bound"]
+
+#: Above this many GPUs the AllToAll bound comes from column generation (same LP optimum, far
+#: faster than the compact aggregated LP, whose size grows as N × links).
+COMPACT_LP_MAX_RANKS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,10 +94,22 @@ def optimal_bound(collective: Collective, topo: Topology, *, time_limit_s: float
     if n < 2:
         raise SolverError(f"the {collective} bound needs at least 2 GPUs; topology {topo.name!r} has {n}")
     if collective == "alltoall":
-        flow = alltoall_rate_GBps(topo, time_limit_s=time_limit_s)
-        algbw = n * flow.rate_GBps
-        return Bound(collective, topo.name, n, flow.rate_GBps, algbw, busbw_GBps(collective, algbw, n),
-                     flow.saturated, frozenset(), False, time.perf_counter() - start)
+        if n > COMPACT_LP_MAX_RANKS:
+            from synth.alltoall_cg import alltoall_lp_bound
+
+            cg = alltoall_lp_bound(topo, time_limit=time_limit_s)
+            if not cg.optimal:
+                raise SolverError(
+                    f"AllToAll bound on {topo.name!r}: column generation stopped before proving optimality "
+                    f"(best upper bound {cg.algbw_GBps:.6g} GB/s); raise the time limit"
+                )
+            rate, saturated = cg.rate_GBps, cg.saturated
+        else:
+            flow = alltoall_rate_GBps(topo, time_limit_s=time_limit_s)
+            rate, saturated = flow.rate_GBps, flow.saturated
+        algbw = n * rate
+        return Bound(collective, topo.name, n, rate, algbw, busbw_GBps(collective, algbw, n),
+                     saturated, frozenset(), False, time.perf_counter() - start)
     ag = allgather_rate_gbps(topo)
     if collective == "allgather":
         rate = ag.rate_gbps / 8

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from scipy.optimize import linprog
 
 from synth.bounds_alltoall import ConcurrentFlow, alltoall_rate_GBps
-from synth.topologies import Link, Topology, named_topology
+from synth.topologies import Link, Topology, load_topology, named_topology
 from tests.strategies import random_topologies
 
 REL = 1e-6
@@ -111,3 +111,15 @@ def test_relays_through_gpus_are_allowed() -> None:
     )
     # Link gpu0->gpu1 carries blocks 0->1 and 0->2: z = 50 / 2.
     assert alltoall_rate_GBps(line).rate_GBps == pytest.approx(25.0, rel=REL)
+
+
+@pytest.mark.parametrize("spec,fail", [("hpn:1x8x8", []), ("hpn:1x8x8", ["fail2"]), ("dgx-a100:5", ["fail1"])])
+def test_large_alltoall_bound_uses_column_generation_and_matches_the_compact_lp(spec: str, fail: list[str]) -> None:
+    from synth.bounds import COMPACT_LP_MAX_RANKS, optimal_bound
+    from synth.bounds_alltoall import alltoall_rate_GBps
+
+    topo = load_topology(spec, fail)
+    assert topo.nranks > COMPACT_LP_MAX_RANKS
+    via_cg = optimal_bound("alltoall", topo)
+    compact = alltoall_rate_GBps(topo)
+    assert via_cg.algbw_GBps == pytest.approx(topo.nranks * compact.rate_GBps, rel=1e-6)
