@@ -28,7 +28,7 @@ from _report import RESULTS, write_results  # noqa: E402
 from loopcoll._synthesize import synthesize  # noqa: E402
 from synth import load_topology, optimal_bound  # noqa: E402
 from synth.baselines import nccl_direct_alltoall, nccl_ring  # noqa: E402
-from synth.simulate import simulate  # noqa: E402
+from synth.simulation import simulate  # noqa: E402
 
 SCENARIOS = ("healthy", "fail1", "fail2", "fail3")
 PAPER = {"allgather": "up to 7.33x over NCCL", "alltoall": "up to 7.12x over NCCL", "static": "≈1.0x"}

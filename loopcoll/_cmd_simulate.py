@@ -113,7 +113,7 @@ def _plot(path: str, title: str, sizes: list[int], series: dict[str, list[float]
 
 def _run(args: argparse.Namespace) -> int:
     from synth import optimal_bound
-    from synth.simulate import simulate
+    from synth.simulation import simulate
 
     configure_progress(args.quiet or args.json)
     topo = load_topology(args.spec, args.fail)
