@@ -28,7 +28,7 @@ from _report import RESULTS, write_results  # noqa: E402
 from loopcoll._synthesize import synthesize  # noqa: E402
 from synth import load_topology, optimal_bound  # noqa: E402
 from synth.baselines import nccl_direct_alltoall, nccl_ring  # noqa: E402
-from synth.simulation import simulate  # noqa: E402
+from synth.simulation import auto_slices, simulate  # noqa: E402
 
 SCENARIOS = ("healthy", "fail1", "fail2", "fail3")
 PAPER = {"allgather": "up to 7.33x over NCCL", "alltoall": "up to 7.12x over NCCL", "static": "≈1.0x"}
@@ -50,7 +50,7 @@ def _row(spec: str, scenario: str, collective: str, mbytes: float, chunks: int |
     solve_s = time.perf_counter() - start
     baseline = nccl_direct_alltoall(topo) if collective == "alltoall" else nccl_ring(collective, topo)
     bound = optimal_bound(collective, topo).algbw_GBps
-    sims = {name: simulate(s, topo, nbytes) for name, s in
+    sims = {name: simulate(s, topo, nbytes, slices_per_chunk=auto_slices(s, nbytes)) for name, s in
             (("nccl", baseline), ("static", static), ("loopcoll", resynth.schedule))}
     return {
         "topology": spec,

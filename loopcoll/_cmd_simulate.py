@@ -113,7 +113,7 @@ def _plot(path: str, title: str, sizes: list[int], series: dict[str, list[float]
 
 def _run(args: argparse.Namespace) -> int:
     from synth import optimal_bound
-    from synth.simulation import simulate
+    from synth.simulation import auto_slices, simulate
 
     configure_progress(args.quiet or args.json)
     topo = load_topology(args.spec, args.fail)
@@ -127,7 +127,8 @@ def _run(args: argparse.Namespace) -> int:
     for name, sched in scheds:
         series[name] = []
         for size in sizes:
-            sim = simulate(sched, topo, size, slices_per_chunk=args.slices)
+            slices = args.slices if args.slices is not None else auto_slices(sched, size)
+            sim = simulate(sched, topo, size, slices_per_chunk=slices)
             series[name].append(sim.algbw_GBps)
             rows.append({
                 "schedule": name,
@@ -169,7 +170,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--xml", action="append", metavar="FILE.xml", help="also simulate this MSCCL XML program")
     p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"message sizes (default {DEFAULT_SIZES})")
     p.add_argument("--chunks", type=int, default=None, metavar="C", help="chunks for synthesized schedules")
-    p.add_argument("--slices", type=int, default=4, metavar="K", help="pipelining slices per chunk (default 4)")
+    p.add_argument("--slices", type=int, default=None, metavar="K",
+                   help="pipelining slices per chunk (default: about 4 MiB slices, 4..64 per chunk)")
     p.add_argument("--plot", metavar="FILE.png", help="draw algbw vs message size")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")

@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from synth.schedule import Schedule
     from synth.topologies.model import Topology
 
-__all__ = ["SimResult", "simulate", "simulate_sweep"]
+__all__ = ["SimResult", "auto_slices", "simulate", "simulate_sweep"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,3 +253,19 @@ def simulate_sweep(
         _validate(nbytes, slices_per_chunk, rtol)
     model, bw_term = _prepare(schedule, topology, slices_per_chunk, check)
     return [_run(schedule, model, bw_term, nbytes, slices_per_chunk, rtol) for nbytes in sizes_bytes]
+
+
+def auto_slices(schedule: Schedule, nbytes: float, *, slice_bytes: float = 4 * 2**20, lo: int = 4, hi: int = 64) -> int:
+    """Slices per chunk so that a slice is about ``slice_bytes`` (clamped to ``lo..hi``).
+
+    Runtimes pipeline in small steps (MSCCL's Simple protocol moves a chunk in several slices);
+    a fixed slice count would make one huge chunk store-and-forward as a whole.
+
+    >>> from synth.baselines import nccl_ring
+    >>> from synth.topologies import named_topology
+    >>> sched = nccl_ring("allgather", named_topology("nvswitch:4"), nchannels=1)
+    >>> auto_slices(sched, 4 * 128 * 2**20), auto_slices(sched, 2**20)
+    (32, 4)
+    """
+    chunk_bytes = nbytes / (schedule.nranks * schedule.nchunks)
+    return max(lo, min(hi, math.ceil(chunk_bytes / slice_bytes)))
