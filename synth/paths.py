@@ -28,27 +28,16 @@ def switch_path(topo: Topology, src: NodeId, dst: NodeId) -> tuple[NodeId, ...] 
     """
     if src == dst:
         return (src,)
-    parent: dict[NodeId, NodeId] = {src: src}
-    queue = deque([src])
-    while queue:
-        u = queue.popleft()
-        for lk in sorted(topo.out_links(u), key=lambda lk: lk.dst):
-            v = lk.dst
-            if lk.gbps <= 0 or v in parent:
-                continue
-            parent[v] = u
-            if v == dst:
-                path = [v]
-                while path[-1] != src:
-                    path.append(parent[path[-1]])
-                return tuple(reversed(path))
-            if not topo.node(v).is_gpu:
-                queue.append(v)
-    return None
+    return switch_reachable(topo, src, stop_at=dst).get(dst)
 
 
-def switch_reachable(topo: Topology, src: NodeId) -> dict[NodeId, tuple[NodeId, ...]]:
-    """Switch-only paths from ``src`` to every GPU it reaches that way (same tie-breaks)."""
+def switch_reachable(
+    topo: Topology, src: NodeId, *, stop_at: NodeId | None = None
+) -> dict[NodeId, tuple[NodeId, ...]]:
+    """Switch-only paths from ``src`` to every GPU it reaches that way (same tie-breaks).
+
+    With ``stop_at``, the search ends as soon as that GPU is reached.
+    """
     out: dict[NodeId, tuple[NodeId, ...]] = {}
     parent: dict[NodeId, NodeId] = {src: src}
     queue = deque([src])
@@ -59,11 +48,13 @@ def switch_reachable(topo: Topology, src: NodeId) -> dict[NodeId, tuple[NodeId, 
             if lk.gbps <= 0 or v in parent:
                 continue
             parent[v] = u
-            if topo.node(v).is_gpu:
-                path = [v]
-                while path[-1] != src:
-                    path.append(parent[path[-1]])
-                out[v] = tuple(reversed(path))
-            else:
+            if not topo.node(v).is_gpu:
                 queue.append(v)
+                continue
+            path = [v]
+            while path[-1] != src:
+                path.append(parent[path[-1]])
+            out[v] = tuple(reversed(path))
+            if v == stop_at:
+                return out
     return out
