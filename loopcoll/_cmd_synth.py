@@ -13,7 +13,7 @@ from synth import read_schedule, write_schedule
 from synth.errors import ScheduleError
 from synth.result import SynthResult
 
-__all__ = ["register"]
+__all__ = ["configure_progress", "register", "reset_progress"]
 
 PROGRESS_AFTER_S = 2.0
 
@@ -30,21 +30,40 @@ class _AfterDelay(logging.Filter):
         return record.levelno >= logging.WARNING or time.monotonic() - self._start >= self._delay_s
 
 
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at emit time (tests swap it)."""
+
+    @property  # type: ignore[override]
+    def stream(self):  # noqa: ANN201
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:
+        pass
+
+
 def configure_progress(quiet: bool) -> None:
     """Send the library's INFO progress to stderr (after a short delay), unless ``quiet``."""
+    reset_progress()
     root = logging.getLogger("synth")
-    for h in list(root.handlers):
-        if getattr(h, "_loopcoll", False):
-            root.removeHandler(h)
     if quiet:
         root.setLevel(logging.WARNING)
         return
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _CurrentStderr()
     handler._loopcoll = True  # type: ignore[attr-defined]
     handler.setFormatter(logging.Formatter("loopcoll: %(message)s"))
     handler.addFilter(_AfterDelay(PROGRESS_AFTER_S))
     root.addHandler(handler)
     root.setLevel(logging.INFO)
+
+
+def reset_progress() -> None:
+    """Undo :func:`configure_progress` (the CLI calls it when a command ends)."""
+    root = logging.getLogger("synth")
+    for h in list(root.handlers):
+        if getattr(h, "_loopcoll", False):
+            root.removeHandler(h)
+    root.setLevel(logging.NOTSET)
 
 
 def result_json(collective: str, topo_name: str, nranks: int, result: SynthResult) -> dict[str, object]:

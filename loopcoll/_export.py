@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from synth._atomic import write_text_atomic
 from synth.errors import XmlError
 from synth.schedule import Schedule
@@ -11,13 +13,45 @@ __all__ = ["export_xml"]
 
 
 def export_xml(sched: Schedule, topo: Topology, path: str, *, runtime: str, protocol: str) -> str:
-    """Lower, write, re-parse and check; write the file only when the program checks valid."""
-    from msccl_xml import check, lower, parse, write
+    """Lower, write, re-parse and check; write the file only when the program checks valid.
+
+    The XML names peers, not physical paths: the runtime's bandwidth model sends every transfer
+    along :func:`msccl_xml.switch_path`. A schedule whose hops take other paths (several paths for
+    one GPU pair, or a longer one) would run slower than its own algbw claims, so it is refused.
+
+    Raises
+    ------
+    XmlError
+        If lowering fails, the re-parsed program is invalid, or its algbw on ``topo`` differs from
+        the schedule's (naming the first hop whose path differs from the runtime's).
+    """
+    from msccl_xml import check, lower, parse, program_algbw_GBps, write
 
     program = lower(sched, protocol=protocol, runtime=runtime)
     text = write(program)
-    verdict = check(parse(text), runtime=runtime)
+    parsed = parse(text)
+    verdict = check(parsed, runtime=runtime)
     if not verdict.valid:
         raise XmlError(f"lowered program for {sched.collective} on {topo.name} fails its check: {verdict.errors[0]}")
+    xml_GBps, sched_GBps = program_algbw_GBps(parsed, topo), sched.algbw_GBps(topo)  # noqa: N806
+    if not math.isclose(xml_GBps, sched_GBps, rel_tol=1e-12):
+        raise XmlError(
+            f"lowered program for {sched.collective} on {topo.name} runs at {xml_GBps:.6g} GB/s, not the "
+            f"schedule's {sched_GBps:.6g} GB/s: {_path_mismatch(sched, topo)}"
+        )
     write_text_atomic(path, text)
     return text
+
+
+def _path_mismatch(sched: Schedule, topo: Topology) -> str:
+    from msccl_xml import switch_path
+
+    for i, route in enumerate(sched.routes):
+        for hop in route.hops:
+            runtime_path = switch_path(topo, topo.gpu_id(hop.src), topo.gpu_id(hop.dst))
+            if hop.path != runtime_path:
+                return (
+                    f"route {i} hop {hop.src}->{hop.dst} takes {'->'.join(hop.path)}, but MSCCL XML names "
+                    f"only the peer and the transfer runs along {'->'.join(runtime_path)}"
+                )
+    return "the hops follow the runtime's paths, so the bandwidth models disagree (a bug in loopcoll)"

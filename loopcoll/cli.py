@@ -68,6 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("loopcoll: interrupted", file=sys.stderr)
         return 130
+    finally:
+        from loopcoll._cmd_synth import reset_progress
+
+        reset_progress()
 
 
 if __name__ == "__main__":  # pragma: no cover
