@@ -33,7 +33,7 @@ def export_xml(sched: Schedule, topo: Topology, path: str, *, runtime: str, prot
     verdict = check(parsed, runtime=runtime)
     if not verdict.valid:
         raise XmlError(f"lowered program for {sched.collective} on {topo.name} fails its check: {verdict.errors[0]}")
-    xml_GBps, sched_GBps = program_algbw_GBps(parsed, topo), sched.algbw_GBps(topo)  # noqa: N806
+    xml_GBps, sched_GBps = program_algbw_GBps(parsed, topo), sched.algbw_GBps(topo)
     if not math.isclose(xml_GBps, sched_GBps, rel_tol=1e-12):
         raise XmlError(
             f"lowered program for {sched.collective} on {topo.name} runs at {xml_GBps:.6g} GB/s, not the "

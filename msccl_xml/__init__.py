@@ -1,4 +1,4 @@
-"""MSCCL XML: program model, writer, parser, checker, algbw and lowering from a Schedule.
+"""MSCCL XML: program model, writer, parser, checker, algbw, lowering from a Schedule and back.
 
 Examples
 --------
@@ -21,6 +21,7 @@ from .lint import lint_text
 from .lowering import lower
 from .parser import parse, read
 from .program import BufferKind, Gpu, Program, Protocol, Step, StepType, Threadblock, nop
+from .to_schedule import program_to_schedule
 from .writer import write
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "parse",
     "program_algbw_GBps",
     "program_link_loads",
+    "program_to_schedule",
     "read",
     "runtime_limits",
     "switch_path",

@@ -112,7 +112,8 @@ def assign_channels(
             raise XmlError(
                 f"lowering: a relay chain through {where} fits on none of {max_channels} channels "
                 f"with at most {max_steps} steps per threadblock; raise max_channels (the runtime "
-                "allows up to its channel limit) or lower the schedule's nchunks"
+                "allows up to its channel limit; a channel holds one threadblock per send peer and "
+                "per recv peer) or lower the schedule's nchunks"
             )
         chan = best[1]
         nchan = max(nchan, chan + 1)

@@ -26,9 +26,22 @@ import numpy as np
 from ._layout import Layout, Slot, Value, combine, describe_mismatch
 from .program import BufferKind, Gpu, Program, Step, StepType, Threadblock
 
-__all__ = ["simulate"]
+__all__ = ["Transfer", "simulate", "trace"]
 
 Access = tuple[int, int, str]  # (tb index, step ordinal 1.., place)
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """One matched send/receive: ``cnt`` chunks from ``sender`` to ``receiver`` on ``chan``.
+
+    ``values`` holds the symbolic value of each chunk sent (``None``: uninitialised).
+    """
+
+    sender: int
+    receiver: int
+    chan: int
+    values: tuple[Value, ...]
 
 
 @dataclass(slots=True)
@@ -53,6 +66,7 @@ class _State:
     uninit: int = 0
     lost: int = 0
     unread: dict[tuple[int, Slot], str] = field(default_factory=dict)
+    transfers: list[Transfer] = field(default_factory=list)
 
 
 _MAX_RACES = 10
@@ -74,6 +88,21 @@ def simulate(
     ``layout`` gives buffer sizes, aliasing, initial contents and the postcondition; ``None``
     checks progress only.
     """
+    st = _run(program, layout, fifo_depth)
+    return st.errors, st.warnings
+
+
+def trace(program: Program, layout: Layout) -> tuple[list[Transfer], list[str]]:
+    """Run ``program`` symbolically; return its transfers in execution order, and the errors.
+
+    Every transfer happens after the ones its data depends on (the order is causal), so a chunk's
+    hops appear parents first. The transfers are complete only when there are no errors.
+    """
+    st = _run(program, layout, None)
+    return st.transfers, st.errors
+
+
+def _run(program: Program, layout: Layout | None, fifo_depth: int | None) -> _State:
     tbs = [(gpu, tb) for gpu in program.gpus for tb in gpu.threadblocks]
     index = {(gpu.id, tb.id): u for u, (gpu, tb) in enumerate(tbs)}
     s_chunks = {gpu.id: gpu.s_chunks for gpu in program.gpus}
@@ -131,6 +160,8 @@ def simulate(
             if step.type.receives and tb.recv >= 0:
                 msg = queues[in_key].popleft()
                 np.maximum(clock, msg.clock, out=clock)
+                sent = tuple((msg.values + [None] * step.cnt)[: step.cnt])
+                st.transfers.append(Transfer(tb.recv, gpu.id, tb.chan, sent))
                 wake(("space", in_key))
             place = f"gpu {gpu.id} tb {tb.id} step {step.s}"
             out = _execute(st, gpu.id, s_chunks[gpu.id], u, pcs[u] + 1, clock, step, msg, place)
@@ -152,7 +183,7 @@ def simulate(
             st.warnings.append(f"{place}: writes gpu {rank} {buf}[{idx}], which nothing reads")
         if layout is not None and layout.collective is not None:
             st.errors.extend(_postcondition(program, st, layout))
-    return st.errors, st.warnings
+    return st
 
 
 def _deadlock_messages(

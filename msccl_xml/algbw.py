@@ -8,8 +8,10 @@ per-rank buffer, the AllReduce buffer; this is exactly the byte count the runtim
 all switches, over links with capacity > 0; ties go to the path whose node-id sequence is
 smallest. With ``n_a`` chunks on link ``a`` of capacity ``c_a`` GB/s the bandwidth term is
 ``T = max_a n_a · S / (nchunksperloop · c_a)``, hence ``algbw = nchunksperloop / max_a(n_a/c_a)``.
-For AllReduce the reduce phase (transfers whose receive reduces) runs before the copy phase, so
-their two terms add up, as in :meth:`synth.schedule.Schedule.rate_GBps`.
+For AllReduce the reduce phase (transfers of partial sums) runs before the copy phase (transfers
+of full sums), so their two terms add up, as in :meth:`synth.schedule.Schedule.rate_GBps`. What a
+transfer carries comes from a symbolic execution, so a reduction done by a plain receive into
+scratch followed by a local ``re`` (msccl-tools' allpairs) is classed like one done by ``rrc``.
 
 Examples
 --------
@@ -34,7 +36,9 @@ from synth.errors import XmlError
 from synth.paths import switch_path as synth_switch_path
 from synth.topologies import Topology
 
-from ._matching import _endpoints
+from ._layout import canonical_coll, layout_for
+from ._matching import _endpoints, match_problems
+from ._simulate import trace
 from .program import Program
 
 __all__ = ["program_algbw_GBps", "program_link_loads", "program_phase_loads", "switch_path"]
@@ -67,16 +71,50 @@ def switch_path(topology: Topology, src: str, dst: str) -> tuple[str, ...]:
 
 
 def program_phase_loads(program: Program, topology: Topology) -> dict[str, dict[tuple[str, str], int]]:
-    """Link loads split into the ``"reduce"`` phase (the receiving step reduces) and ``"copy"``.
+    """Link loads split into the ``"reduce"`` phase (partial sums) and the ``"copy"`` phase.
 
-    A send is classed by the receive it pairs with (the k-th send on a connection pairs with the
-    k-th receive, reference §4); an unmatched send counts as a copy.
+    For an allreduce that runs cleanly, each transferred chunk is classed by its symbolic value:
+    a full sum of all ranks' contributions is a copy, anything else a partial sum. Otherwise a
+    send is classed by the receive it pairs with (the k-th send on a connection pairs with the
+    k-th receive, reference §4): a reducing receive makes it a reduce; an unmatched send counts as
+    a copy.
     """
     if topology.nranks != program.ngpus:
         raise XmlError(
             f"topology {topology.name!r} has {topology.nranks} ranks but the program has "
             f"ngpus={program.ngpus}"
         )
+    per_pair = _chunks_by_value(program)
+    if per_pair is None:
+        per_pair = _chunks_by_step_type(program)
+    out: dict[str, dict[tuple[str, str], int]] = {"reduce": defaultdict(int), "copy": defaultdict(int)}
+    for (phase, a, b), chunks in sorted(per_pair.items()):
+        path = switch_path(topology, topology.gpu_id(a), topology.gpu_id(b))
+        for key2 in zip(path[:-1], path[1:]):
+            out[phase][key2] += chunks
+    return {phase: dict(sorted(loads.items())) for phase, loads in out.items()}
+
+
+def _chunks_by_value(program: Program) -> dict[tuple[str, int, int], int] | None:
+    """Chunks per (phase, sender, receiver) of a cleanly running allreduce, else ``None``."""
+    if canonical_coll(program.coll) != "allreduce":
+        return None
+    layout, problem = layout_for(program, program.inplace == 1)
+    if problem or match_problems(program):
+        return None
+    transfers, errors = trace(program, layout)
+    if errors:
+        return None
+    n = program.ngpus
+    per_pair: dict[tuple[str, int, int], int] = defaultdict(int)
+    for t in transfers:
+        for value in t.values:
+            full = bool(value) and value == tuple((q, value[0][1]) for q in range(n))  # type: ignore[index]
+            per_pair[("copy" if full else "reduce", t.sender, t.receiver)] += 1
+    return per_pair
+
+
+def _chunks_by_step_type(program: Program) -> dict[tuple[str, int, int], int]:
     sends, _, _ = _endpoints(program)
     receive_reduces: dict[tuple[int, int, int], list[bool]] = defaultdict(list)
     for gpu in program.gpus:
@@ -93,12 +131,7 @@ def program_phase_loads(program: Program, topology: Topology) -> dict[str, dict[
         for k, (_, _, _, cnt) in enumerate(endpoints):
             phase = "reduce" if k < len(kinds) and kinds[k] else "copy"
             per_pair[(phase, a, b)] += cnt
-    out: dict[str, dict[tuple[str, str], int]] = {"reduce": defaultdict(int), "copy": defaultdict(int)}
-    for (phase, a, b), chunks in sorted(per_pair.items()):
-        path = switch_path(topology, topology.gpu_id(a), topology.gpu_id(b))
-        for key2 in zip(path[:-1], path[1:]):
-            out[phase][key2] += chunks
-    return {phase: dict(sorted(loads.items())) for phase, loads in out.items()}
+    return per_pair
 
 
 def program_link_loads(program: Program, topology: Topology) -> dict[tuple[str, str], int]:

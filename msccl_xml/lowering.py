@@ -82,7 +82,10 @@ def lower(
     A route with ``chunks = c`` becomes transfers of ``cnt <= 71`` chunks. Out-trees relay with
     ``rcs`` to one child and ``s`` to the others; in-trees fold children in with ``rrc`` into a
     scratch accumulator and forward with ``rrs``; alltoall paths relay with ``rcs`` through
-    scratch. Runs in time linear in the number of steps times channels.
+    scratch. Runs in time linear in the number of steps times channels. The XML names peers only:
+    each hop's physical path is dropped, and :func:`msccl_xml.algbw.program_algbw_GBps` assumes
+    :func:`msccl_xml.algbw.switch_path` for it. :func:`msccl_xml.to_schedule.program_to_schedule`
+    inverts the lowering.
 
     Examples
     --------
