@@ -98,3 +98,14 @@ def test_progress_filter_drops_early_records_only() -> None:
     info = logging.LogRecord("synth", logging.INFO, __file__, 1, "progress", None, None)
     warning = logging.LogRecord("synth", logging.WARNING, __file__, 1, "careful", None, None)
     assert not early.filter(info) and early.filter(warning) and now.filter(info)
+
+
+def test_progress_goes_to_stderr_unless_quiet(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import loopcoll._cmd_synth as cmd
+
+    monkeypatch.setattr(cmd, "PROGRESS_AFTER_S", 0.0)  # report from the start, as a long run would
+    assert main(["synth", "alltoall", "hpn:1x2x8"]) == 0
+    err = capsys.readouterr().err
+    assert "loopcoll: alltoall_cg: iteration" in err
+    assert main(["synth", "alltoall", "hpn:1x2x8", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
