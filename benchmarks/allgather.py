@@ -1,7 +1,8 @@
 """AllGather benchmark: ForestColl cold vs warm (from the healthy schedule) under fail1/2/3.
 
-Run ``python benchmarks/allgather.py [--quick] [--repeats N]``; prints a table and writes
-``benchmarks/results/allgather.json`` and ``.md``. Times are medians of the repeats.
+Run ``python benchmarks/allgather.py [--quick] [--repeats N] [--only SPEC ...]``; prints a table
+and writes ``benchmarks/results/allgather.json`` and ``.md`` (``--only`` replaces just those
+topologies' rows). Times are medians of the repeats.
 """
 
 from __future__ import annotations
@@ -82,6 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = run(specs, max(1, args.repeats))
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
+    if args.only:
+        # A partial run replaces its topologies' rows and keeps the others.
+        try:
+            old = json.loads((out / "allgather.json").read_text())["rows"]
+        except (OSError, ValueError, KeyError, TypeError):
+            old = []
+        rows = [r for r in old if r.get("topology") not in set(specs)] + rows
+        order = {spec: i for i, spec in enumerate(FULL)}
+        rows.sort(key=lambda r: (order.get(str(r["topology"]), len(order)), SCENARIOS.index(str(r["scenario"]))))
     doc = {"repeats": args.repeats, "rows": rows}
     (out / "allgather.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     md = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]

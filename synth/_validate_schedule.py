@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING
 
 from synth.errors import ScheduleError
 
+from synth.schedule import Hop
+
 if TYPE_CHECKING:
-    from synth.schedule import Hop, Route, Schedule
+    from synth.schedule import Route, Schedule
     from synth.topologies.model import Topology
 
 __all__ = ["validate_schedule"]
@@ -96,6 +98,7 @@ def validate_schedule(sched: Schedule, topo: Topology) -> None:
     if not sched.routes:
         raise ScheduleError("schedule has no routes")
     delivered: dict[tuple[str, int, int | None], int] = defaultdict(int)
+    checked: set[Hop] = set()  # schedules share hops between routes; a hop's path is checked once
     for i, route in enumerate(sched.routes):
         where = f"route {i} ({route.kind.value}, root {route.root})"
         if route.kind.value not in _ALLOWED[sched.collective]:
@@ -106,7 +109,9 @@ def validate_schedule(sched: Schedule, topo: Topology) -> None:
             if rank is not None and not 0 <= rank < n:
                 raise ScheduleError(f"{where}: rank {rank!r} out of range 0..{n - 1}")
         for hop in route.hops:
-            _check_hop(hop, where, topo)
+            if hop not in checked:
+                _check_hop(hop, where, topo)
+                checked.add(hop)
         if route.kind.value == "out_tree":
             _check_out_tree(route, where, n)
         elif route.kind.value == "in_tree":

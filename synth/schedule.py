@@ -158,24 +158,30 @@ class Schedule:
     def link_loads(self) -> dict[tuple[NodeId, NodeId], int]:
         """Chunks crossing each physical link, ``n_a`` (links with no load are absent)."""
         loads: dict[tuple[NodeId, NodeId], int] = defaultdict(int)
-        for route in self.routes:
-            for hop in route.hops:
-                for key in hop.links:
-                    loads[key] += route.chunks
+        for phase in self._phase_loads():
+            for key, n in phase.items():
+                loads[key] += n
         return dict(sorted(loads.items()))
 
     def _phase_loads(self) -> list[dict[tuple[NodeId, NodeId], int]]:
-        if self.collective != "allreduce":
-            return [self.link_loads()]
+        """Per-phase link loads (AllReduce: in-trees, then out-trees), computed once per schedule."""
+        cached = self.__dict__.get("_phase_loads_cache")
+        if cached is not None:
+            return cached
+        kinds = (RouteKind.IN_TREE, RouteKind.OUT_TREE) if self.collective == "allreduce" else (None,)
         phases = []
-        for kind in (RouteKind.IN_TREE, RouteKind.OUT_TREE):
-            loads: dict[tuple[NodeId, NodeId], int] = defaultdict(int)
+        for kind in kinds:
+            per_hop: dict[Hop, int] = defaultdict(int)
             for route in self.routes:
-                if route.kind is kind:
+                if kind is None or route.kind is kind:
                     for hop in route.hops:
-                        for key in hop.links:
-                            loads[key] += route.chunks
+                        per_hop[hop] += route.chunks
+            loads: dict[tuple[NodeId, NodeId], int] = defaultdict(int)
+            for hop, n in per_hop.items():
+                for key in hop.links:
+                    loads[key] += n
             phases.append(dict(loads))
+        object.__setattr__(self, "_phase_loads_cache", phases)
         return phases
 
     def _max_ratio(self, topo: Topology) -> Fraction:

@@ -1,8 +1,9 @@
 """Column generation on the tree master: the pricing loop and the sweep over the step bound.
 
-The loop: solve the master (primal simplex from the previous basis), price one shortest-path
-tree per source under the link duals, add the trees with negative reduced cost, and stop when
-none is left or the Farley bound meets the master's value. Every iteration also yields a lower
+The loop: solve the master (primal simplex from the previous basis), compute each source's
+cheapest tree cost under the link duals (distances only, exact), build and add shortest-path
+trees for the sources whose reduced cost is negative, and stop when none is left or the Farley
+bound meets the master's value. Every iteration also yields a lower
 bound on T (Farley, §2.2): ``T* ≥ Σ_s cost_s(w) / Σ_e c_e w_e`` for the link weights w ≥ 0.
 
 The step sweep (§2.6 a): start at the hop diameter; after convergence at m steps, price once more
@@ -22,7 +23,7 @@ import numpy.typing as npt
 from synth.alltoall_cg._expanded import ExpandedGraph, Network
 from synth.alltoall_cg._master import TreeMaster
 from synth.alltoall_cg._pool import PathPool, TreePool
-from synth.alltoall_cg._pricing import TreeSet, price_trees
+from synth.alltoall_cg._pricing import TreeSet, price_trees, tree_costs
 from synth.errors import SolverError
 from synth.result import Status
 from synth.solvers import LpMethod, LpSolution
@@ -75,6 +76,7 @@ class ColumnGeneration:
         self.lp_time_s = 0.0
         self.pricing_time_s = 0.0
         self.last_solution: LpSolution | None = None
+        self.trees_feasible = False  # set by a warm restore whose pool covers every source
 
     # -- columns --------------------------------------------------------------------------------
     def add_from(self, trees: TreeSet, rows: IntArray) -> int:
@@ -110,11 +112,25 @@ class ColumnGeneration:
             self.tree_loads = [np.concatenate(self.tree_loads)]
         return self.tree_loads[0]
 
-    def price(self, w: FloatArray, graph: ExpandedGraph | None = None) -> TreeSet:
+    def price(self, w: FloatArray, graph: ExpandedGraph | None = None, sources: IntArray | None = None) -> TreeSet:
         t0 = time.perf_counter()
-        out = price_trees(graph or self.graph, w, tie_break=tie_break(w))
+        out = price_trees(graph or self.graph, w, sources=sources, tie_break=tie_break(w))
         self.pricing_time_s += time.perf_counter() - t0
         return out
+
+    def costs(self, w: FloatArray, graph: ExpandedGraph | None = None) -> FloatArray:
+        """Exact cheapest-tree cost per source under w (distances only; see :func:`tree_costs`)."""
+        t0 = time.perf_counter()
+        out = tree_costs(graph or self.graph, w)
+        self.pricing_time_s += time.perf_counter() - t0
+        return out
+
+    def farley_costs(self, costs: FloatArray, w: FloatArray) -> float:
+        """Farley lower bound on T (real units) from exact cheapest-tree costs under ``w``."""
+        denom = float(self.master.caps @ w) / self.scale
+        if denom <= 0:
+            return 0.0
+        return float(np.maximum(costs, 0.0).sum()) / denom / self.scale
 
     def cut_bound(self) -> float:
         """Trivial lower bound on T: every GPU sends (and receives) N − 1 units over its own links."""
@@ -123,17 +139,6 @@ class ColumnGeneration:
         out_cap = np.bincount(net.tail[live], weights=net.caps_GBps[live], minlength=net.n_nodes)[net.gpu_node]
         in_cap = np.bincount(net.head[live], weights=net.caps_GBps[live], minlength=net.n_nodes)[net.gpu_node]
         return float((net.n_gpus - 1) / min(out_cap.min(), in_cap.min()))
-
-    def farley(self, trees: TreeSet, w: FloatArray) -> float:
-        """Lower bound on T (real units) from the weights ``w`` and their shortest trees."""
-        denom = float(self.master.caps @ w) / self.scale
-        if denom <= 0:
-            return 0.0
-        eps = tie_break(w)
-        # The trees are shortest for w + eps; subtract eps per link any path could use.
-        slack = eps * (self.net.n_gpus - 1) * self.net.n_nodes * self.graph.n_layers
-        lb = float(np.maximum(trees.cost + eps * trees.loads.sum(axis=1) - slack, 0.0).sum())
-        return lb / denom / self.scale
 
     # -- the loop ---------------------------------------------------------------------------------
     def solve_master(self, method: LpMethod, deadline: float | None) -> LpSolution:
@@ -161,13 +166,17 @@ class ColumnGeneration:
                 return self._stop(sol.status, sol.native, best_lb, iterations, history)
             t_now = sol.objective / self.scale
             mu, w = self.master.duals(sol)
-            trees = self.price(w)
-            rc = trees.cost - mu
-            lb = self.farley(trees, w)
+            # Distances first (cheap, exact): they prove optimality and give the Farley bound;
+            # trees are built only for the sources whose cheapest tree has negative reduced cost.
+            costs = self.costs(w)
+            lb = self.farley_costs(costs, w)
             if self.steps is None:
                 best_lb = max(best_lb, lb)
-            enter = np.flatnonzero(rc < -RC_TOL)
-            added = self.add_from(trees, enter) if len(enter) and lb < t_now * (1 - GAP_TOL) else 0
+            need = np.flatnonzero(costs - mu < -RC_TOL)
+            added = 0
+            if len(need) and lb < t_now * (1 - GAP_TOL):
+                trees = self.price(w, sources=need)
+                added = self.add_from(trees, np.flatnonzero(trees.cost - mu[need] < -RC_TOL))
             log.info("alltoall_cg: iteration %d, steps %s, T=%.9g, Farley bound %.9g, %d trees added (%d in pool)",
                      iterations, self.steps, t_now, lb, added, len(self.trees))
             if added:
@@ -178,10 +187,10 @@ class ColumnGeneration:
             if self.steps is None or not sweep:
                 return self._finish(sol, t_now, max(best_lb, lb) if self.steps is None else lb, iterations, history)
             # Converged at m steps: does any tree without a step bound improve?
-            free = self.price(w, self._free_graph())
-            free_lb = self.farley(free, w)
+            free = self.costs(w, self._free_graph())
+            free_lb = self.farley_costs(free, w)
             best_lb = max(best_lb, free_lb)
-            if not (free.cost - mu < -RC_TOL).any() or free_lb >= t_now * (1 - GAP_TOL):
+            if not (free - mu < -RC_TOL).any() or free_lb >= t_now * (1 - GAP_TOL):
                 return self._finish(sol, t_now, best_lb, iterations, history)
             if self.steps >= self.net.n_gpus - 1:  # simple paths never need more hops
                 return self._finish(sol, t_now, best_lb, iterations, history)
@@ -212,6 +221,6 @@ class ColumnGeneration:
             raise SolverError(f"AllToAll master LP on {self.net.name!r} ended with {native} before any solution")
         sol = self.last_solution
         mu, w = self.master.duals(sol)
-        best_lb = max(best_lb, self.farley(self.price(w, self._free_graph()), w), self.cut_bound())
+        best_lb = max(best_lb, self.farley_costs(self.costs(w, self._free_graph()), w), self.cut_bound())
         return CgRun(status if status is not Status.OPTIMAL else Status.TIME_LIMIT, native, sol.objective / self.scale,
                      self.lambdas(), best_lb, iterations, False, self.lp_time_s, self.pricing_time_s, history)

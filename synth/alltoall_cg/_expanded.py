@@ -19,6 +19,7 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +29,7 @@ from scipy.sparse.csgraph import dijkstra
 from synth.errors import SolverError
 from synth.topologies.model import Topology
 
-__all__ = ["ExpandedGraph", "Network", "hop_diameter"]
+__all__ = ["ExpandedGraph", "LayeredArcs", "Network", "hop_diameter"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -151,6 +152,16 @@ class ExpandedGraph:
         return cls(net, steps, layers, indptr, dst.astype(np.int64), link.astype(np.int64), keys[korder],
                    live_links[korder])
 
+    @cached_property
+    def all_arcs(self) -> ArcGroup:
+        """Every live link grouped by head (Bellman-Ford rounds on the plain graph)."""
+        return ArcGroup.of(self.net, np.flatnonzero(self.net.live))
+
+    @cached_property
+    def layered(self) -> LayeredArcs:
+        """Arcs grouped by head for the layered min-plus DP (step-bounded graphs only)."""
+        return LayeredArcs.build(self.net)
+
     def matrix(self, link_weight: FloatArray) -> csr_matrix:
         """The graph with arc weights ``link_weight[arc_link]`` (weights must be > 0)."""
         n = self.net.n_nodes * self.n_layers
@@ -162,3 +173,82 @@ class ExpandedGraph:
         keys = (tail_node % nv) * nv + (head_node % nv)
         pos = np.searchsorted(self.arc_keys, keys)
         return self.arc_key_link[pos]
+
+
+@dataclass(frozen=True, eq=False)
+class ArcGroup:
+    """Live links grouped by head node, in slots for a vectorised segment minimum.
+
+    Heads are ordered by decreasing in-degree, so slot j (the j-th link into each head) covers the
+    prefix ``heads[:len(slot_tail[j])]``; ``slot_tail[j]`` / ``slot_link[j]`` are its tails and links.
+    """
+
+    heads: IntArray
+    slot_tail: tuple[IntArray, ...]
+    slot_link: tuple[IntArray, ...]
+    n_arcs: int
+
+    @classmethod
+    def of(cls, net: Network, links: IntArray) -> ArcGroup:
+        links = np.asarray(links, dtype=np.int64)
+        if len(links) == 0:
+            return cls(np.zeros(0, np.int64), (), (), 0)
+        heads, counts = np.unique(net.head[links], return_counts=True)
+        order = np.lexsort((heads, -counts))
+        heads, counts = heads[order], counts[order]
+        pos = np.empty(net.n_nodes, dtype=np.int64)
+        pos[heads] = np.arange(len(heads))
+        by_head = links[np.lexsort((links, pos[net.head[links]]))]
+        starts = np.r_[0, np.cumsum(counts)[:-1]]
+        slot_link = tuple(by_head[starts[: int((counts > j).sum())] + j] for j in range(int(counts.max())))
+        return cls(heads, tuple(net.tail[sl] for sl in slot_link), slot_link, len(links))
+
+    def __len__(self) -> int:
+        return self.n_arcs
+
+    def segmin(self, dist: FloatArray, wt: FloatArray, *, track: bool = True) -> tuple[FloatArray, IntArray | None]:
+        """Per head (rows, in ``heads`` order) and source (columns): min over in-links of
+        ``dist[tail] + wt[link]``, and (``track``) the link reaching it, the last listed on ties
+        (-1 where unreachable). ``wt`` is one weight per link or a (links × sources) matrix."""
+        per_source = wt.ndim == 2
+        best = dist[self.slot_tail[0]]
+        best += wt[self.slot_link[0]] if per_source else wt[self.slot_link[0]][:, None]
+        arg = None
+        if track:
+            arg = np.empty(best.shape, dtype=np.int64)
+            arg[:] = self.slot_link[0][:, None]
+        for tail, link in zip(self.slot_tail[1:], self.slot_link[1:]):
+            k = len(tail)
+            cand = dist[tail]
+            cand += wt[link] if per_source else wt[link][:, None]
+            b = best[:k]
+            if arg is None:
+                np.minimum(b, cand, out=b)
+                continue
+            better = cand <= b
+            np.copyto(b, cand, where=better)
+            np.copyto(arg[:k], np.broadcast_to(link[:, None], (k, b.shape[1])), where=better)
+        if arg is not None:
+            arg[best == np.inf] = -1
+        return best, arg
+
+
+@dataclass(frozen=True, eq=False)
+class LayeredArcs:
+    """The arc kinds of the time-expanded graph, for a DP layer by layer.
+
+    ``step``: links into GPUs (layer t − 1 → t); ``flat``: GPU → switch links (same layer);
+    ``chain``: switch → switch links (same layer, relaxed to a fixed point; switch chains are short).
+    """
+
+    step: ArcGroup
+    flat: ArcGroup
+    chain: ArcGroup
+
+    @classmethod
+    def build(cls, net: Network) -> LayeredArcs:
+        live = np.flatnonzero(net.live)
+        into_gpu = net.is_gpu[net.head[live]]
+        from_gpu = net.is_gpu[net.tail[live]]
+        return cls(ArcGroup.of(net, live[into_gpu]), ArcGroup.of(net, live[~into_gpu & from_gpu]),
+                   ArcGroup.of(net, live[~into_gpu & ~from_gpu]))

@@ -43,6 +43,7 @@ class PathPool:
         self.steps = np.zeros(0, dtype=np.int64)
         self._starts = np.zeros(1, dtype=np.int64)
         self._links = np.zeros(0, dtype=np.int64)
+        self._simple = np.zeros(0, dtype=np.int8)  # per path: 1 GPU-simple, 0 not, -1 not checked yet
 
     def __len__(self) -> int:
         return len(self.src)
@@ -122,6 +123,31 @@ class PathPool:
         if ((self.hash2[ids] != h2) | (self.src[ids] != src) | (self.dst[ids] != dst)).any():
             raise SolverError("path hash collision in the AllToAll column pool; please report this topology")
         return ids
+
+    def gpu_simple(self, pids: IntArray) -> npt.NDArray[np.bool_]:
+        """Whether each path visits every GPU at most once (its source included); cached per path."""
+        pids = np.asarray(pids, dtype=np.int64)
+        known = self._simple
+        if len(known) < len(self.src):
+            known = np.r_[known, np.full(len(self.src) - len(known), -1, dtype=np.int8)]
+        todo = np.unique(pids[known[pids] < 0])
+        if len(todo):
+            net = self.net
+            starts, links = self.link_csr(todo)
+            owner = np.repeat(np.arange(len(todo)), np.diff(starts))
+            heads = net.head[links]
+            gpu = net.is_gpu[heads]
+            visits = np.r_[owner[gpu] * net.n_nodes + heads[gpu],
+                           np.arange(len(todo)) * net.n_nodes + net.gpu_node[self.src[todo]]]
+            owners = np.r_[owner[gpu], np.arange(len(todo))]
+            order = np.argsort(visits, kind="stable")
+            dup = visits[order][1:] == visits[order][:-1]
+            flag = np.ones(len(todo), dtype=np.int8)
+            flag[owners[order][1:][dup]] = 0
+            known = known.copy() if known is self._simple else known
+            known[todo] = flag
+        self._simple = known  # a new array whenever it changes: shallow copies of the pool stay intact
+        return known[pids] == 1
 
     def links(self, pid: int) -> IntArray:
         return self._links[self._starts[pid] : self._starts[pid + 1]]

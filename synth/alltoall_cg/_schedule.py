@@ -41,26 +41,46 @@ class RouteCache:
 
 
 def _fill_hops(paths: PathPool, pids: list[int], cache: dict[int, tuple[Hop, ...]]) -> None:
-    """Hop tuples of many paths at once (array work first, then plain-list Python)."""
+    """Hop tuples of many paths at once: paths are cut at GPUs into segments, and one :class:`Hop`
+    is made per distinct segment (few: a hop is a GPU pair and a switch route), shared by all paths."""
     if not pids:
         return
     net = paths.net
-    rank_of = net.rank_of_node().tolist()
     starts, links = paths.link_csr(np.asarray(pids, dtype=np.int64))
-    tails = net.tail[links[starts[:-1]]].tolist()
-    heads = net.head[links].tolist()
-    bounds = starts.tolist()
+    heads = net.head[links]
+    ends = net.is_gpu[heads]  # a segment ends where a link enters a GPU (every path ends so)
+    seg_of = np.cumsum(ends) - ends
+    n_seg = int(ends.sum())
+    seg_first = np.r_[0, np.flatnonzero(ends)[:-1] + 1]
+    pos = np.arange(len(links)) - seg_first[seg_of]
+    width = int(pos.max()) + 1
+    base = net.n_links + 1
+    if width * np.log2(base) < 62:
+        key = np.zeros(n_seg, dtype=np.int64)
+        np.add.at(key, seg_of, (links + 1) * base ** pos)
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    else:  # pragma: no cover - segments too long for a packed key
+        mat = np.full((n_seg, width), -1, dtype=np.int64)
+        mat[seg_of, pos] = links
+        _, first, inverse = np.unique(mat, axis=0, return_index=True, return_inverse=True)
+    rank_of = net.rank_of_node().tolist()
     names = net.node_ids
-    for j, pid in enumerate(pids):
-        nodes = [tails[j], *heads[bounds[j] : bounds[j + 1]]]
-        hops = []
-        start = 0
-        for i in range(1, len(nodes)):
-            r = rank_of[nodes[i]]
-            if r >= 0:
-                hops.append(Hop(rank_of[nodes[start]], r, tuple(names[v] for v in nodes[start : i + 1])))
-                start = i
-        cache[pid] = tuple(hops)
+    seg_lo = seg_first[first].tolist()
+    seg_hi = (np.r_[seg_first[1:], len(links)][first]).tolist()
+    link_l = links.tolist()
+    tails, heads_l = net.tail.tolist(), net.head.tolist()
+    hop_objs = []
+    for lo, hi in zip(seg_lo, seg_hi):
+        nodes = [tails[link_l[lo]], *(heads_l[e] for e in link_l[lo:hi])]
+        hop_objs.append(Hop(rank_of[nodes[0]], rank_of[nodes[-1]], tuple(names[v] for v in nodes)))
+    inverse = inverse.ravel()
+    n_hops = np.add.reduceat(ends.astype(np.int64), starts[:-1])  # segments per path
+    first_seg = np.r_[0, np.cumsum(n_hops)[:-1]]
+    pid_arr = np.asarray(pids, dtype=np.int64)
+    for k in np.unique(n_hops).tolist():  # paths with k hops: k columns of hop objects, zipped in C
+        rows = np.flatnonzero(n_hops == k)
+        cols = [[hop_objs[i] for i in inverse[first_seg[rows] + j].tolist()] for j in range(k)]
+        cache.update(zip(pid_arr[rows].tolist(), zip(*cols)))
 
 
 def check_and_measure(topo: Topology, paths: PathPool, pids: IntArray, chunks: IntArray,
@@ -82,12 +102,7 @@ def check_and_measure(topo: Topology, paths: PathPool, pids: IntArray, chunks: I
         e = int(links[np.flatnonzero(net.caps_GBps[links] <= 0)[0]])
         raise ScheduleError(f"rounded AllToAll schedule uses link {net.link_keys[e][0]}->{net.link_keys[e][1]}, "
                             "which is down")
-    route_of = np.repeat(np.arange(len(pids)), np.diff(starts))
-    heads = net.head[links]
-    gpu = net.is_gpu[heads]
-    visits = np.r_[route_of[gpu] * net.n_nodes + heads[gpu], np.arange(len(pids)) * net.n_nodes
-                   + net.gpu_node[paths.src[pids]]]
-    if len(np.unique(visits)) != len(visits):
+    if not paths.gpu_simple(pids).all():
         raise ScheduleError("rounded AllToAll schedule has a path that revisits a GPU")
     loads = np.bincount(links, weights=np.repeat(chunks, np.diff(starts)), minlength=net.n_links)
     used = np.flatnonzero(loads > 0)
@@ -108,13 +123,17 @@ def build_schedule(paths: PathPool, pids: IntArray, chunks: IntArray, nchunks: i
                    cache: RouteCache) -> Schedule:
     """One PATH route per (path, chunk count), sorted by (source, destination, chunks desc, path id)."""
     order = np.lexsort((pids, -chunks, paths.dst[pids], paths.src[pids]))
-    routes = []
     hops_cache, route_cache = cache.hops, cache.routes
     _fill_hops(paths, [p for p in pids.tolist() if p not in hops_cache], hops_cache)
-    src_l, dst_l = paths.src.tolist(), paths.dst.tolist()
-    for pid, c in zip(pids[order].tolist(), chunks[order].tolist()):
-        route = route_cache.get((pid, c))
-        if route is None:
-            route = route_cache[(pid, c)] = Route(RouteKind.PATH, src_l[pid], c, hops_cache[pid], dst_l[pid])
-        routes.append(route)
+    pid_l, chunk_l = pids[order].tolist(), chunks[order].tolist()
+    keys = list(zip(pid_l, chunk_l))
+    routes = list(map(route_cache.get, keys))
+    missing = [i for i, r in enumerate(routes) if r is None]
+    if missing:
+        src_l, dst_l = paths.src.tolist(), paths.dst.tolist()
+        kind = RouteKind.PATH
+        made = [Route(kind, src_l[pid_l[i]], chunk_l[i], hops_cache[pid_l[i]], dst_l[pid_l[i]]) for i in missing]
+        for i, r in zip(missing, made):
+            routes[i] = r
+        route_cache.update(zip([keys[i] for i in missing], made))
     return Schedule("alltoall", paths.net.n_gpus, nchunks, tuple(routes), meta=dict(meta))

@@ -50,12 +50,21 @@ class WarmState:
     tree_loads: IntArray
     basis: object | None
     routes: RouteCache
+    live: npt.NDArray[np.bool_] | None = None  # live links it was made for
+    hop_diameter: int | None = None  # of those live links
 
     @classmethod
-    def capture(cls, cg: ColumnGeneration, routes: RouteCache) -> WarmState:
+    def capture(cls, cg: ColumnGeneration, routes: RouteCache, hop_diameter: int | None = None) -> WarmState:
         assert cg.steps is not None
         return cls(cg.net.node_ids, cg.net.link_keys, cg.solver, cg.steps, copy.copy(cg.paths),
-                   _copy_trees(cg.trees), cg.all_loads().copy(), cg.master.lp.basis(), routes)
+                   _copy_trees(cg.trees), cg.all_loads().copy(), cg.master.lp.basis(), routes,
+                   cg.net.live.copy(), hop_diameter)
+
+    def diameter_for(self, net: Network) -> int | None:
+        """The hop diameter of ``net`` when it has the same live links as this state's network."""
+        if self.hop_diameter is None or self.live is None or not self.fits(net):
+            return None
+        return self.hop_diameter if np.array_equal(self.live, net.live) else None
 
     def fits(self, net: Network) -> bool:
         return self.node_ids == net.node_ids and self.link_keys == net.link_keys
@@ -75,7 +84,10 @@ def _copy_trees(trees: TreePool) -> TreePool:
 
 
 def restore(cg: ColumnGeneration, state: WarmState) -> int:
-    """Load ``state``'s pools into a fresh ``cg`` on the same links; returns trees bounded to 0."""
+    """Load ``state``'s pools into a fresh ``cg`` on the same links; returns trees bounded to 0.
+
+    Afterwards ``cg.trees_feasible`` says whether every source keeps a usable tree (then the
+    master is feasible without fresh seed trees)."""
     cg.paths = copy.copy(state.paths)
     cg.paths.net = cg.net
     cg.trees = _copy_trees(state.trees)
@@ -85,6 +97,8 @@ def restore(cg: ColumnGeneration, state: WarmState) -> int:
     cg.tree_loads = [loads]
     cg.master.add_trees(cg.trees.source, loads, upper=upper)
     cg.master.lp.set_basis(state.basis)
+    usable = cg.trees.source if upper is None else cg.trees.source[upper > 0]
+    cg.trees_feasible = len(np.unique(usable)) == cg.net.n_gpus
     return 0 if upper is None else int((upper == 0).sum())
 
 

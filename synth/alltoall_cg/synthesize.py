@@ -36,7 +36,7 @@ from synth.alltoall_cg._schedule import RouteCache, build_schedule, check_and_me
 from synth.alltoall_cg._warm import WarmState, paths_from_schedule, restore, seed_paths
 from synth.errors import ScheduleError, SolverError
 from synth.result import Status, SynthResult
-from synth.schedule import Schedule
+from synth.schedule import CutLink, Schedule
 from synth.solvers import LP_SOLVERS
 from synth.topologies.model import Topology
 
@@ -112,9 +112,11 @@ def _start(net: Network, solver: str, steps: int | None,
         mode = "schedule"
     else:
         mode = "cold"
-    # Shortest-hop trees make the master feasible whatever the seeds were.
-    trees = cg.price(np.zeros(net.n_links))
-    cg.add_from(trees, np.arange(net.n_gpus))
+    # Shortest-hop trees make the master feasible whatever the seeds were (a restored pool with a
+    # usable tree per source already is, and its basis is worth more than extra columns).
+    if not (mode == "state" and cg.trees_feasible):
+        trees = cg.price(np.zeros(net.n_links))
+        cg.add_from(trees, np.arange(net.n_gpus))
     return cg, mode, dropped, cache
 
 
@@ -124,27 +126,35 @@ DIVES: tuple[tuple[float, int, float], ...] = ((0.05, 2, 0.002), (0.3, 8, 0.0), 
 ROUNDING_RETRY_GAP = 0.005
 
 
+Measured = tuple[float, tuple[CutLink, ...]] | None  # (exact algbw, bottleneck), None if the check failed
+
+
 def _round(topology: Topology, cg: ColumnGeneration, pids: np.ndarray, y: np.ndarray, nchunks: int, t_lp: float,
-           deadline: float | None) -> DiveResult:
+           deadline: float | None) -> tuple[DiveResult, Measured]:
     """Best of a few dives and largest-remainder rounding, by the exact T of the rounded solution."""
     best = largest_remainder(cg, pids, y, nchunks)
-    best_t = _t_of(topology, cg, best, nchunks)
+    best_m = _measure(topology, cg, best, nchunks)
+    best_t = _t_of(cg, best_m)
     for batch, backtracks, slack in DIVES:
         if best_t <= t_lp * (1 + ROUNDING_RETRY_GAP) or (deadline is not None and time.perf_counter() > deadline):
             break
         cand = deep_dive(cg, pids, y, nchunks, deadline=deadline, batch=batch, backtracks=backtracks, slack=slack)
-        t = _t_of(topology, cg, cand, nchunks)
+        m = _measure(topology, cg, cand, nchunks)
+        t = _t_of(cg, m)
         if t < best_t * (1 - 1e-12) or not best.dived:
-            best, best_t = cand, t
-    return best
+            best, best_t, best_m = cand, t, m
+    return best, best_m
 
 
-def _t_of(topology: Topology, cg: ColumnGeneration, dive: DiveResult, nchunks: int) -> float:
+def _measure(topology: Topology, cg: ColumnGeneration, dive: DiveResult, nchunks: int) -> Measured:
     try:
-        algbw, _ = check_and_measure(topology, cg.paths, dive.pids, dive.chunks, nchunks)
+        return check_and_measure(topology, cg.paths, dive.pids, dive.chunks, nchunks)
     except ScheduleError:
-        return math.inf
-    return cg.net.n_gpus / algbw
+        return None
+
+
+def _t_of(cg: ColumnGeneration, measured: Measured) -> float:
+    return math.inf if measured is None else cg.net.n_gpus / measured[0]
 
 
 def synthesize_alltoall(
@@ -191,8 +201,11 @@ def synthesize_alltoall(
 
     Notes
     -----
-    Pricing is one vectorised multi-source Dijkstra per iteration on the time-expanded graph
-    (``O(N·|A_T| log |V_T|)``). Paths are tie-broken towards fewer links.
+    Each CG iteration first computes every source's cheapest tree cost by a layered min-plus DP
+    over all sources at once (``O(N·|A_T|)``, distances only; this proves optimality and gives the
+    Farley bound), then builds trees only for sources with a negative reduced cost. Paths are
+    tie-broken towards fewer links. A warm start from a result on the same links reuses its
+    pool, basis, hop diameter and schedule routes.
 
     References
     ----------
@@ -202,7 +215,9 @@ def synthesize_alltoall(
     start = time.perf_counter()
     deadline = None if time_limit is None else start + float(time_limit)
     net = Network.from_topology(topology)
-    diameter = hop_diameter(net)
+    state = warm_start.warm_state if isinstance(warm_start, SynthResult) else warm_start
+    known = state.diameter_for(net) if isinstance(state, WarmState) else None
+    diameter = known if known is not None else hop_diameter(net)
     if max_steps is not None and max_steps < diameter:
         raise SolverError(
             f"max_steps={max_steps!r} is below the hop diameter {diameter} of topology {topology.name!r}: "
@@ -223,7 +238,7 @@ def synthesize_alltoall(
 
     t0 = time.perf_counter()
     pids, y = disaggregate(cg, run.lam, nchunks)
-    dive = _round(topology, cg, pids, y, nchunks, run.t_lp, deadline if run.converged else start)
+    dive, measured = _round(topology, cg, pids, y, nchunks, run.t_lp, deadline if run.converged else start)
     t_round = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -237,7 +252,9 @@ def synthesize_alltoall(
         "topology": topology.name,
     }
     try:
-        algbw, cut = check_and_measure(topology, cg.paths, dive.pids, dive.chunks, nchunks)
+        # The check ran on exactly this rounding in _round; run it again only if it failed there.
+        algbw, cut = measured if measured is not None else check_and_measure(topology, cg.paths, dive.pids,
+                                                                               dive.chunks, nchunks)
         schedule = build_schedule(cg.paths, dive.pids, dive.chunks, nchunks, meta, cache)
         schedule = replace(schedule, bottleneck=cut, topology_fingerprint=topology.fingerprint)
     except ScheduleError as exc:
@@ -280,7 +297,7 @@ def synthesize_alltoall(
                    f"{bound_algbw:.6g} GB/s ({solver} {run.native})")
     log.info("alltoall_cg: %s", message)
     return SynthResult(status, message, schedule, algbw, optimal, 100.0 * gap, elapsed, warm, stats,
-                       WarmState.capture(cg, cache))
+                       WarmState.capture(cg, cache, diameter))
 
 
 def alltoall_lp_bound(topology: Topology, *, solver: str = "highs", time_limit: float | None = None) -> AllToAllBound:

@@ -21,51 +21,82 @@ from synth.schedule import Hop, Route, RouteKind
 __all__ = ["to_routes"]
 
 
-def _take(pool: Pool, g: int) -> list[tuple[tuple[str, ...], int]]:
-    taken = []
-    while g > 0:
-        path, amt = pool[0]
-        use = min(amt, g)
-        taken.append((tuple(path), use))
-        g -= use
-        if use == amt:
-            pool.pop(0)
-        else:
-            pool[0][1] = amt - use
-    return taken
-
-
 def to_routes(classes: list[TreeClass], pools: dict[tuple[int, int], Pool]) -> list[Route]:
     """Physical out-tree routes (hops parents first), merged and sorted deterministically."""
-    pools = {key: [list(b) for b in pool] for key, pool in pools.items()}
-    merged: dict[tuple[int, tuple[Hop, ...]], int] = {}
+    # Per arc: bundles [path, units left, hop id or -1] and the first bundle with units left.
+    bundles = {key: [[path, units, -1] for path, units in pool] for key, pool in pools.items()}
+    first = dict.fromkeys(bundles, 0)
+    hop_ids: dict[tuple[int, int, tuple[str, ...]], int] = {}
+    hops: list[Hop] = []  # one Hop object per (src, dst, path)
+
+    def hop_id(x: int, y: int, b: list) -> int:
+        if b[2] < 0:
+            key = (x, y, tuple(b[0]))
+            i = hop_ids.get(key)
+            if i is None:
+                i = hop_ids[key] = len(hops)
+                hops.append(Hop(x, y, key[2]))
+            b[2] = i
+        return b[2]
+
+    merged: dict[tuple[int, tuple[int, ...]], int] = {}
     for c in sorted(classes, key=lambda c: (c.root, c.node_id)):
-        pieces = [_take(pools[e], c.mult) for e in c.edges]
-        cuts = sorted({0, c.mult} | {acc for p in pieces for acc in _cumulative(p)})
-        for lo, hi in zip(cuts, cuts[1:]):
-            hops = tuple(Hop(x, y, _at(p, lo)) for (x, y), p in zip(c.edges, pieces))
-            key = (c.root, hops)
+        g = c.mult
+        ids: list[int] = []
+        several: dict[int, list[tuple[int, int]]] = {}  # edge position -> [(hop id, units)]
+        for pos, e in enumerate(c.edges):
+            bl, j = bundles[e], first[e]
+            b = bl[j]
+            if b[1] >= g:
+                ids.append(hop_id(e[0], e[1], b))
+                b[1] -= g
+                first[e] = j + (b[1] == 0)
+                continue
+            piece, need = [], g
+            while need > 0:
+                b = bl[j]
+                use = min(b[1], need)
+                piece.append((hop_id(e[0], e[1], b), use))
+                b[1] -= use
+                need -= use
+                j += b[1] == 0
+            first[e] = j
+            several[pos] = piece
+            ids.append(-1)
+        if not several:
+            key = (c.root, tuple(ids))
+            merged[key] = merged.get(key, 0) + g
+            continue
+        # Cut the class where any edge switches bundles.
+        cuts = sorted({0, g} | {acc for p in several.values() for acc in _cumulative(p)})
+        seg = {pos: _segments(p, cuts[:-1]) for pos, p in several.items()}
+        for s_i, (lo, hi) in enumerate(zip(cuts, cuts[1:])):
+            key = (c.root, tuple(seg[pos][s_i] if i < 0 else i for pos, i in enumerate(ids)))
             merged[key] = merged.get(key, 0) + hi - lo
-    return [Route(RouteKind.OUT_TREE, root, chunks, hops) for (root, hops), chunks in sorted(merged.items(), key=_key)]
+    # Sort routes by (root, hops as (src, dst, path)): rank the distinct hops once.
+    rank = [0] * len(hops)
+    for r, i in enumerate(sorted(range(len(hops)), key=lambda i: (hops[i].src, hops[i].dst, hops[i].path))):
+        rank[i] = r
+    items = sorted(merged.items(), key=lambda it: (it[0][0], [rank[i] for i in it[0][1]]))
+    return [Route(RouteKind.OUT_TREE, root, chunks, tuple(hops[i] for i in ids)) for (root, ids), chunks in items]
 
 
-def _key(item: tuple[tuple[int, tuple[Hop, ...]], int]) -> tuple:
-    (root, hops), chunks = item
-    return (root, tuple((h.src, h.dst, h.path) for h in hops), chunks)
+def _segments(piece: list[tuple[int, int]], starts: list[int]) -> list[int]:
+    """The hop of ``piece`` at each position of ``starts`` (ascending; every cumulative amount of
+    ``piece`` is a segment boundary)."""
+    out = []
+    j, acc = 0, piece[0][1]
+    for pos in starts:
+        while pos >= acc:
+            j += 1
+            acc += piece[j][1]
+        out.append(piece[j][0])
+    return out
 
 
-def _cumulative(piece: list[tuple[tuple[str, ...], int]]) -> list[int]:
+def _cumulative(piece: list[tuple[int, int]]) -> list[int]:
     acc, out = 0, []
     for _, amt in piece:
         acc += amt
         out.append(acc)
     return out
-
-
-def _at(piece: list[tuple[tuple[str, ...], int]], pos: int) -> tuple[str, ...]:
-    acc = 0
-    for path, amt in piece:
-        acc += amt
-        if pos < acc:
-            return path
-    raise AssertionError("position beyond the class multiplicity")

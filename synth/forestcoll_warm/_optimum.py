@@ -104,17 +104,30 @@ def _cut_ratio(graph: IntGraph, side: np.ndarray) -> Fraction:
 def _dinkelbach(graph: IntGraph, start_cut: frozenset[str] | None) -> Optimum:
     n, nn = graph.n_gpus, graph.n_nodes
     index = {v: i for i, v in enumerate(graph.names)}
-    candidates = []
+    # Starting cuts: each GPU alone (ratio: its out-capacity) and all but one GPU (its
+    # in-capacity over N-1), plus the warm start's cut; the least ratio, ties by node tuple.
+    out_cap = np.zeros(nn, dtype=object)  # exact integers
+    in_cap = np.zeros(nn, dtype=object)
+    for a, b, c in zip(graph.tails.tolist(), graph.heads.tolist(), graph.caps.tolist()):
+        out_cap[a] += c
+        in_cap[b] += c
+    ratios: list[tuple[Fraction, int, bool]] = []  # (ratio, gpu, complement)
     for g in range(n):
-        one = np.zeros(nn, dtype=bool)
-        one[g] = True
-        candidates += [one, ~one]
+        ratios.append((Fraction(int(out_cap[g])), g, False))
+        ratios.append((Fraction(int(in_cap[g]), n - 1), g, True))
+    candidates = []
+    low = min(r for r, _, _ in ratios)
+    for r, g, comp in ratios:
+        if r == low:
+            one = np.zeros(nn, dtype=bool)
+            one[g] = True
+            candidates.append(~one if comp else one)
     if start_cut is not None:
         side = np.zeros(nn, dtype=bool)
         for v in start_cut:
             if v in index:
                 side[index[v]] = True
-        if 0 < side[:n].sum() < n:
+        if 0 < side[:n].sum() < n and _cut_ratio(graph, side) <= low:
             candidates.append(side)
     best_side = min(candidates, key=lambda s: (_cut_ratio(graph, s), tuple(np.flatnonzero(s))))
     best = _cut_ratio(graph, best_side)

@@ -15,6 +15,11 @@ flow on ``u→w→t`` can be rerouted onto the new arc ``u→t`` (``δ = min(f_u
 fits the lowered capacities. Only GPUs whose certificate breaks get a new max-flow, checked for all
 GPUs at once with numpy.
 
+Verify once: phase 3 needs the invariant only on the final switch-free graph, so
+:func:`split_switches` first applies the deterministic ring splitting (and a warm start's previous
+amounts) without checks and verifies the result with one max-flow per GPU; only if that fails does
+it split with the per-split checks above. On every named topology the unchecked splitting passes.
+
 Non-Eulerian switches (ρ(w) ≠ δ(w), e.g. a degradation applied in one direction):
 
 * in-excess ``ρ(w) > δ(w)``: a virtual arc ``w→s`` of the excess. Arcs into the root never carry
@@ -114,6 +119,8 @@ class _State:
         self.stale = np.ones(self.n, dtype=bool)
         self.maxflows = 0
         self.probes = 0
+        self.bulk = 0
+        self.index = {v: i for i, v in enumerate(graph.names)}
 
     def _new_arc(self, a: int, b: int, c: int) -> int:
         idx = self.net.add_arc(a, b, c)
@@ -131,11 +138,12 @@ class _State:
         self.cap[idx] = c
         self.net.set_capacity(idx, c)
 
-    def _flow(self, v: int) -> int:
+    def _flow(self, v: int, store: bool = True) -> int:
         self.maxflows += 1
         val = self.net.max_flow(self.s, v)
-        m = self.net.n_arcs
-        self.F[v, :m] = self.net.flows(np.arange(m))
+        if store:
+            m = self.net.n_arcs
+            self.F[v, :m] = self.net.flows(np.arange(m))
         return val
 
     # -- one split ------------------------------------------------------------------------------
@@ -210,6 +218,29 @@ class _State:
             self._move_pools(u, w, t, gamma)
         return gamma
 
+    def force(self, u: int | None, w: int, t: int | None, g: int) -> None:
+        """Split (u,w),(w,t) by g without checking the invariant (a warm start's bulk step)."""
+        a_uw = None if u is None else self.out[u][w]
+        a_wt = None if t is None else self.out[w][t]
+        a_ut = None
+        if u is not None and t is not None and u != t:
+            a_ut = self.arc.get((u, t))
+            if a_ut is None:
+                a_ut = self._new_arc(u, t, 0)
+        self._apply(a_uw, a_wt, a_ut, g, +1)
+        self._move_pools(u, w, t, g)
+        self.stale[:] = True
+
+    def verify(self, certify: bool = True) -> bool:
+        """Check ``λ(s,v) ≥ N·k`` for every GPU (N max-flows); ``certify`` keeps the flows as
+        certificates for checked splits to come."""
+        for v in range(self.n):
+            if self._flow(v, certify) < self.need:
+                self.stale[:] = True
+                return False
+            self.stale[v] = not certify
+        return True
+
     def _apply(self, a_uw: int | None, a_wt: int | None, a_ut: int | None, g: int, sign: int) -> None:
         if a_uw is not None:
             self.set_cap(a_uw, self.cap[a_uw] - sign * g)
@@ -268,16 +299,27 @@ def _order(graph: IntGraph) -> list[int]:
     return sorted(sw, key=lambda w: (int(deg[w]), graph.names[w]))
 
 
-def _split_one(st: _State, w: int, hint: list[tuple[str, str, Fraction]] | None) -> list[tuple[str, str, Fraction]]:
+def _split_one(
+    st: _State,
+    w: int,
+    hint: list[tuple[str, str, Fraction]] | None,
+    record: dict[tuple[str, str], int] | None = None,
+    *,
+    checked: bool = True,
+) -> list[tuple[str, str, Fraction]]:
     names = st.g.names
-    index = {v: i for i, v in enumerate(names)}
+    index = st.index
     unit = st.g.unit_gbps / st.U
-    record: dict[tuple[str, str], int] = {}
+    record = {} if record is None else record
 
     def do(u: int | None, t: int | None, g0: int) -> None:
         if g0 <= 0:
             return
-        got = st.split(u, w, t, g0)
+        if checked:
+            got = st.split(u, w, t, g0)
+        else:
+            st.force(u, w, t, g0)
+            got = g0
         if got:
             key = (VIRTUAL if u is None else names[u], VIRTUAL if t is None else names[t])
             record[key] = record.get(key, 0) + got
@@ -348,30 +390,108 @@ def _split_one(st: _State, w: int, hint: list[tuple[str, str, Fraction]] | None)
     return [(a, b, Fraction(c) * unit) for (a, b), c in sorted(record.items())]
 
 
+def _switch_order(graph: IntGraph, hint: SplitHint | None) -> list[int]:
+    order = _order(graph)
+    if hint is not None:
+        index = {v: i for i, v in enumerate(graph.names)}
+        known = [index[v] for v in hint.order if v in index and index[v] >= graph.n_gpus]
+        seen = set(known)
+        order = known + [w for w in order if w not in seen]
+    return order
+
+
+def _bulk(st: _State, order: list[int], hint: SplitHint) -> dict[str, dict[tuple[str, str], int]]:
+    """Apply the hint's split amounts (floored at the new scale, capped by capacity) unchecked."""
+    names = st.g.names
+    index = {v: i for i, v in enumerate(names)}
+    unit = st.g.unit_gbps / st.U
+    done: dict[str, dict[tuple[str, str], int]] = {}
+    for w in order:
+        rec = hint.pairs.get(names[w])
+        if not rec:
+            continue
+        got = done.setdefault(names[w], {})
+        rho = sum(st.cap[i] for i in st.inn[w].values())
+        delta = sum(st.cap[i] for i in st.out[w].values())
+        virt = {"in": max(0, delta - rho), "out": max(0, rho - delta)}
+        for a, b, gbps in rec:
+            u = None if a == VIRTUAL else index.get(a)
+            t = None if b == VIRTUAL else index.get(b)
+            if (a != VIRTUAL and (u is None or w not in st.out[u])) or (b != VIRTUAL and (t is None or t not in st.out[w])):
+                continue
+            if u is None and t is None:
+                continue
+            cu = st.cap[st.out[u][w]] if u is not None else virt["in"]
+            ct = st.cap[st.out[w][t]] if t is not None else virt["out"]
+            # floor(gbps / unit) in integers
+            g = min((gbps.numerator * unit.denominator) // (gbps.denominator * unit.numerator), cu, ct)
+            if g <= 0:
+                continue
+            st.force(u, w, t, g)
+            st.bulk += 1
+            got[(a, b)] = got.get((a, b), 0) + g
+            if u is None:
+                virt["in"] -= g
+            if t is None:
+                virt["out"] -= g
+    return done
+
+
 def split_switches(graph: IntGraph, opt: Optimum, hint: SplitHint | None = None) -> SplitResult:
     """Remove every switch by exact splitting-off; see the module docstring.
 
-    ``hint`` (a warm start) gives a switch order and previous split amounts to try first; every
-    split is still checked exactly, so the result is a valid splitting whatever the hint says.
+    Phase 3 needs only the invariant ``λ(s,v) ≥ N·k`` on the final switch-free graph, so a
+    splitting may be proposed unchecked and verified once (one max-flow per GPU). Tiers, each
+    falling back to the next when its check fails or a switch cannot be split:
+
+    1. ``optimistic``: the hint's split amounts (a warm start; floored at the new scale and capped
+       by the capacities), then the deterministic ring splitting of everything left, all unchecked;
+       one verification at the end.
+    2. ``hinted`` (warm start only): the hint's amounts unchecked, one verification, then the rest
+       split with every split checked.
+    3. ``checked``: every split checked (hinted splits first); always valid.
     """
+    modes = ["optimistic", "hinted", "checked"] if hint is not None else ["optimistic", "checked"]
+    for mode in modes:
+        try:
+            res = _split(graph, opt, hint, mode)
+        except SplitStuck:
+            if mode == "checked":
+                raise
+            res = None
+        if res is not None:
+            res.stats["split_mode"] = mode
+            return res
+        log.info("phase 2: %s splitting failed its check; falling back", mode)
+    raise AssertionError("the checked splitting always returns")
+
+
+def _split(graph: IntGraph, opt: Optimum, hint: SplitHint | None, mode: str) -> SplitResult | None:
     st = _State(graph, opt)
-    order = _order(graph)
-    index = {v: i for i, v in enumerate(graph.names)}
-    if hint is not None:
-        known = [index[v] for v in hint.order if v in index and index[v] >= graph.n_gpus]
-        order = known + [w for w in order if w not in set(known)]
+    order = _switch_order(graph, hint)
     record: dict[str, list[tuple[str, str, Fraction]]] = {}
     incident: dict[str, list[tuple[str, str, Fraction]]] = {}
     reused = 0
+    pre: dict[str, dict[tuple[str, str], int]] = {}
+    if mode != "checked":
+        if hint is not None and hint.incident:
+            incident = {graph.names[w]: st.incident(w) for w in order}
+        if hint is not None:
+            pre = _bulk(st, order, hint)
+        if mode == "hinted" and not st.verify():
+            return None
     for i, w in enumerate(order):
         name = graph.names[w]
-        incident[name] = st.incident(w)
         h = None
-        if hint is not None and name in hint.pairs:
-            h = hint.pairs[name]
-            reused += hint.incident.get(name) == incident[name]
-        record[name] = _split_one(st, w, h)
-        log.info("phase 2: switch %s split (%d/%d), %d max-flows so far", name, i + 1, len(order), st.maxflows)
+        if mode == "checked":
+            incident[name] = st.incident(w)
+            if hint is not None and name in hint.pairs:
+                h = hint.pairs[name]
+        reused += hint is not None and name in hint.incident and hint.incident[name] == incident.get(name)
+        record[name] = _split_one(st, w, h, pre.get(name), checked=mode != "optimistic")
+        log.debug("phase 2: switch %s split (%d/%d), %d max-flows so far", name, i + 1, len(order), st.maxflows)
+    if mode == "optimistic" and not st.verify(certify=False):
+        return None
     arcs: dict[tuple[int, int], int] = {}
     pools: dict[tuple[int, int], Pool] = {}
     n = graph.n_gpus
@@ -380,5 +500,6 @@ def split_switches(graph: IntGraph, opt: Optimum, hint: SplitHint | None = None)
             arcs[(a, b)] = st.cap[idx]
             pools[(a, b)] = st.pools[(a, b)]
             assert sum(p[1] for p in pools[(a, b)]) == st.cap[idx]
-    stats = {"split_maxflows": st.maxflows, "split_probes": st.probes, "switches_same_incident": reused}
+    stats = {"split_maxflows": st.maxflows, "split_probes": st.probes, "switches_same_incident": reused,
+             "split_bulk": st.bulk}
     return SplitResult(arcs, pools, record, incident, [graph.names[w] for w in order], stats)

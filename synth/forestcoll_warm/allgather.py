@@ -169,7 +169,7 @@ def solve_out_trees(
     stats["kept_tree_units"] = sum(c.mult for c in kept)
     if previous:
         old_edges = {r: {e for edges, _ in previous.get(r, []) for e in edges} for r in range(n)}
-        same = sum(c.mult * sum(e in old_edges.get(c.root, ()) for e in c.edges) for c in classes)
+        same = sum(c.mult * len(old_edges[c.root].intersection(c.edges)) for c in classes)
         stats["reused_edges_frac"] = same / (n * chosen.k * (n - 1))
     hint = hint_to_meta(opt.cut, split.order, split.record)
     return Solved(routes, chosen.k, chosen.U, chosen.rate_units * graph.unit_gbps, bound, opt.cut, hint, stats)

@@ -3,8 +3,10 @@
 A ForestColl schedule carries, in ``meta["forestcoll"]``, its bottleneck cut, its switch order and
 per-switch split amounts in Gbit/s (small, JSON). Its routes give the previous GPU-level trees.
 Everything taken from it is a *hint*: the new optimum is recomputed exactly (the old cut only
-brackets it), every reused split is re-checked by the exact splitting step, and reused trees are
-accepted only within the new capacities and after Lovász's condition is verified for the rest.
+brackets it), the reused splitting is verified (one max-flow per GPU) before it is kept, and reused
+trees are accepted only within the new capacities: each root's main old tree, as many units as fit
+whole and the rest repaired around arcs without room; trees left partial are accepted only after
+Lovász's condition is verified for everything still to grow.
 
 Examples
 --------
@@ -14,6 +16,7 @@ True
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -47,10 +50,19 @@ def hint_to_meta(cut: frozenset[str], order: list[str], record: Mapping[str, lis
 def hint_from_meta(doc: Mapping[str, Any]) -> SplitHint | None:
     """Parse :func:`hint_to_meta` output; ``None`` if absent or malformed (warm start then degrades to cold)."""
     try:
-        pairs = {w: [(str(a), str(b), Fraction(g)) for a, b, g in rec] for w, rec in doc["splits"].items()}
+        pairs = {w: [(str(a), str(b), _fraction(g)) for a, b, g in rec] for w, rec in doc["splits"].items()}
         return SplitHint(order=[str(w) for w in doc["split_order"]], pairs=pairs, incident={})
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         return None
+
+
+def _fraction(text: Any) -> Fraction:
+    """``Fraction(text)`` for ``"p"`` or ``"p/q"`` without the regular-expression parser."""
+    if isinstance(text, str):
+        num, sep, den = text.partition("/")
+        if num.lstrip("-").isdigit() and (not sep or den.isdigit()):
+            return Fraction(int(num), int(den) if sep else 1)
+    return Fraction(text)
 
 
 def old_trees(sched: Schedule, kind: RouteKind) -> dict[int, list[tuple[list[tuple[int, int]], int]]]:
@@ -71,30 +83,90 @@ def old_trees(sched: Schedule, kind: RouteKind) -> dict[int, list[tuple[list[tup
     }
 
 
-def _apportion(trees: list[tuple[list[tuple[int, int]], int]], k: int) -> list[tuple[list[tuple[int, int]], int]]:
-    total = sum(m for _, m in trees)
-    if total <= 0:
-        return []
-    shares = [Fraction(m * k, total) for _, m in trees]
-    base = [int(s) for s in shares]
-    order = sorted(range(len(trees)), key=lambda i: (-(shares[i] - base[i]), i))
-    for i in order[: k - sum(base)]:
-        base[i] += 1
-    return [(trees[i][0], base[i]) for i in range(len(trees)) if base[i] > 0]
-
-
-def _lovasz_ok(cap: Mapping[tuple[int, int], int], n: int, left: Mapping[int, int]) -> tuple[bool, int]:
-    """Edmonds/Lovász condition for fresh classes ``left[r]`` rooted at r: N max-flows."""
-    need = sum(left.values())
+def _lovasz_ok(cap: Mapping[tuple[int, int], int], n: int, classes: list[tuple[int, int, list[int]]]) -> tuple[bool, int]:
+    """Edmonds/Lovász condition ``ρ(X) ≥ Σ_{classes disjoint from X} C`` for unfinished classes
+    ``(root, C, nodes)``: one max-flow per GPU from a source feeding every class (ForestColl §3.3)."""
+    need = sum(m for _, m, _ in classes)
     net = FlowNetwork(n + 1)
     keys = sorted(key for key, c in cap.items() if c > 0)
     net.add_arcs([a for a, _ in keys], [b for _, b in keys], [cap[key] for key in keys])
-    roots = sorted(r for r, m in left.items() if m > 0)
-    net.add_arcs([n] * len(roots), roots, [left[r] for r in roots])
+    per_root = [0] * n
+    big = sum(cap[key] for key in keys) + need + 1
+    node = n + 1
+    for r, m, nodes in classes:
+        if len(nodes) == 1:
+            per_root[r] += m
+        else:
+            net.add_arc(n, node, m)
+            net.add_arcs([node] * len(nodes), nodes, [big] * len(nodes))
+            node += 1
+    roots = [r for r in range(n) if per_root[r] > 0]
+    net.add_arcs([n] * len(roots), roots, [per_root[r] for r in roots])
     for v in range(n):
         if net.max_flow(n, v) < need:
             return False, v + 1
     return True, n
+
+
+def _regrow(
+    r: int,
+    edges: list[tuple[int, int]],
+    m: int,
+    used: int,
+    cap: Mapping[tuple[int, int], int],
+    ins: Mapping[int, list[int]],
+    outs: Mapping[int, list[int]],
+    mode: str,
+) -> list[tuple[int, int]]:
+    """The part of an old tree (parents first) that carries ``m`` more units on top of ``used``
+    units already taken from its own edges.
+
+    ``partial``: truncated below every edge without room. ``repair``: a node whose old edge has
+    no room hangs from the first tree node (by index) with an arc with room, scanning the old
+    order until nothing changes.
+    """
+    need_old = m + used  # an old edge also carries the ``used`` units
+    have = {r}
+    part: list[tuple[int, int]] = []
+    if mode != "repair":
+        for x, y in edges:
+            if x in have and cap.get((x, y), 0) >= need_old:
+                part.append((x, y))
+                have.add(y)
+        return part
+    # Passes over the old order, as (pass, index) on a heap: a node that fails is retried, in the
+    # next pass or later in this one, only once one of its in-neighbours has joined the tree.
+    index = {y: i for i, (_, y) in enumerate(edges)}
+    heap: list[tuple[int, int]] = []  # retries; the first pass is ``first``
+    first = 0
+    waiting: set[int] = set()
+    while True:
+        if heap and (first == len(edges) or heap[0] < (1, first)):
+            p, i = heapq.heappop(heap)
+        elif first < len(edges):
+            p, i = 1, first
+            first += 1
+        else:
+            break
+        x, y = edges[i]
+        if y in have:
+            continue
+        src = x if x in have and cap.get((x, y), 0) >= need_old else None
+        if src is None:
+            for a in ins.get(y, ()):
+                if a != x and a in have and cap.get((a, y), 0) >= m:
+                    src = a
+                    break
+        if src is None:
+            waiting.add(y)
+            continue
+        part.append((src, y))
+        have.add(y)
+        for z in outs.get(y, ()):
+            if z in waiting:
+                waiting.discard(z)
+                heapq.heappush(heap, (p if index[z] > i else p + 1, index[z]))
+    return part
 
 
 def accept_old_trees(
@@ -104,37 +176,74 @@ def accept_old_trees(
     trees: Mapping[int, list[tuple[list[tuple[int, int]], int]]],
     k_old: int,
     stats: dict[str, Any],
-) -> tuple[dict[tuple[int, int], int], list[TreeClass], list[tuple[int, int]]] | None:
-    """Keep previous trees that still fit, rescaled from ``k_old`` to k units per root.
+) -> tuple[dict[tuple[int, int], int], list[TreeClass], list[tuple[int, int, list[tuple[int, int]]]]] | None:
+    """Keep previous trees that still fit, with k units per root (``k_old`` is informational).
 
-    Returns residual capacities, the kept (finished) classes and the ``(root, units)`` still to
-    grow; ``None`` when no kept set passes Lovász's check (the caller then packs from scratch,
-    still guided by the previous trees).
+    Returns residual capacities, the kept (finished) classes and the classes still to grow as
+    ``(root, units, edges of the kept partial tree)``; ``None`` when no kept set passes Lovász's
+    check (the caller then packs from scratch, still guided by the previous trees).
+
+    Attempts, each verified by Lovász's condition (one max-flow per GPU): ``repair`` is
+    ``partial`` where a node whose old in-edge does not fit may hang from another tree node by
+    any arc with room (old edges first); ``partial`` keeps every
+    tree's edges that fit, truncating a tree below an edge that does not (its root part is grown
+    on); ``all`` keeps only trees that fit whole; ``none`` keeps nothing.
     """
-    plan = {r: _apportion(trees.get(r, []), k) for r in range(n)}
+    # All k units of a root go to its main old tree (the one with most chunks): as many as fit on
+    # it whole, the rest repaired or truncated. One tree per root where possible keeps the
+    # schedule as small as a cold one.
+    plan = {r: [(trees[r][0][0], k)] if trees.get(r) else [] for r in range(n)}
     edges_total = sum(m * len(e) for r in plan for e, m in plan[r])
-    for attempt in ("all", "none"):
+    ins: dict[int, list[int]] = {}
+    outs: dict[int, list[int]] = {}
+    for a, b in sorted(arcs):
+        ins.setdefault(b, []).append(a)
+        outs.setdefault(a, []).append(b)
+    for attempt in ("repair", "partial", "all", "none"):
         cap = dict(arcs)
         kept: list[TreeClass] = []
-        left = {r: k for r in range(n)}
+        todo: list[tuple[int, int, list[tuple[int, int]]]] = []
         reused = 0
-        if attempt == "all":
-            for r in range(n):
-                for edges, m in plan[r]:
-                    if len(edges) != n - 1 or any(cap.get(e, 0) < m for e in edges):
+        for r in range(n):
+            left = k
+            if attempt != "none":
+                for edges, m_tree in plan[r]:
+                    if len(edges) != n - 1:
                         continue
-                    for e in edges:
-                        cap[e] -= m
-                    kept.append(TreeClass(r, m, [r] + [y for _, y in edges], list(edges), -1 - len(kept)))
-                    left[r] -= m
-                    reused += m * len(edges)
-        todo = [(r, m) for r, m in sorted(left.items()) if m > 0]
-        if todo and kept:
-            ok, flows = _lovasz_ok(cap, n, left)
+                    pieces: list[tuple[int, list[tuple[int, int]]]] = []
+                    if attempt == "all":
+                        if all(cap.get(e, 0) >= m_tree for e in edges):
+                            pieces.append((m_tree, list(edges)))
+                    else:
+                        # As many units of the whole tree as fit, then the rest truncated below
+                        # every edge that cannot carry it.
+                        whole = min(m_tree, min(cap.get(e, 0) for e in edges))
+                        if whole > 0:
+                            pieces.append((whole, list(edges)))
+                        rest = m_tree - whole
+                        part = []
+                        if rest > 0:
+                            part = _regrow(r, edges, rest, whole, cap, ins, outs, attempt)
+                        if rest > 0 and part:
+                            pieces.append((rest, part))
+                    for m, part in pieces:
+                        for e in part:
+                            cap[e] -= m
+                        reused += m * len(part)
+                        left -= m
+                        if len(part) == n - 1:
+                            kept.append(TreeClass(r, m, [r] + [y for _, y in part], part, -1 - len(kept)))
+                        else:
+                            todo.append((r, m, part))
+            if left > 0:
+                todo.append((r, left, []))
+        if todo and (kept or any(part for _, _, part in todo)):
+            ok, flows = _lovasz_ok(cap, n, [(r, m, [r] + [y for _, y in part]) for r, m, part in todo])
             stats["warm_check_maxflows"] = stats.get("warm_check_maxflows", 0) + flows
             if not ok:
                 continue
+        stats["warm_accept"] = attempt
         stats["reused_edges_frac"] = reused / edges_total if edges_total else 0.0
         stats["reused_tree_units"] = sum(c.mult for c in kept)
-        return cap, kept, todo
+        return cap, kept, sorted(todo, key=lambda t: (t[0], len(t[2]) == 0))
     return None

@@ -71,3 +71,38 @@ def test_warm_state_on_other_topology_falls_back_to_pool_paths() -> None:
     res = synthesize_alltoall(ring, warm_start=prev)
     assert res.stats["warm_mode"] == "pool-paths"
     assert_valid_alltoall(res, ring, 10)
+
+
+@pytest.mark.parametrize("spec", ["hpn:1x4x8", "hpn:2x2x4"])
+@pytest.mark.parametrize("failure", ["fail1", "fail2", "fail3"])
+def test_warm_state_reaches_the_cold_lp_optimum_tightly(spec: str, failure: str) -> None:
+    prev = synthesize_alltoall(load_topology(spec))
+    topo = load_topology(spec, [failure])
+    cold = synthesize_alltoall(topo)
+    warm = synthesize_alltoall(topo, warm_start=prev)
+    assert warm.stats["warm_mode"] == "state"
+    assert warm.stats["lp_algbw_GBps"] == pytest.approx(cold.stats["lp_algbw_GBps"], rel=1e-9)
+    assert warm.stats["hop_diameter"] == cold.stats["hop_diameter"]
+    assert_valid_alltoall(warm, topo, 10)
+    assert warm.stats["gap"] <= 0.01
+    # Chained warm starts (from a warm result) keep working and stay exact.
+    again = synthesize_alltoall(load_topology(spec), warm_start=warm)
+    assert again.stats["lp_algbw_GBps"] == pytest.approx(prev.stats["lp_algbw_GBps"], rel=1e-9)
+    assert_valid_alltoall(again, load_topology(spec), 10)
+
+
+def test_schedule_routes_are_shared_and_rebuilt_identically() -> None:
+    topo = load_topology("hpn:1x4x8", ["fail2"])
+    prev = synthesize_alltoall(load_topology("hpn:1x4x8"))
+    warm = synthesize_alltoall(topo, warm_start=prev)
+    cold = synthesize_alltoall(topo)
+    assert warm.schedule is not None and cold.schedule is not None
+    # Hops of one GPU pair and switch route are one object, whichever path they belong to.
+    hops = {}
+    for route in cold.schedule.routes:
+        for hop in route.hops:
+            assert hops.setdefault((hop.src, hop.dst, hop.path), hop) is hop
+    # Reused routes (warm) equal freshly built ones on the same blocks.
+    fresh = {(r.root, r.dest, r.hops, r.chunks) for r in cold.schedule.routes}
+    reused = {(r.root, r.dest, r.hops, r.chunks) for r in warm.schedule.routes}
+    assert len(fresh & reused) > 0.5 * len(fresh)
