@@ -46,6 +46,7 @@ class FlowModel:
     link_cap_Bps: FloatArray
     link_slices: IntArray  # slices crossing each link over the whole run
     path_lat_s: FloatArray  # per path class: sum of its links' latencies
+    path_weight: IntArray  # per path class: chunks of the route each of its hop-flows carries
     pair_path: IntArray  # (path class, link) incidence, sorted by path class
     pair_link: IntArray
     flow_path: IntArray  # per hop-flow: its path class
@@ -74,16 +75,18 @@ class _Lowering:
         self.topo = topo
         self.spc = spc
         self.link_index = {lk.key: i for i, lk in enumerate(topo.links)}
-        self.path_id: dict[tuple[str, ...], int] = {}
+        self.path_id: dict[tuple[tuple[str, ...], int], int] = {}
         self.path_lat: list[float] = []
+        self.path_weight: list[int] = []
         self.pair_path: list[int] = []
         self.pair_link: list[int] = []
         self.flow_path: list[int] = []
         self.flow_nsl: list[int] = []
         self.terms: list[tuple[int, int, int, int]] = []
 
-    def path_class(self, path: tuple[str, ...], where: str) -> int:
-        pid = self.path_id.get(path)
+    def path_class(self, path: tuple[str, ...], weight: int, where: str) -> int:
+        """Class of hop-flows on ``path`` that each stand for ``weight`` concurrent chunk transfers."""
+        pid = self.path_id.get((path, weight))
         if pid is not None:
             return pid
         pid = len(self.path_lat)
@@ -100,8 +103,9 @@ class _Lowering:
             self.pair_link.append(li)
         if len(path) < 2:
             raise ScheduleError(f"{where}: hop has a physical path of {len(path)} node(s)")
-        self.path_id[path] = pid
+        self.path_id[(path, weight)] = pid
         self.path_lat.append(lat_s)
+        self.path_weight.append(weight)
         return pid
 
     def add_route(self, i: int, route: Route) -> list[int]:
@@ -110,8 +114,10 @@ class _Lowering:
         first = len(self.flow_path)
         path_id, path_class = self.path_id, self.path_class
         hops = route.hops
+        w = route.chunks
         self.flow_path.extend(
-            [path_id[h.path] if h.path in path_id else path_class(h.path, f"route {i} hop {h.src}->{h.dst}") for h in hops]
+            [path_id[(h.path, w)] if (h.path, w) in path_id else path_class(h.path, w, f"route {i} hop {h.src}->{h.dst}")
+             for h in hops]
         )
         self.flow_nsl.extend([nsl] * len(hops))
         flows = list(range(first, first + len(hops)))
@@ -193,6 +199,7 @@ def build_model(sched: Schedule, topo: Topology, slices_per_chunk: int) -> FlowM
         link_cap_Bps=np.array([lk.gbps * 1e9 / 8.0 for lk in topo.links], dtype=np.float64),
         link_slices=np.rint(link_slices).astype(np.int64),
         path_lat_s=np.array(low.path_lat, dtype=np.float64),
+        path_weight=np.array(low.path_weight, dtype=np.int64),
         pair_path=pair_path,
         pair_link=pair_link,
         flow_path=flow_path,

@@ -159,7 +159,7 @@ class _Engine:
         return dep
 
     def solve_rates(self) -> None:
-        self.rate = maxmin_rates(self.nact, self.m.pair_path, self.m.pair_link, self.m.link_cap_Bps)
+        self.rate = maxmin_rates(self.nact, self.m.pair_path, self.m.pair_link, self.m.link_cap_Bps, self.m.path_weight)
         self.rate_solves += 1
 
     def run(self) -> EngineRun:

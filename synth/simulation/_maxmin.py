@@ -32,8 +32,9 @@ def maxmin_rates(
     pair_path: npt.NDArray[np.int64],
     pair_link: npt.NDArray[np.int64],
     cap: npt.NDArray[np.float64],
+    share: npt.NDArray[np.int64] | None = None,
 ) -> npt.NDArray[np.float64]:
-    """Per-flow max-min fair rate of each path class (0.0 where ``weight`` is 0).
+    """Per-flow (weighted) max-min fair rate of each path class (0.0 where ``weight`` is 0).
 
     Parameters
     ----------
@@ -43,6 +44,9 @@ def maxmin_rates(
         The (class, link) incidence pairs.
     cap
         Link capacities (any rate unit; the result has the same unit).
+    share
+        Per class, how many fair shares one of its flows gets (a hop-flow of a route carrying
+        ``c`` chunks stands for ``c`` concurrent chunk transfers); default 1.
 
     Notes
     -----
@@ -53,7 +57,8 @@ def maxmin_rates(
     live = weight[pair_path] > 0
     pp = pair_path[live]
     pl = pair_link[live]
-    wp = weight[pp].astype(np.float64)
+    mult = np.ones(weight.size) if share is None else share.astype(np.float64)
+    wp = (weight * mult)[pp].astype(np.float64)
     residual = cap.astype(np.float64, copy=True)
     level = np.full(cap.size, np.inf)
     while pp.size:
@@ -78,4 +83,4 @@ def maxmin_rates(
         residual -= np.bincount(pl[hit], weights=(wp * rate[pp])[hit], minlength=cap.size)
         keep = ~hit
         pp, pl, wp = pp[keep], pl[keep], wp[keep]
-    return rate
+    return rate * mult

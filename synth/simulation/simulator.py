@@ -16,8 +16,11 @@ Model
   its slice arrives ``sum(latency)`` after its last byte leaves the source: one transfer of ``B``
   bytes over one link of capacity ``C`` and latency ``L`` takes exactly ``L + B / C``. A
   hop-flow keeps sending while earlier slices are still in flight (latency does not throttle it).
-* **Sharing.** All slices on the wire share every link max-min fairly (progressive filling,
-  :mod:`synth.simulation._maxmin`); rates are recomputed whenever the set of active transfers
+* **Sharing.** All transfers on the wire share every link max-min fairly (progressive filling,
+  :mod:`synth.simulation._maxmin`), where a hop-flow of a route carrying ``c`` chunks counts as
+  ``c`` concurrent chunk transfers (weighted max-min: it gets ``c`` fair shares). Equal shares per
+  route instead would make a 2-chunk tree finish twice as late as a 1-chunk tree on the same
+  links and leave degraded multi-tree schedules 5–10 % below their bandwidth term; rates are recomputed whenever the set of active transfers
   changes and are constant in between, so the simulation is exact between events.
 * **Events.** The loop advances to the earliest slice finish or arrival and processes everything
   due within a relative ``rtol`` of that time together (see :mod:`synth.simulation._engine`).

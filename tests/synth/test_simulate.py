@@ -301,3 +301,35 @@ def test_simulate_without_check_still_rejects_missing_links() -> None:
     ))
     with pytest.raises(ScheduleError, match=r"gpu0->gpu2, absent from topology 'ring-4'"):
         simulate(bad, topo, 1e6, check=False)
+
+
+def test_route_multiplicity_weighs_its_fair_share() -> None:
+    # Two paths share one 50 GB/s link; the route with 3 chunks stands for 3 chunk transfers and
+    # gets 3/4 of the link, so both finish together at the bandwidth term.
+    topo = named_topology("ring:2")
+    a = Route(RouteKind.PATH, 0, 3, (Hop(0, 1, ("gpu0", "gpu1")),), dest=1)
+    b = Route(RouteKind.PATH, 0, 1, (Hop(0, 1, ("gpu0", "gpu1")),), dest=1)
+    back = Route(RouteKind.PATH, 1, 4, (Hop(1, 0, ("gpu1", "gpu0")),), dest=0)
+    sched = Schedule("alltoall", 2, 4, (a, b, back))
+    res = simulate(sched, topo, 1e9, slices_per_chunk=8)
+    assert res.algbw_GBps == pytest.approx(res.bandwidth_term_algbw_GBps, rel=0.02)
+    rates = maxmin_rates(np.array([1, 1]), np.array([0, 1]), np.array([0, 0]), np.array([4.0]), np.array([3, 1]))
+    assert [float(r) for r in rates] == [3.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    "spec, fail, per_source_bytes",
+    [("hpn:1x2x8", "fail1", 1e9), ("hpn:1x2x8", "fail2", 1e9), ("hpn:1x2x8", "fail3", 1e9), ("hpn:1x4x8", "fail2", 128e6)],
+)
+def test_degraded_forestcoll_schedules_reach_their_bandwidth_term_on_large_messages(
+    spec: str, fail: str, per_source_bytes: float
+) -> None:
+    from synth.forestcoll_warm import synthesize_allgather
+    from synth.simulation import auto_slices
+    from synth.topologies import load_topology
+
+    topo = load_topology(spec, [fail])
+    sched = synthesize_allgather(topo, max_chunks=4).schedule
+    nbytes = per_source_bytes * topo.nranks
+    res = simulate(sched, topo, nbytes, slices_per_chunk=auto_slices(sched, nbytes))
+    assert res.bandwidth_term_algbw_GBps * 0.95 <= res.algbw_GBps <= res.bandwidth_term_algbw_GBps * (1 + 1e-9)
