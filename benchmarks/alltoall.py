@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             if solver == "ortools" and n > 128:
                 for failure in FAILURES:
                     rows.append({"topology": spec, "gpus": n, "failure": failure, "solver": solver,
-                                 "note": f"not run: OR-Tools (Python-built MathOpt model) skipped above 128 GPUs"})
+                                 "note": "not run: OR-Tools (Python-built MathOpt model) skipped above 128 GPUs"})
                 continue
             limit = args.ortools_limit if solver == "ortools" else None
             healthy = synthesize_alltoall(base, solver=solver, time_limit=limit)

@@ -22,7 +22,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from synth.bounds_allgather import allgather_rate_gbps, cut_ratio_gbps
+from synth.bounds_allgather import allgather_rate_gbps
 from synth.maxflow import FlowNetwork
 from synth.topologies.model import Topology, exact_gbps
 

@@ -49,12 +49,12 @@ def test_relay_and_reduction_step_types_are_used() -> None:
 def test_several_dependencies_become_nops_with_hasdep_targets() -> None:
     topo = load_topology("nvswitch:6")
     p = lower(random_schedule(topo, "allreduce", 2, random.Random(2)), inplace=True)
-    steps = {(g.id, tb.id, st.s): st for g in p.gpus for tb in g.threadblocks for st in tb.steps}
-    nops = [k for k, st in steps.items() if st.type is StepType.NOP]
+    steps = {(g.id, tb.id, step.s): step for g in p.gpus for tb in g.threadblocks for step in tb.steps}
+    nops = [k for k, step in steps.items() if step.type is StepType.NOP]
     assert len(nops) == 40
-    for (g, t, s), st in steps.items():
-        if st.depid >= 0:
-            assert steps[(g, st.depid, st.deps)].hasdep == 1
+    for (g, _, _), step in steps.items():
+        if step.depid >= 0:
+            assert steps[(g, step.depid, step.deps)].hasdep == 1
     assert check(p).valid
 
 
@@ -91,7 +91,6 @@ def test_channel_limit_error_names_the_limit_and_the_fix() -> None:
 
 
 def test_step_limit_error_names_the_limit_and_the_fix() -> None:
-    topo = load_topology("ring:2")
     routes = tuple(Route(RouteKind.OUT_TREE, r, 1, (Hop(r, 1 - r, (f"gpu{r}", f"gpu{1 - r}")),))
                    for r in range(2) for _ in range(70))
     with pytest.raises(XmlError, match=r"steps per threadblock; raise max_channels .*nchunks"):
