@@ -183,7 +183,7 @@ def _gpu_threadblocks(gpu: int, tbs: list[_Tb], max_dep_tb: int) -> tuple[Thread
     for t, tb in enumerate(tbs):
         waited: dict[int, int] = {}
         items: list[tuple[str, object]] = []
-        for pos, op in enumerate(tb.ops):
+        for pos in range(len(tb.ops)):
             keep = [(d, p) for d, p in deps[(t, pos)] if waited.get(d, -1) < p]
             for d, p in keep:
                 waited[d] = p
