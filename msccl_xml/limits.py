@@ -10,11 +10,12 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from synth.errors import XmlError
 
 from .program import StepType
+from .writer import ALGO_ATTRS
 
 __all__ = ["RUNTIMES", "RuntimeLimits", "runtime_limits"]
 
@@ -37,17 +38,8 @@ _LEGACY_COLLS = frozenset(
     {"allreduce", "allgather", "reduce", "broadcast", "alltoall", "reduce_scatter", "custom"}
 )
 _NEW_STEP_TYPES = frozenset(StepType) - {StepType.RES_ADD}
-_NEW_REQUIRED = (
-    "proto",
-    "nchannels",
-    "nchunksperloop",
-    "ngpus",
-    "coll",
-    "inplace",
-    "outofplace",
-    "minBytes",
-    "maxBytes",
-)
+# Every <algo> attribute except "name".
+_NEW_REQUIRED = tuple(a for a in ALGO_ATTRS if a != "name")
 _LEGACY_REQUIRED = ("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace")
 
 
@@ -109,43 +101,29 @@ class RuntimeLimits:
     required_algo_attrs: tuple[str, ...]
 
 
+_EXECUTOR = RuntimeLimits(
+    name="msccl-executor-nccl",
+    max_steps_per_tb=64,
+    max_tbs_per_gpu=1024,
+    max_tbs_per_channel=32,
+    max_channels=32,
+    max_cnt=71,
+    max_dep_tb=127,
+    max_offset=32767,
+    max_nodes=4095,
+    max_attrs=16,
+    max_str_len=254,
+    max_name_len=None,
+    sm_count=108,
+    collectives=_EXECUTOR_COLLS,
+    step_types=_NEW_STEP_TYPES,
+    required_algo_attrs=_NEW_REQUIRED,
+)
+
 RUNTIMES: dict[str, RuntimeLimits] = {
-    "msccl-executor-nccl": RuntimeLimits(
-        name="msccl-executor-nccl",
-        max_steps_per_tb=64,
-        max_tbs_per_gpu=1024,
-        max_tbs_per_channel=32,
-        max_channels=32,
-        max_cnt=71,
-        max_dep_tb=127,
-        max_offset=32767,
-        max_nodes=4095,
-        max_attrs=16,
-        max_str_len=254,
-        max_name_len=None,
-        sm_count=108,
-        collectives=_EXECUTOR_COLLS,
-        step_types=_NEW_STEP_TYPES,
-        required_algo_attrs=_NEW_REQUIRED,
-    ),
-    "rccl": RuntimeLimits(
-        name="rccl",
-        max_steps_per_tb=64,
-        max_tbs_per_gpu=64,
-        max_tbs_per_channel=32,
-        max_channels=128,
-        max_cnt=71,
-        max_dep_tb=127,
-        max_offset=32767,
-        max_nodes=4095,
-        max_attrs=16,
-        max_str_len=254,
-        max_name_len=None,
-        sm_count=304,
-        collectives=_EXECUTOR_COLLS,
-        step_types=_NEW_STEP_TYPES,
-        required_algo_attrs=_NEW_REQUIRED,
-    ),
+    "msccl-executor-nccl": _EXECUTOR,
+    # RCCL shares the executor's parser; it differs in thread blocks, channels and CUs.
+    "rccl": replace(_EXECUTOR, name="rccl", max_tbs_per_gpu=64, max_channels=128, sm_count=304),
     "msccl-legacy": RuntimeLimits(
         name="msccl-legacy",
         max_steps_per_tb=256,
