@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                     "cold_s": cold_s, "warm_s": warm_s, "speedup": cold_s / warm_s,
                     "cold_cg_s": cold.stats["cg_time_s"], "warm_cg_s": warm.stats["cg_time_s"] + warm.stats["setup_time_s"],
                     "cold_iterations": cold.stats["cg_iterations"], "warm_iterations": warm.stats["cg_iterations"],
+                    "cold_pivots": cold.stats["lp_pivots"], "warm_pivots": warm.stats["lp_pivots"],
                     "lp_algbw_GBps": cold.stats["lp_algbw_GBps"], "warm_lp_algbw_GBps": warm.stats["lp_algbw_GBps"],
                     "rounded_algbw_GBps": cold.algbw_GBps, "warm_rounded_algbw_GBps": warm.algbw_GBps,
                     "gap_pct": 100 * cold.stats["gap"], "warm_gap_pct": 100 * warm.stats["gap"],
@@ -94,16 +95,16 @@ def main(argv: list[str] | None = None) -> int:
            "command": "python benchmarks/alltoall.py " + " ".join(argv if argv is not None else sys.argv[1:]),
            "rows": rows}
     (OUT / "alltoall.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    lines = ["| topology | fail | solver | cold s | warm s | speedup | cold CG s | warm CG s | iters c/w | steps "
-             "| LP algbw | rounded | gap % | note |", "|" + "---|" * 14]
+    lines = ["| topology | fail | solver | cold s | warm s | speedup | cold CG s | warm CG s | iters c/w | pivots c/w "
+             "| steps | LP algbw | rounded | gap % | note |", "|" + "---|" * 15]
     for r in rows:
         if "cold_s" not in r:
-            lines.append(f"| {r['topology']} | {r['failure']} | {r['solver']} | | | | | | | | | | | {r['note']} |")
+            lines.append(f"| {r['topology']} | {r['failure']} | {r['solver']} | | | | | | | | | | | | {r['note']} |")
             continue
         lines.append(
             f"| {r['topology']} | {r['failure']} | {r['solver']} | {r['cold_s']:.3f} | {r['warm_s']:.3f} | "
             f"{r['speedup']:.1f}x | {r['cold_cg_s']:.3f} | {r['warm_cg_s']:.3f} | {r['cold_iterations']}/"
-            f"{r['warm_iterations']} | {r['max_steps']} | {r['lp_algbw_GBps']:.4f} | {r['rounded_algbw_GBps']:.4f} | "
+            f"{r['warm_iterations']} | {r['cold_pivots']}/{r['warm_pivots']} | {r['max_steps']} | {r['lp_algbw_GBps']:.4f} | {r['rounded_algbw_GBps']:.4f} | "
             f"{r['gap_pct']:.3f} | {r.get('note', '')} |")
     gaps = [r["gap_pct"] for r in rows if "gap_pct" in r] + [r["warm_gap_pct"] for r in rows if "warm_gap_pct" in r]
     lines.append("")

@@ -26,7 +26,7 @@ def run_demo(spec: str, failures: list[str], out_dir: Path, chunks: int | None) 
     healthy = load_topology(spec)
     degraded = load_topology(spec, failures)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows: list[dict[str, object]] = []
     for collective in ("allgather", "alltoall"):
         a2a_chunks = 10 if chunks is None else chunks
         c = a2a_chunks if collective == "alltoall" else chunks

@@ -16,7 +16,7 @@ def synthesize(
     topo: Topology,
     *,
     chunks: int | None = None,
-    warm_start: Schedule | object | None = None,
+    warm_start: Schedule | None = None,
     max_steps: int | None = None,
     solver: str = "highs",
     time_limit_s: float | None = None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import cast
 
 from synth.errors import XmlError
 
@@ -52,7 +53,8 @@ class _Lane:
                 return None
             if b is not None and a is None and b.send != -1:
                 return None
-        size = len((a or b).ops) + 1 if (a or b) is not None else 1
+        owner = a if a is not None else b
+        size = len(owner.ops) + 1 if owner is not None else 1
         return size, a, b
 
     def place(self, op: Op, chan: int) -> None:
@@ -204,7 +206,7 @@ def _gpu_threadblocks(gpu: int, tbs: list[_Tb], max_dep_tb: int) -> tuple[Thread
                 d, p = val  # type: ignore[misc]
                 steps.append(_dep_nop(gpu, t, s, d, final_index[(d, p)], max_dep_tb))
                 continue
-            pos, dep = val  # type: ignore[misc]
+            pos, dep = cast("tuple[int, tuple[int, int] | None]", val)
             op = tb.ops[pos]
             depid, deps_s = (-1, -1) if dep is None else (dep[0], final_index[dep])
             if depid > max_dep_tb:

@@ -62,8 +62,8 @@ def lint_text(text: str) -> tuple[str, ...]:
     problems: list[str] = []
     if text.startswith("\ufeff"):
         problems.append("line 1: byte order mark: the runtime reader expects '<'")
-    for number, line in enumerate(text.split("\n"), start=1):
-        if "\t" in line:
+    for number, text_line in enumerate(text.split("\n"), start=1):
+        if "\t" in text_line:
             problems.append(
                 f"line {number}: tab character: the runtime reader skips only spaces and newlines"
             )

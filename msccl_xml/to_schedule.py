@@ -37,7 +37,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from itertools import pairwise
+from typing import cast
 
+from synth._types import Collective
 from synth.errors import XmlError
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.topologies import Topology
@@ -124,7 +126,7 @@ def program_to_schedule(program: Program, topology: Topology) -> Schedule:
     for (kind, root, dest, edges), mult in sorted(Counter(items).items(), key=lambda kv: _order(kv[0])):
         hops = tuple(hop(a, b) for a, b in edges)
         routes.append(Route(RouteKind(kind), root, mult, hops, dest))
-    return Schedule(coll, n, c, tuple(routes), topology_fingerprint=topology.fingerprint,
+    return Schedule(cast(Collective, coll), n, c, tuple(routes), topology_fingerprint=topology.fingerprint,
                     meta={"msccl_name": program.name})  # fmt: skip
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+from synth._types import Collective
 from synth.errors import ScheduleError
 from synth.schedule import SCHEDULE_FORMAT, CutLink, Hop, Route, RouteKind, Schedule
 
@@ -64,7 +65,7 @@ def schedule_from_dict(doc: Any, *, source: str = "<dict>") -> Schedule:
     if not isinstance(meta, dict):
         raise ScheduleError(f"{source}: 'meta' must be an object")
     return Schedule(
-        collective=doc.get("collective"),
+        collective=cast(Collective, doc.get("collective")),  # Schedule checks the name
         nranks=_int(doc.get("nranks"), f"{source}: nranks"),
         nchunks=_int(doc.get("nchunks"), f"{source}: nchunks"),
         routes=tuple(_route(r, i, source) for i, r in enumerate(doc["routes"])),

@@ -93,6 +93,7 @@ def optimal_bound(collective: Collective, topo: Topology, *, time_limit_s: float
     n = topo.nranks
     if n < 2:
         raise SolverError(f"the {collective} bound needs at least 2 GPUs; topology {topo.name!r} has {n}")
+    rate: Fraction | float
     if collective == "alltoall":
         if n > COMPACT_LP_MAX_RANKS:
             from synth.alltoall_cg import alltoall_lp_bound

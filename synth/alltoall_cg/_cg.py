@@ -52,6 +52,7 @@ class CgRun:
     converged: bool
     lp_time_s: float = 0.0
     pricing_time_s: float = 0.0
+    lp_pivots: int = 0  # simplex iterations over all master solves of the loop
     history: list[tuple[int, float]] = field(default_factory=list)  # (steps, T) at each convergence
 
 
@@ -75,6 +76,7 @@ class ColumnGeneration:
         self.master = TreeMaster(solver, net.n_gpus, net.caps_GBps, scale=scale)
         self.lp_time_s = 0.0
         self.pricing_time_s = 0.0
+        self.lp_pivots = 0
         self.last_solution: LpSolution | None = None
         self.trees_feasible = False  # set by a warm restore whose pool covers every source
 
@@ -148,6 +150,7 @@ class ColumnGeneration:
             remaining = None  # the first master (seed trees only) is small; it gives the incumbent
         sol = self.master.solve(method=method, time_limit_s=remaining)
         self.lp_time_s += time.perf_counter() - t0
+        self.lp_pivots += sol.iterations
         if sol.status is Status.OPTIMAL:
             self.last_solution = sol
         return sol
@@ -213,7 +216,7 @@ class ColumnGeneration:
     def _finish(self, sol: LpSolution, t_now: float, lb: float, iterations: int,
                 history: list[tuple[int, float]]) -> CgRun:
         return CgRun(Status.OPTIMAL, sol.native, t_now, self.lambdas(), lb, iterations, True, self.lp_time_s,
-                     self.pricing_time_s, history)
+                     self.pricing_time_s, self.lp_pivots, history)
 
     def _stop(self, status: Status, native: str, best_lb: float, iterations: int,
               history: list[tuple[int, float]]) -> CgRun:
@@ -223,4 +226,5 @@ class ColumnGeneration:
         mu, w = self.master.duals(sol)
         best_lb = max(best_lb, self.farley_costs(self.costs(w, self._free_graph()), w), self.cut_bound())
         return CgRun(status if status is not Status.OPTIMAL else Status.TIME_LIMIT, native, sol.objective / self.scale,
-                     self.lambdas(), best_lb, iterations, False, self.lp_time_s, self.pricing_time_s, history)
+                     self.lambdas(), best_lb, iterations, False, self.lp_time_s, self.pricing_time_s,
+                     self.lp_pivots, history)

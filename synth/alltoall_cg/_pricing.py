@@ -174,13 +174,14 @@ def price_trees(
         raise SolverError(f"topology {net.name!r}: shortest-path predecessors form a cycle")
     keys = np.concatenate(load_keys) if load_keys else np.zeros(0, dtype=np.int64)
     loads = np.bincount(keys, minlength=s * ne).reshape(s, ne)
-    seq = np.full((len(seq_parts), size), -1, dtype=np.int64)
+    flat_seq = np.full((len(seq_parts), size), -1, dtype=np.int64)
     for j, (qj, lj) in enumerate(seq_parts):
-        seq[j, qj] = lj
-    seq = seq.reshape(len(seq_parts), s, n)
-    h1, h2, steps, pair_cost = h1.reshape(s, n), h2.reshape(s, n), steps.reshape(s, n), pair_cost.reshape(s, n)
+        flat_seq[j, qj] = lj
+    seq = flat_seq.reshape(len(seq_parts), s, n)
+    cost2 = pair_cost.reshape(s, n)
     # Tree cost = Σ_d pair cost (the same sum as loads @ w, without a dense matmul).
-    return TreeSet(sources, loads, pair_cost.sum(axis=1), pair_cost, h1, h2, seq, steps)
+    return TreeSet(sources, loads, cost2.sum(axis=1), cost2, h1.reshape(s, n), h2.reshape(s, n), seq,
+                   steps.reshape(s, n))
 
 
 def layered_shortest(graph: ExpandedGraph, wt: FloatArray, src_nodes: IntArray, *,

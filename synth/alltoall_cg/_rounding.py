@@ -32,6 +32,7 @@ from scipy.sparse import csc_matrix
 from synth.alltoall_cg._cg import ColumnGeneration, tie_break
 from synth.alltoall_cg._pricing import price_trees
 from synth.result import Status
+from synth.solvers import LpMethod
 
 __all__ = ["DiveResult", "deep_dive", "disaggregate", "largest_remainder"]
 
@@ -64,8 +65,8 @@ def disaggregate(cg: ColumnGeneration, lam: FloatArray, nchunks: int) -> tuple[I
     flat = paths.ravel()
     keep = flat >= 0
     y = np.bincount(flat[keep], weights=weights[keep], minlength=len(cg.paths))
-    pids = np.flatnonzero(y > 1e-12)
-    return pids, y[pids]
+    pids = np.flatnonzero(y > 1e-12).astype(np.int64)
+    return pids, y[pids].astype(np.float64)
 
 
 def _commodity(cg: ColumnGeneration, pids: IntArray) -> IntArray:
@@ -167,7 +168,7 @@ def deep_dive(
         return DiveResult(fixed_pids, fixed_chunks, 0, 0, 0, 0, True)
     starts, links = cg.paths.link_csr(fixed_pids)
     fixed_load = np.bincount(links, weights=np.repeat(fixed_chunks / nchunks, np.diff(starts)),
-                             minlength=net.n_links)
+                             minlength=net.n_links).astype(np.float64)
     dive = _DiveLp(cg, active_k, residual_all[active_k], fixed_load, nchunks)
     frac_pids = pids[(y - base > INT_TOL) & (residual_all[k_all] > 0)]
     dive.add(frac_pids)
@@ -178,7 +179,7 @@ def deep_dive(
     tabu: set[int] = set()
     used_backtracks = 0
     steps = 0
-    method = "primal"
+    method: LpMethod = "primal"
     while True:
         # Re-solve, pricing paths for commodities that still have room.
         sol = None

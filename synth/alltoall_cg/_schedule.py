@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -49,7 +49,7 @@ def _fill_hops(paths: PathPool, pids: list[int], cache: dict[int, tuple[Hop, ...
     starts, links = paths.link_csr(np.asarray(pids, dtype=np.int64))
     heads = net.head[links]
     ends = net.is_gpu[heads]  # a segment ends where a link enters a GPU (every path ends so)
-    seg_of = np.cumsum(ends) - ends
+    seg_of: IntArray = np.cumsum(ends) - ends
     n_seg = int(ends.sum())
     seg_first = np.r_[0, np.flatnonzero(ends)[:-1] + 1]
     pos = np.arange(len(links)) - seg_first[seg_of]
@@ -136,4 +136,4 @@ def build_schedule(paths: PathPool, pids: IntArray, chunks: IntArray, nchunks: i
         for i, r in zip(missing, made):
             routes[i] = r
         route_cache.update(zip([keys[i] for i in missing], made))
-    return Schedule("alltoall", paths.net.n_gpus, nchunks, tuple(routes), meta=dict(meta))
+    return Schedule("alltoall", paths.net.n_gpus, nchunks, tuple(cast(list[Route], routes)), meta=dict(meta))

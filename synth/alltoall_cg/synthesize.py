@@ -191,7 +191,8 @@ def synthesize_alltoall(
     SynthResult
         ``optimal_algbw_GBps`` is the LP optimum (N·z*), ``gap_pct`` the rounding gap against it;
         ``stats`` holds ``lp_algbw_GBps``, ``lp_bound_algbw_GBps``, ``gap``, ``cg_iterations``,
-        ``columns``, ``max_steps`` and phase times; ``warm_state`` seeds the next call.
+        ``lp_pivots`` (simplex iterations of the column generation), ``columns``, ``max_steps`` and
+        phase times; ``warm_state`` seeds the next call.
 
     Raises
     ------
@@ -269,6 +270,7 @@ def synthesize_alltoall(
         "lp_bound_algbw_GBps": bound_algbw,
         "gap": gap,
         "cg_iterations": run.iterations,
+        "lp_pivots": run.lp_pivots,
         "columns": len(cg.trees),
         "paths": len(cg.paths),
         "max_steps": cg.steps,

@@ -158,6 +158,7 @@ class _State:
         real = u is not None and t is not None and u != t
         a_ut = None
         if real:
+            assert u is not None and t is not None
             a_ut = self.arc.get((u, t))
             if a_ut is None:
                 a_ut = self._new_arc(u, t, 0)
@@ -266,7 +267,7 @@ class _State:
     def _move_pools(self, u: int | None, w: int, t: int | None, g: int) -> None:
         left = self._take((u, w), g) if u is not None else None
         right = self._take((w, t), g) if t is not None else None
-        if left is None or right is None or u == t:
+        if left is None or right is None or u is None or t is None or u == t:
             return
         merged: Pool = []
         i = j = 0
@@ -500,6 +501,6 @@ def _split(graph: IntGraph, opt: Optimum, hint: SplitHint | None, mode: str) -> 
             arcs[(a, b)] = st.cap[idx]
             pools[(a, b)] = st.pools[(a, b)]
             assert sum(p[1] for p in pools[(a, b)]) == st.cap[idx]
-    stats = {"split_maxflows": st.maxflows, "split_probes": st.probes, "switches_same_incident": reused,
+    stats: dict[str, object] = {"split_maxflows": st.maxflows, "split_probes": st.probes, "switches_same_incident": reused,
              "split_bulk": st.bulk}
     return SplitResult(arcs, pools, record, incident, [graph.names[w] for w in order], stats)

@@ -21,7 +21,7 @@ def quiet_highs(**options: Any) -> Any:
     >>> h.getOptionValue("output_flag")[-1]  # highspy >= 1.16 returns (status, value)
     False
     """
-    h = highspy._Highs()  # noqa: SLF001 - see the module docstring
+    h = highspy._Highs()  # type: ignore[attr-defined]  # noqa: SLF001 - see the module docstring
     h.setOptionValue("output_flag", False)
     for key, value in sorted(options.items()):
         h.setOptionValue(key, value)
