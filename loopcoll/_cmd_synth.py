@@ -10,8 +10,10 @@ import time
 from loopcoll._common import add_topology_args, print_json, topology_from_args
 from loopcoll._synthesize import synthesize
 from synth import read_schedule, write_schedule
-from synth.errors import ScheduleError
+from synth.errors import RuntimeLimitError, ScheduleError
 from synth.result import SynthResult
+from synth.schedule import Schedule
+from synth.topologies.model import Topology
 
 __all__ = ["configure_progress", "register", "reset_progress"]
 
@@ -107,26 +109,69 @@ def _run(args: argparse.Namespace) -> int:
     )
     if result.schedule is None:
         raise ScheduleError(f"{args.collective} on {topo.name}: no schedule ({result.status.value}: {result.message})")
+    capped = None
     if args.output:
-        from loopcoll._export import export_xml
-
-        export_xml(result.schedule, topo, args.output, runtime=args.runtime, protocol=args.protocol)
-    if args.schedule_out:
-        write_schedule(result.schedule, args.schedule_out)
-    if args.json:
-        print_json(result_json(args.collective, topo.name, topo.nranks, result))
-        return 0
+        result, capped = _export_fitting(args, topo, warm, result)
     sched = result.schedule
+    assert sched is not None
+    if args.schedule_out:
+        write_schedule(sched, args.schedule_out)
+    if args.json:
+        doc = result_json(args.collective, topo.name, topo.nranks, result)
+        if args.output:
+            doc["xml_chunk_cap"] = None if capped is None else capped[0]
+        print_json(doc)
+        return 0
     print(
         f"{args.collective} on {topo.name} ({topo.nranks} ranks, {sched.nchunks} chunks, "
         f"{len(sched.routes)} routes): algbw {result.algbw_GBps:.3f} GB/s, "
         f"optimal {result.optimal_algbw_GBps:.3f} GB/s ({100 * result.algbw_GBps / result.optimal_algbw_GBps:.2f}%)"
     )
     print(f"  {'warm' if result.warm else 'cold'} solve {result.solve_time_s:.3f} s; {result.status.value}: {result.message}")
+    if capped:
+        print(f"  {capped[1]}")
     for path, what in ((args.output, "MSCCL XML"), (args.schedule_out, "schedule")):
         if path:
             print(f"  wrote {what} to {path}")
     return 0
+
+
+def _export_fitting(
+    args: argparse.Namespace, topo: Topology, warm: Schedule | None, result: SynthResult
+) -> tuple[SynthResult, tuple[int, str] | None]:
+    """Export ``result`` as XML; without ``--chunks``, re-synthesize a tree collective with fewer
+    chunks per source while the schedule exceeds the MSCCL runtime's limits.
+
+    Returns the exported result and, when chunks were capped, (the cap, a note).
+    """
+    from loopcoll._export import export_xml
+    from msccl_xml import runtime_limits
+
+    assert result.schedule is not None
+    try:
+        export_xml(result.schedule, topo, args.output, runtime=args.runtime, protocol=args.protocol)
+        return result, None
+    except RuntimeLimitError as exc:
+        if args.collective == "alltoall" or args.chunks is not None:
+            raise
+        first = exc
+    uncapped = result.schedule.nchunks
+    cap = min(uncapped - 1, (runtime_limits(args.runtime).max_offset + 1) // topo.nranks)
+    log = logging.getLogger("synth.cli")
+    while cap >= 1:
+        log.warning("%s; re-synthesizing with at most %d chunks per source", first, cap)
+        capped = synthesize(args.collective, topo, chunks=cap, warm_start=warm)
+        assert capped.schedule is not None
+        try:
+            export_xml(capped.schedule, topo, args.output, runtime=args.runtime, protocol=args.protocol)
+        except RuntimeLimitError as exc:
+            first = exc
+            cap = min(cap, capped.schedule.nchunks) // 2
+            continue
+        note = (f"re-synthesized with at most {cap} chunks per source: the uncapped schedule's {uncapped} "
+                f"chunks exceed {args.runtime}'s limits")
+        return capped, (cap, note)
+    raise RuntimeLimitError(f"{first} (even with 1 chunk per source)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

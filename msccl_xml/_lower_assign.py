@@ -4,7 +4,9 @@ Channels are chosen per relay chain (all its operations share the channel). On e
 channel a threadblock owns at most one send peer and one recv peer, and each peer is owned by at
 most one threadblock (the executor's one-tb-per-(channel, peer) rule); a chain goes to the open
 channel where it fits with the shortest resulting threadblocks, and a new channel is opened only
-when none fits. Dependencies are derived from chunk accesses (read-after-write, write-after-write,
+when none fits. A chain that fits on no channel (deep trees on large fabrics: every relay GPU of
+the chain must have a free (recv peer, send peer) pairing on one channel) is cut at relay steps
+into the fewest consecutive segments that fit, each on its own channel. Dependencies are derived from chunk accesses (read-after-write, write-after-write,
 write-after-read) between threadblocks of one GPU in key order, keeping only the latest step per
 threadblock and dropping what an earlier step already waited for; a step with several becomes
 nops (one dependency each) followed by the step with the remaining one.
@@ -13,12 +15,13 @@ nops (one dependency each) followed by the step with the remaining one.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
-from synth.errors import XmlError
+from synth.errors import RuntimeLimitError
 
-from ._lower_ops import Op
+from ._lower_ops import RELAY_TYPES, Op
 from .program import BufferKind, Step, Threadblock, nop
 
 __all__ = ["assign_channels", "build_threadblocks"]
@@ -84,16 +87,27 @@ class _Lane:
 
 
 def assign_channels(
-    ops: list[Op], nchains: int, *, max_channels: int, max_steps: int
+    ops: list[Op],
+    nchains: int,
+    *,
+    max_channels: int,
+    max_steps: int,
+    halves: Callable[[Op], tuple[Op, Op]] | None = None,
 ) -> dict[tuple[int, int], _Lane]:
-    """Place every operation on a (gpu, channel) lane; local operations go to channel 0."""
+    """Place every operation on a (gpu, channel) lane; local operations go to channel 0.
+
+    A chain that fits on no channel is cut at relay steps into the fewest consecutive segments
+    that each fit (greedily, longest first), using ``halves`` to split a relay step; without
+    ``halves`` it is an error.
+    """
     by_chain: list[list[Op]] = [[] for _ in range(nchains)]
     local: list[Op] = []
     for op in ops:
         (local if op.chain < 0 else by_chain[op.chain]).append(op)
     lanes: dict[tuple[int, int], _Lane] = defaultdict(_Lane)
     nchan = 1
-    for chain_ops in by_chain:
+
+    def best_channel(seg: list[Op]) -> tuple[int, int] | None:
         best: tuple[int, int] | None = None
         for chan in range(nchan + 1):
             if chan == max_channels:
@@ -101,7 +115,7 @@ def assign_channels(
             if chan == nchan and best is not None:
                 break
             worst = 0
-            for op in chain_ops:
+            for op in seg:
                 fitted = lanes[(op.gpu, chan)].fit(op)
                 if fitted is None or fitted[0] > max_steps:
                     worst = -1
@@ -109,18 +123,39 @@ def assign_channels(
                 worst = max(worst, fitted[0])
             if worst >= 0 and (best is None or worst < best[0]):
                 best = (worst, chan)
-        if best is None:
-            where = ", ".join(f"gpu {op.gpu}" for op in chain_ops[:3])
-            raise XmlError(
-                f"lowering: a relay chain through {where} fits on none of {max_channels} channels "
-                f"with at most {max_steps} steps per threadblock; raise max_channels (the runtime "
-                "allows up to its channel limit; a channel holds one threadblock per send peer and "
-                "per recv peer) or lower the schedule's nchunks"
-            )
-        chan = best[1]
+        return best
+
+    def place(seg: list[Op], chan: int) -> None:
+        nonlocal nchan
         nchan = max(nchan, chan + 1)
-        for op in chain_ops:
+        for op in seg:
             lanes[(op.gpu, chan)].place(op, chan)
+
+    for chain_ops in by_chain:
+        if not chain_ops:
+            continue
+        best = best_channel(chain_ops)
+        if best is not None:
+            place(chain_ops, best[1])
+            continue
+        if halves is None or len(chain_ops) < 3 or any(op.type not in RELAY_TYPES for op in chain_ops[1:-1]):
+            raise RuntimeLimitError(_no_channel(chain_ops[:3], max_channels, max_steps))
+        last = len(chain_ops) - 1
+        a = 0
+        while a < last:
+            found: tuple[list[Op], int, int] | None = None
+            for b in range(a + 1, last + 1):
+                first = chain_ops[a] if a == 0 else halves(chain_ops[a])[1]
+                end = chain_ops[b] if b == last else halves(chain_ops[b])[0]
+                seg = [first, *chain_ops[a + 1 : b], end]
+                got = best_channel(seg)
+                if got is None:
+                    break
+                found = (seg, got[1], b)
+            if found is None:
+                raise RuntimeLimitError(_no_channel(chain_ops[a : a + 2], max_channels, max_steps))
+            place(found[0], found[1])
+            a = found[2]
     for op in local:
         lane = lanes[(op.gpu, 0)]
         tb = next((t for t in lane.tbs if t.send == -1 and t.recv == -1), None)
@@ -129,6 +164,16 @@ def assign_channels(
             lane.tbs.append(tb)
         tb.ops.append(op)
     return lanes
+
+
+def _no_channel(ops: list[Op], max_channels: int, max_steps: int) -> str:
+    where = ", ".join(f"gpu {op.gpu}" for op in ops)
+    return (
+        f"lowering: a transfer chain through {where} fits on none of {max_channels} channels "
+        f"with at most {max_steps} steps per threadblock; raise max_channels (the runtime "
+        "allows up to its channel limit; a channel holds one threadblock per send peer and "
+        "per recv peer) or lower the schedule's nchunks"
+    )
 
 
 def build_threadblocks(
@@ -194,38 +239,42 @@ def _gpu_threadblocks(gpu: int, tbs: list[_Tb], max_dep_tb: int) -> tuple[Thread
             final_index[(t, pos)] = len(items)
             items.append(("op", (pos, keep[0] if keep else None)))
         layouts.append(items)
-    targets = {
+    targets = cast("set[tuple[int, int]]", {
         dep for items in layouts for kind, val in items
         for dep in ([val] if kind == "nop" else [val[1]] if val[1] else [])  # type: ignore[index]
-    }  # fmt: skip
+    })  # fmt: skip
+    # Dependency ids are int8: threadblocks that others wait on take the lowest ids.
+    waited_on = {d for d, _ in targets}
+    new_id = {t: i for i, t in enumerate(sorted(range(len(tbs)), key=lambda t: (t not in waited_on, t)))}
     out = []
     for t, (tb, items) in enumerate(zip(tbs, layouts)):
         steps = []
         for s, (kind, val) in enumerate(items):
             if kind == "nop":
                 d, p = val  # type: ignore[misc]
-                steps.append(_dep_nop(gpu, t, s, d, final_index[(d, p)], max_dep_tb))
+                steps.append(_dep_nop(gpu, new_id[t], s, new_id[d], final_index[(d, p)], max_dep_tb))
                 continue
             pos, dep = cast("tuple[int, tuple[int, int] | None]", val)
             op = tb.ops[pos]
-            depid, deps_s = (-1, -1) if dep is None else (dep[0], final_index[dep])
+            depid, deps_s = (-1, -1) if dep is None else (new_id[dep[0]], final_index[dep])
             if depid > max_dep_tb:
-                raise XmlError(_dep_error(gpu, t, depid, max_dep_tb))
+                raise RuntimeLimitError(_dep_error(gpu, new_id[t], depid, max_dep_tb))
             steps.append(_step(op, s, depid, deps_s, int((t, pos) in targets)))
-        out.append(Threadblock(id=t, send=tb.send, recv=tb.recv, chan=tb.chan, steps=tuple(steps)))
-    return tuple(out)
+        out.append(Threadblock(id=new_id[t], send=tb.send, recv=tb.recv, chan=tb.chan, steps=tuple(steps)))
+    return tuple(sorted(out, key=lambda tb: tb.id))
 
 
 def _dep_error(gpu: int, t: int, depid: int, max_dep_tb: int) -> str:
     return (
         f"lowering: gpu {gpu} tb {t} must wait on tb {depid}, above the runtime's dependency "
-        f"limit {max_dep_tb} (int8); use fewer channels or a schedule with fewer routes"
+        f"limit {max_dep_tb} (int8): more than {max_dep_tb + 1} threadblocks are waited on; lower the "
+        "schedule's nchunks or use fewer channels"
     )
 
 
 def _dep_nop(gpu: int, t: int, s: int, d: int, deps: int, max_dep_tb: int) -> Step:
     if d > max_dep_tb:
-        raise XmlError(_dep_error(gpu, t, d, max_dep_tb))
+        raise RuntimeLimitError(_dep_error(gpu, t, d, max_dep_tb))
     return nop(depid=d, deps=deps, s=s)
 
 

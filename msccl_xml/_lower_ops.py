@@ -5,7 +5,10 @@ received at time ``t + 1``; a relay step (``rcs``, ``rrs``) receives at ``t`` an
 So on every connection both ends see the transfers in the same key order (FIFO matching holds),
 and every wait (previous step, matching send, data dependency) points to a strictly smaller key,
 which rules out deadlock. Operations of one relay chain share a ``chain`` id: they must sit on one
-channel.
+channel. When no channel can hold a whole chain, :meth:`Ops.halves` cuts a fused relay step into
+its receive half (``r``, or ``rrc`` into scratch) and a send half (``s``) one phase later in the
+key order, so the chain can continue on another channel (the runtime orders the two by a
+dependency).
 
 Buffers (N ranks, K = nchunks, C = N·K): allgather source r chunk k is ``i[k]`` (in place
 ``o[r·K+k]``) and lands in ``o[r·K+k]``; reducescatter/allreduce block r chunk k is index
@@ -23,11 +26,12 @@ from synth.schedule import Route, RouteKind, Schedule
 
 from .program import BufferKind, StepType
 
-__all__ = ["Op", "Ops", "build_ops"]
+__all__ = ["RELAY_TYPES", "Op", "Ops", "build_ops"]
 
 Key = tuple[int, int, int, int]
 Ref = tuple[BufferKind, int]
 _I, _O, _S = BufferKind.INPUT, BufferKind.OUTPUT, BufferKind.SCRATCH
+RELAY_TYPES = frozenset({StepType.RECV_COPY_SEND, StepType.RECV_REDUCE_SEND})
 
 
 @dataclass(slots=True)
@@ -52,6 +56,31 @@ class Ops:
     ops: list[Op] = field(default_factory=list)
     scratch: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     chains: int = 0
+    _halves: dict[tuple[int, Key], tuple[Op, Op]] = field(default_factory=dict)
+
+    def halves(self, op: Op) -> tuple[Op, Op]:
+        """(receive half, send half) of a fused relay step; the same pair for the same step.
+
+        ``rcs`` -> ``r`` into its destination + ``s`` from there; ``rrs`` -> ``rrc`` into its
+        scratch operand (or a fresh scratch chunk when the operand is the input) + ``s`` from it.
+        """
+        got = self._halves.get((op.gpu, op.key))
+        if got is not None:
+            return got
+        send_key = (*op.key[:3], op.key[3] + 1)
+        if op.type is StepType.RECV_COPY_SEND:
+            assert op.dst is not None
+            store = op.dst
+            recv = Op(op.gpu, StepType.RECV, -1, op.recv, None, store, op.cnt, op.key, op.chain)
+        elif op.type is StepType.RECV_REDUCE_SEND:
+            assert op.src is not None
+            store = op.src if op.src[0] is _S else self.alloc(op.gpu, op.cnt)
+            recv = Op(op.gpu, StepType.RECV_REDUCE_COPY, -1, op.recv, op.src, store, op.cnt, op.key, op.chain)
+        else:  # pragma: no cover - callers pass relay steps only
+            raise ValueError(f"not a relay step: {op.type}")
+        pair = (recv, Op(op.gpu, StepType.SEND, op.send, -1, store, None, op.cnt, send_key, op.chain))
+        self._halves[(op.gpu, op.key)] = pair
+        return pair
 
     def new_chain(self) -> int:
         self.chains += 1

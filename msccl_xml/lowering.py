@@ -20,13 +20,13 @@ Examples
 
 from __future__ import annotations
 
-from synth.errors import XmlError
+from synth.errors import RuntimeLimitError, XmlError
 from synth.schedule import Schedule
 
 from ._lower_assign import assign_channels, build_threadblocks
 from ._lower_ops import build_ops
 from .limits import runtime_limits
-from .program import Gpu, Program, Protocol
+from .program import Gpu, Program, Protocol, Threadblock
 
 __all__ = ["lower"]
 
@@ -74,8 +74,10 @@ def lower(
     Raises
     ------
     XmlError
-        If an option is invalid, a runtime limit cannot be met (the message names the limit and
-        what to change: more channels, fewer chunks), or the result fails the checker.
+        If an option is invalid or the result fails the checker.
+    RuntimeLimitError
+        (an :class:`XmlError`) If a runtime limit cannot be met; the message names the limit and
+        what to change (more channels, fewer chunks).
 
     Notes
     -----
@@ -113,10 +115,23 @@ def lower(
     if not schedule.routes:
         raise XmlError("lowering: the schedule has no routes")
     n, nchunks = schedule.nranks, schedule.nchunks
+    fit = (limits.max_offset + 1) // n
+    if nchunks > fit:
+        raise RuntimeLimitError(
+            f"lowering: {n} ranks x {nchunks} chunks = {n * nchunks} chunks per buffer, but {runtime} "
+            f"stores chunk offsets as int16 (at most {limits.max_offset}); use at most {fit} chunks per source"
+        )
     ops = build_ops(schedule, inplace=inplace, max_cnt=limits.max_cnt)
+    scratch = max(ops.scratch.values(), default=0)
+    if scratch > limits.max_offset + 1:
+        raise RuntimeLimitError(
+            f"lowering: a rank relays {scratch} scratch chunks, but {runtime} stores chunk offsets as int16 "
+            f"(at most {limits.max_offset}); lower the schedule's nchunks"
+        )
     budget = limits.max_steps_per_tb
     for _ in range(8):  # nops are added after placement: shrink the budget until they fit
-        lanes = assign_channels(ops.ops, ops.chains, max_channels=max_channels, max_steps=budget)
+        lanes = assign_channels(ops.ops, ops.chains, max_channels=max_channels, max_steps=budget,
+                                halves=ops.halves)
         tbs = build_threadblocks(lanes, n, max_dep_tb=limits.max_dep_tb)
         longest = max((len(tb.steps) for g in tbs.values() for tb in g), default=0)
         if longest <= limits.max_steps_per_tb:
@@ -127,10 +142,11 @@ def lower(
     else:
         longest = limits.max_steps_per_tb + 1
     if longest > limits.max_steps_per_tb:
-        raise XmlError(
+        raise RuntimeLimitError(
             f"lowering: a threadblock needs {longest} steps (nops included) but {runtime} allows "
             f"{limits.max_steps_per_tb}; lower the schedule's nchunks or allow more channels"
         )
+    _check_rank_sizes(tbs, n, limits.max_tbs_per_gpu, limits.max_nodes, runtime)
     sizes = _buffer_sizes(coll, n, nchunks, inplace)
     gpus = tuple(
         Gpu(id=r, i_chunks=sizes[0], o_chunks=sizes[1], s_chunks=ops.scratch.get(r, 0),
@@ -153,6 +169,23 @@ def lower(
     )
     _verify(program, runtime)
     return program
+
+
+def _check_rank_sizes(tbs: dict[int, tuple[Threadblock, ...]], n: int, max_tbs: int, max_nodes: int,
+                      runtime: str) -> None:
+    for gpu in sorted(tbs):
+        count = len(tbs[gpu])
+        if count > max_tbs:
+            raise RuntimeLimitError(
+                f"lowering: gpu {gpu} needs {count} threadblocks, {runtime} allows {max_tbs}; "
+                "lower the schedule's nchunks or max_channels"
+            )
+        nodes = 1 + n + count + sum(len(tb.steps) for tb in tbs[gpu])
+        if nodes > max_nodes:
+            raise RuntimeLimitError(
+                f"lowering: gpu {gpu} needs {nodes} XML nodes (threadblocks and steps), {runtime}'s reader "
+                f"allows {max_nodes}; lower the schedule's nchunks"
+            )
 
 
 def _buffer_sizes(coll: str, n: int, nchunks: int, inplace: bool) -> tuple[int, int]:

@@ -14,7 +14,7 @@ link gpu0->nvs0.0: gbps must be finite and >= 0, got -1.0
 
 from __future__ import annotations
 
-__all__ = ["LoopcollError", "ScheduleError", "SolverError", "TopologyError", "XmlError"]
+__all__ = ["LoopcollError", "RuntimeLimitError", "ScheduleError", "SolverError", "TopologyError", "XmlError"]
 
 
 class LoopcollError(Exception):
@@ -35,3 +35,7 @@ class SolverError(LoopcollError):
 
 class XmlError(LoopcollError):
     """An MSCCL XML program is unreadable, malformed or violates a runtime limit."""
+
+
+class RuntimeLimitError(XmlError):
+    """A valid schedule cannot be lowered within an MSCCL runtime's limits (fewer chunks may fit)."""

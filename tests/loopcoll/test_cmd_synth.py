@@ -109,3 +109,24 @@ def test_progress_goes_to_stderr_unless_quiet(monkeypatch: pytest.MonkeyPatch, c
     assert "loopcoll: alltoall_cg: iteration" in err
     assert main(["synth", "alltoall", "hpn:1x2x8", "--quiet"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_xml_output_caps_chunks_to_the_runtime_limits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The uncapped optimum on 128 GPUs + fail2 uses k = 293 chunks per source: 128 x 293 offsets
+    # overflow the executor's int16; without --chunks the CLI re-synthesizes under the cap.
+    xml = tmp_path / "ag.xml"
+    doc = _json(capsys, ["synth", "allgather", "hpn:1x16x8", "--fail", "fail2", "-o", str(xml), "--json"])
+    assert doc["xml_chunk_cap"] == 32768 // 128
+    assert 1 <= doc["nchunks"] <= doc["xml_chunk_cap"]
+    assert doc["algbw_GBps"] >= 0.999 * doc["optimal_algbw_GBps"]
+    program = read(str(xml))
+    assert check(program).valid and program.ngpus == 128
+
+
+def test_explicit_chunks_beyond_the_runtime_limits_fail_cleanly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    xml = tmp_path / "ag.xml"
+    argv = ["synth", "allgather", "hpn:1x16x8", "--fail", "fail2", "--chunks", "300", "-o", str(xml), "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("loopcoll: error:") and "int16" in err and "at most 256 chunks per source" in err
+    assert err.count("\n") == 1 and not xml.exists()

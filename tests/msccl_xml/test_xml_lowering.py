@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from msccl_xml import (
-    StepType, check, lower, parse, program_algbw_GBps, program_link_loads, switch_path, write,
+    StepType, check, lower, parse, program_algbw_GBps, program_link_loads, program_to_schedule, switch_path, write,
 )
-from synth.errors import XmlError
+from synth.errors import RuntimeLimitError, XmlError
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.topologies import load_topology
 
@@ -83,11 +83,45 @@ def test_options_are_validated() -> None:
     assert lower(ring_schedule(topo, "reducescatter"), runtime="msccl-legacy").coll == "reduce_scatter"
 
 
-def test_channel_limit_error_names_the_limit_and_the_fix() -> None:
+@pytest.mark.parametrize("coll", ["allgather", "reducescatter", "allreduce", "alltoall"])
+def test_relay_chains_that_fit_no_channel_are_cut_into_recv_and_send(coll: str) -> None:
+    # On one channel a GPU has one threadblock per recv peer, so random trees cannot keep every
+    # relay fused (rcs / rrs): the lowering cuts chains and the program stays exact.
     topo = load_topology("nvswitch:8")
-    sched = random_schedule(topo, "allgather", 4, random.Random(2))
-    with pytest.raises(XmlError, match=r"fits on none of 1 channels .* raise max_channels"):
-        lower(sched, max_channels=1)
+    sched = random_schedule(topo, coll, 4, random.Random(2))
+    wide, narrow = lower(sched), lower(sched, max_channels=1)
+    assert wide.nchannels > 1 and narrow.nchannels == 1
+    kinds = {st.type for g in narrow.gpus for tb in g.threadblocks for st in tb.steps}
+    assert StepType.SEND in kinds and (StepType.RECV in kinds or StepType.RECV_REDUCE_COPY in kinds)
+    for program in (wide, narrow):
+        for g in program.gpus:  # threadblocks waited on take the lowest ids (depid is an int8)
+            waited = {st.depid for tb in g.threadblocks for st in tb.steps if st.depid >= 0}
+            assert waited == set(range(len(waited)))
+        verdict = check(parse(write(program)))
+        assert verdict.valid, verdict.errors[:3]
+        back = program_to_schedule(program, topo)
+        assert back.link_loads() == sched.link_loads()
+        assert program_algbw_GBps(program, topo) == pytest.approx(sched.algbw_GBps(topo), rel=1e-12)
+
+
+def test_deep_forestcoll_trees_on_64_gpus_lower_and_check() -> None:
+    # Regression: fused relay chains of ForestColl's AllGather on 64 GPUs fit on no channel.
+    from synth.forestcoll_warm import synthesize_allgather
+
+    topo = load_topology("hpn:1x8x8", ["fail2"])
+    sched = synthesize_allgather(topo, max_chunks=4).schedule
+    program = lower(sched)
+    assert program.nchannels <= 32
+    assert check(program).valid
+    assert program_algbw_GBps(program, topo) == pytest.approx(sched.algbw_GBps(topo), rel=1e-12)
+    assert program_to_schedule(program, topo).link_loads() == sched.link_loads()
+
+
+def test_offset_limit_is_a_runtime_limit_error_naming_the_chunk_cap() -> None:
+    routes = tuple(Route(RouteKind.OUT_TREE, r, 16385, (Hop(r, 1 - r, (f"gpu{r}", f"gpu{1 - r}")),))
+                   for r in range(2))
+    with pytest.raises(RuntimeLimitError, match=r"2 ranks x 16385 chunks = 32770 .*at most 16384 chunks per source"):
+        lower(Schedule("allgather", 2, 16385, routes))
 
 
 def test_step_limit_error_names_the_limit_and_the_fix() -> None:
