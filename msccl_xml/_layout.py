@@ -67,7 +67,7 @@ class Layout:
                 return ("i", rank * c + index)
             if self.collective in ("allreduce", "alltoall") and buf is BufferKind.OUTPUT:
                 return ("i", index)
-        return (buf.value, index)
+        return (buf._value_, index)  # the enum's value without its (slow) property
 
     def initial(self, rank: int) -> dict[Slot, Value]:
         """The rank's initialised slots: every input chunk holds its own contribution."""

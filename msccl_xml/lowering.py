@@ -43,6 +43,7 @@ def lower(
     name: str | None = None,
     min_bytes: int = 0,
     max_bytes: int = 0,
+    verify: bool = True,
 ) -> Program:
     """The MSCCL program that executes ``schedule``.
 
@@ -64,6 +65,9 @@ def lower(
         ``<algo name>``; default ``loopcoll_<coll>_<N>r_<nchunks>c``.
     min_bytes, max_bytes
         Selection range of the algorithm in bytes (``max_bytes=0``: unlimited).
+    verify
+        Run :func:`msccl_xml.checker.check` on the result (default). Callers that check the
+        written XML themselves pass False to avoid checking twice.
 
     Returns
     -------
@@ -167,7 +171,8 @@ def lower(
         max_bytes=max_bytes,
         gpus=gpus,
     )
-    _verify(program, runtime)
+    if verify:
+        _verify(program, runtime)
     return program
 
 
