@@ -53,34 +53,37 @@ def maxmin_rates(
     Each round saturates at least one link, so there are at most ``#links`` rounds of
     ``O(#pairs)`` work; on fabric-shaped instances a handful suffice.
     """
-    rate = np.zeros(weight.size, dtype=np.float64)
-    live = weight[pair_path] > 0
+    nl = cap.size
+    w = weight.astype(np.float64) if share is None else (weight * share).astype(np.float64)
+    wp = w[pair_path]
+    live = wp > 0
     pp = pair_path[live]
     pl = pair_link[live]
-    mult = np.ones(weight.size) if share is None else share.astype(np.float64)
-    wp = (weight * mult)[pp].astype(np.float64)
+    wp = wp[live]
+    rate = np.zeros(weight.size, dtype=np.float64)
     residual = cap.astype(np.float64, copy=True)
-    level = np.full(cap.size, np.inf)
-    while pp.size:
-        load = np.bincount(pl, weights=wp, minlength=cap.size)
-        used = load > 0
-        level.fill(np.inf)
-        np.divide(residual, load, out=level, where=used)
-        pair_level = level[pl]
-        path_min = np.full(weight.size, np.inf)
-        np.minimum.at(path_min, pp, pair_level)
-        near = np.full(cap.size, np.inf)
-        np.minimum.at(near, pl, path_min[pp])
-        # A link no fuller than any link its paths touch is a bottleneck now: freezing flows
-        # elsewhere only raises the fair level of the links around it (they freeze at a level
-        # at most theirs), so all such local minima freeze in one round.
-        bottleneck = used & (level <= near * (1.0 + _TIE_RTOL))
-        frozen_pair = bottleneck[pl]
-        frozen = np.zeros(weight.size, dtype=bool)
-        frozen[pp[frozen_pair]] = True
-        rate[frozen] = path_min[frozen]
-        hit = frozen[pp]
-        residual -= np.bincount(pl[hit], weights=(wp * rate[pp])[hit], minlength=cap.size)
-        keep = ~hit
-        pp, pl, wp = pp[keep], pl[keep], wp[keep]
-    return rate * mult
+    path_min = np.empty(weight.size)
+    near = np.empty(nl)
+    with np.errstate(divide="ignore", invalid="ignore"):  # unused links: x / 0, never read
+        while pp.size:
+            level = residual / np.bincount(pl, weights=wp, minlength=nl)
+            path_min.fill(np.inf)
+            np.minimum.at(path_min, pp, level[pl])
+            pm = path_min[pp]
+            near.fill(np.inf)
+            np.minimum.at(near, pl, pm)
+            # A link no fuller than any link its paths touch is a bottleneck now: freezing flows
+            # elsewhere only raises the fair level of the links around it (they freeze at a level
+            # at most theirs), so all such local minima freeze in one round.
+            hit = (level <= near * (1.0 + _TIE_RTOL))[pl]
+            if hit.all():  # every remaining class crosses a bottleneck: the last round
+                rate[pp] = pm
+                break
+            frozen = np.zeros(weight.size, dtype=bool)
+            frozen[pp[hit]] = True
+            hit = frozen[pp]
+            rate[pp[hit]] = pm[hit]
+            residual -= np.bincount(pl[hit], weights=(wp * pm)[hit], minlength=nl)
+            keep = ~hit
+            pp, pl, wp = pp[keep], pl[keep], wp[keep]
+    return rate if share is None else rate * share

@@ -22,13 +22,40 @@ Model
   route instead would make a 2-chunk tree finish twice as late as a 1-chunk tree on the same
   links and leave degraded multi-tree schedules 5–10 % below their bandwidth term; rates are recomputed whenever the set of active transfers
   changes and are constant in between, so the simulation is exact between events.
-* **Events.** The loop advances to the earliest slice finish or arrival and processes everything
-  due within a relative ``rtol`` of that time together (see :mod:`synth.simulation._engine`).
+* **Events.** The loop advances to the earliest slice finish or arrival ``t1`` and processes
+  everything due by the last finish or arrival within ``[t1, t1 + rtol · t1]`` as one batch (see
+  :mod:`synth.simulation._engine`); ``rtol = 0`` is the exact mode.
 
 Approximations: no per-message or per-slice overheads, no protocol (LL/Simple) effects, no
 congestion control dynamics (rates jump to the max-min point instantly), a link's latency applies
 once per hop even when many slices queue, GPUs copy and reduce infinitely fast and send on all
-their hops at once, and batched events shift a finish by at most ``rtol`` of the current time.
+their hops at once.
+
+Time-window batching (``rtol``)
+-------------------------------
+Asymmetric schedules (degraded ForestColl trees) have distinct finish times everywhere: exact
+simulation costs one event per slice transfer (3 M events, ~15 min, for a 256-GPU AllGather).
+A batch keeps rates constant up to its end ``te``; inside it finish and arrival times are exact
+for those rates and bytes are conserved (a hop-flow whose next slice was already available keeps
+sending from its true finish time, also several slices per batch). **What is approximated:** a
+start made possible by an arrival, a hop-flow falling idle (its share stays reserved, unused) and
+the rate re-solve all take effect at ``te``, at most ``rtol · t`` after they are due. Rates are
+always a feasible max-min allocation of the transfers counted on the wire, so the simulated algbw
+never exceeds the bandwidth term, in any mode.
+
+**Error bound.** Along a chain of ``C`` dependent slice transfers (``C`` = the deepest route's
+hop levels + the most slices on one hop-flow bound its length) the delays add up to at most ``C · rtol · T``: if no rate depended
+on them (dedicated links, a single transfer) the completion time ``T'`` would satisfy
+``T ≤ T' ≤ T / (1 − C · rtol)``. Max-min sharing couples the flows, so a delay can also speed
+another flow up: in general ``|T' / T − 1| ≤ C · rtol`` is the stated bound, checked against the
+exact mode by the tests on asymmetric schedules, not a theorem. Measured at the default
+``rtol = 3e-4``: ForestColl AllGather (max_chunks 10, 4 slices per chunk) on hpn:2x16x8 + fail2
+(depth ≤ 51, C ≈ 75) is +0.70 % at 1 MB, +0.044 % at 128 MB and +0.030 % at 1 GB, in 11 k /
+18 k / 19 k events instead of 0.5 M / 2.9 M / 3.0 M; on small degraded and random topologies
+``|T' / T − 1|`` stayed below ``4 · rtol``.
+Symmetric schedules are unaffected (their events are simultaneous, and a batch ends at its last
+event, never later). A hop-flow whose slices are all at hand from the start (a single transfer)
+stays exact at any ``rtol``.
 
 References
 ----------
@@ -117,8 +144,8 @@ def _validate(nbytes: float, slices_per_chunk: int, rtol: float) -> None:
         raise ScheduleError(f"`nbytes` must be a finite number > 0, got {nbytes!r}")
     if isinstance(slices_per_chunk, bool) or not isinstance(slices_per_chunk, int) or slices_per_chunk < 1:
         raise ScheduleError(f"`slices_per_chunk` must be an integer >= 1, got {slices_per_chunk!r}")
-    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not 0 <= rtol <= 1e-3:
-        raise ScheduleError(f"`rtol` must be a number in [0, 1e-3], got {rtol!r}")
+    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not 0 <= rtol <= 0.1:
+        raise ScheduleError(f"`rtol` must be a number in [0, 0.1], got {rtol!r}")
 
 
 def _prepare(schedule: Schedule, topology: Topology, slices_per_chunk: int, check: bool) -> tuple[FlowModel, float]:
@@ -179,7 +206,7 @@ def simulate(
     nbytes: float,
     *,
     slices_per_chunk: int = 4,
-    rtol: float = 1e-9,
+    rtol: float = 3e-4,
     check: bool = True,
 ) -> SimResult:
     """Simulate ``schedule`` on ``topology`` for an algbw numerator of ``nbytes`` bytes.
@@ -195,7 +222,11 @@ def simulate(
     slices_per_chunk
         Pipelining depth: every chunk moves as this many independent slices.
     rtol
-        Events due within ``rtol × t`` of the current time ``t`` are processed together.
+        Batching window: finishes and arrivals due within ``rtol × t1`` of the earliest pending
+        one (at ``t1``) are processed together, starts and rate changes among them up to that much
+        late. ``0`` is exact (one event per distinct event time); the completion time stays
+        within ``C × rtol`` relative of it, ``C`` the longest chain of dependent slice transfers
+        (module docstring, "Error bound"). At most 0.1.
 
     Returns
     -------
@@ -204,7 +235,7 @@ def simulate(
     Raises
     ------
     ScheduleError
-        ``nbytes``, ``slices_per_chunk`` or ``rtol`` out of range; the schedule is invalid on
+        ``nbytes``, ``slices_per_chunk`` or ``rtol`` (``[0, 0.1]``) out of range; the schedule is invalid on
         the topology (``check``), or a hop crosses a missing or down link.
 
     See Also
@@ -213,9 +244,9 @@ def simulate(
 
     Notes
     -----
-    Cost grows with the events, not the bytes: each event costs ``O(path classes)`` numpy work
-    plus one max-min solve when the set of active transfers changed. The model is in the module
-    docstring.
+    Cost grows with the events, not the bytes: each event costs numpy work over the path classes
+    and the slices it finishes or delivers, plus one max-min solve when the transfers on the wire
+    changed; a larger ``rtol`` merges more of them. The model is in the module docstring.
 
     Examples
     --------
@@ -239,7 +270,7 @@ def simulate_sweep(
     sizes_bytes: Sequence[float],
     *,
     slices_per_chunk: int = 4,
-    rtol: float = 1e-9,
+    rtol: float = 3e-4,
     check: bool = True,
 ) -> list[SimResult]:
     """:func:`simulate` at each size of ``sizes_bytes``, validating and lowering the schedule once.

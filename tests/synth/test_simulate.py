@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import synth.simulation
 from synth.baselines import nccl_direct_alltoall, nccl_ring
@@ -14,6 +16,7 @@ from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.simulation import SimResult, simulate, simulate_sweep
 from synth.simulation._maxmin import maxmin_rates
 from synth.topologies import Link, Node, NodeKind, Topology, named_topology
+from tests.strategies import random_topologies
 
 GB = 1 << 30
 
@@ -278,6 +281,7 @@ def test_maxmin_matches_textbook_progressive_filling() -> None:
         ({"slices_per_chunk": 0}, r"`slices_per_chunk` must be an integer >= 1, got 0"),
         ({"slices_per_chunk": 2.0}, r"`slices_per_chunk`.*2\.0"),
         ({"rtol": -1.0}, r"`rtol`.*-1\.0"),
+        ({"rtol": 0.2}, r"`rtol` must be a number in \[0, 0\.1\], got 0\.2"),
     ],
 )
 def test_simulate_rejects_bad_arguments(kwargs: dict[str, float], match: str) -> None:
@@ -333,3 +337,94 @@ def test_degraded_forestcoll_schedules_reach_their_bandwidth_term_on_large_messa
     nbytes = per_source_bytes * topo.nranks
     res = simulate(sched, topo, nbytes, slices_per_chunk=auto_slices(sched, nbytes))
     assert res.bandwidth_term_algbw_GBps * 0.95 <= res.algbw_GBps <= res.bandwidth_term_algbw_GBps * (1 + 1e-9)
+
+
+# -- time-window batching (rtol) against the exact mode --------------------------------------------
+def _longest_chain(sched: Schedule, spc: int) -> int:
+    """C of the error bound: deepest route's hop levels + most slices on one hop-flow."""
+    depth = 0
+    for route in sched.routes:
+        level = {route.root: 0}
+        for hop in route.hops:
+            level[hop.dst] = level.get(hop.src, 0) + 1
+        depth = max(depth, *level.values())
+    return depth + max(r.chunks for r in sched.routes) * spc
+
+
+def _assert_batched_within_bound(sched: Schedule, topo: Topology, rtols: tuple[float, ...]) -> None:
+    for spc in (1, 4):
+        bound = _longest_chain(sched, spc)
+        for nbytes in (1e4, 1e6, GB):
+            exact = simulate(sched, topo, nbytes, slices_per_chunk=spc, rtol=0.0, check=False)
+            for rtol in rtols:
+                fast = simulate(sched, topo, nbytes, slices_per_chunk=spc, rtol=rtol, check=False)
+                assert abs(fast.time_s / exact.time_s - 1.0) <= bound * rtol, (rtol, spc, fast.message, exact.message)
+                assert fast.algbw_GBps <= fast.bandwidth_term_algbw_GBps * (1 + 1e-9), fast.message
+                assert fast.steps == exact.steps
+
+
+def _degraded_cases() -> list[tuple[str, str, str]]:
+    return [("hpn:1x2x8", "fail1", "ag"), ("hpn:1x2x8", "fail2", "ag"), ("hpn:1x2x8", "fail3", "ag"),
+            ("hpn:1x2x4", "fail2", "ag"), ("hpn:1x2x8", "fail2", "a2a"), ("hpn:1x2x8", "fail3", "a2a")]
+
+
+@pytest.mark.parametrize(("spec", "fail", "coll"), _degraded_cases())
+def test_batched_mode_stays_within_its_error_bound_on_degraded_schedules(spec: str, fail: str, coll: str) -> None:
+    from synth.alltoall_cg import synthesize_alltoall
+    from synth.forestcoll_warm import synthesize_allgather
+    from synth.topologies import load_topology
+
+    topo = load_topology(spec, [fail])
+    result = synthesize_allgather(topo, max_chunks=4) if coll == "ag" else synthesize_alltoall(topo, nchunks=4)
+    sched = result.schedule
+    sched.validate(topo)
+    _assert_batched_within_bound(sched, topo, (3e-4, 1e-2))
+
+
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+@given(topo=random_topologies(min_gpus=3, max_gpus=6, max_switches=2), chunks=st.integers(1, 3))
+def test_batched_mode_stays_within_its_error_bound_on_random_topologies(topo: Topology, chunks: int) -> None:
+    from synth.forestcoll_warm import synthesize_allgather
+
+    sched = synthesize_allgather(topo, max_chunks=chunks).schedule
+    _assert_batched_within_bound(sched, topo, (1e-3, 1e-2))
+
+
+def test_batching_merges_events_of_an_asymmetric_schedule() -> None:
+    from synth.forestcoll_warm import synthesize_allgather
+    from synth.topologies import load_topology
+
+    topo = load_topology("hpn:1x2x8", ["fail2"])
+    sched = synthesize_allgather(topo, max_chunks=4).schedule
+    exact = simulate(sched, topo, GB, rtol=0.0)
+    fast = simulate(sched, topo, GB, rtol=1e-2)
+    assert fast.events < exact.events / 2
+    assert fast.rate_solves < exact.rate_solves / 2
+
+
+@pytest.mark.parametrize("rtol", [0.0, 1e-3, 0.1])
+def test_batching_keeps_a_pipelined_single_transfer_exact(rtol: float) -> None:
+    # Every slice after the first is available when the previous one finishes, so batched
+    # finishes restart from their true finish time: no byte is lost and no time is added.
+    topo = named_topology("ring:2")
+    res = simulate(_point_to_point(topo, ("gpu0", "gpu1"), ("gpu1", "gpu0"), nchunks=3), topo, 6e8,
+                   slices_per_chunk=7, rtol=rtol)
+    assert res.time_s == pytest.approx(0.5e-6 + 3e8 / 50e9, rel=1e-12)
+
+
+@pytest.mark.parametrize(("name", "sched", "topo"), _large_message_cases(), ids=lambda v: v if isinstance(v, str) else "")
+def test_widest_batching_never_exceeds_the_bandwidth_term(name: str, sched: Schedule, topo: Topology) -> None:
+    for res in simulate_sweep(sched, topo, [1e3, 1e6, GB], rtol=0.1):
+        assert res.algbw_GBps <= res.bandwidth_term_algbw_GBps * (1 + 1e-9), res.message
+
+
+@pytest.mark.parametrize("rtol", [0.0, 1e-2])
+def test_cyclic_dependencies_stall_with_an_error(rtol: float) -> None:
+    # An (invalid) in-tree whose hops 1->2 and 2->1 each wait for the other; check=False skips
+    # validation, so the engine itself must notice that nothing can move.
+    topo = named_topology("ring:3")
+    route = Route(RouteKind.IN_TREE, 0, 1, (_hop(1, 2), _hop(2, 1), _hop(1, 0)))
+    sched = Schedule("reducescatter", 3, 1, (route,))
+    with pytest.raises(ScheduleError, match=r"simulation stalled at t=0\.0 s with 3 slice transfer\(s\) left"):
+        simulate(sched, topo, 1e6, slices_per_chunk=1, rtol=rtol, check=False)
