@@ -161,7 +161,9 @@ def _export_fitting(
     while cap >= 1:
         log.warning("%s; re-synthesizing with at most %d chunks per source", first, cap)
         capped = synthesize(args.collective, topo, chunks=cap, warm_start=warm)
-        assert capped.schedule is not None
+        if capped.schedule is None:
+            raise ScheduleError(f"{args.collective} on {topo.name} with at most {cap} chunks per source: no schedule "
+                                f"({capped.status.value}: {capped.message})")
         try:
             export_xml(capped.schedule, topo, args.output, runtime=args.runtime, protocol=args.protocol)
         except RuntimeLimitError as exc:
