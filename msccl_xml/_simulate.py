@@ -107,7 +107,12 @@ def _run(program: Program, layout: Layout | None, fifo_depth: int | None) -> _St
     index = {(gpu.id, tb.id): u for u, (gpu, tb) in enumerate(tbs)}
     s_chunks = {gpu.id: gpu.s_chunks for gpu in program.gpus}
     n = len(tbs)
-    clocks = [np.zeros(n, dtype=np.int32) for _ in range(n)]
+    # Vector clocks: one entry per threadblock, counting its steps. They take n^2 entries (plus a
+    # copy per message in flight and per published flag), so use the narrowest type that holds
+    # every step count: 1 byte for executor programs (at most 64 steps per threadblock).
+    longest = max((len(tb.steps) for _, tb in tbs), default=0)
+    ctype = next(t for t in (np.uint8, np.uint16, np.int64) if longest <= np.iinfo(t).max)
+    clocks = [np.zeros(n, dtype=ctype) for _ in range(n)]
     pcs = [0] * n
     flag = [-1] * n
     flag_log: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(n)]

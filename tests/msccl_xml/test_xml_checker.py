@@ -332,3 +332,27 @@ def test_corrupted_dependency_is_reported_at_the_step() -> None:
     wrong = replace_step(p, g, t, s, deps=st.deps + 7)
     assert any(e.startswith(f"gpu {g} tb {t} step {s}: depends on tb {st.depid} step {st.deps + 7}")
                for e in _errors(wrong))
+
+
+def test_race_detection_holds_past_255_steps_per_threadblock() -> None:
+    # Vector clocks take the narrowest integer type that holds every step count; a threadblock
+    # of 300 steps must switch to a wider one, not wrap around.
+    from msccl_xml import Step
+    from msccl_xml.program import BufferKind
+
+    i, o, s = BufferKind.INPUT, BufferKind.OUTPUT, BufferKind.SCRATCH
+    copies = tuple(Step(s=k, type=StepType.LOCAL_COPY, srcbuf=i, srcoff=k, dstbuf=o, dstoff=k, cnt=1,
+                        depid=-1, deps=-1, hasdep=int(k == 299)) for k in range(300))
+
+    def program(depid: int, deps: int) -> Program:
+        reader = Step(s=0, type=StepType.LOCAL_COPY, srcbuf=o, srcoff=299, dstbuf=s, dstoff=0, cnt=1,
+                      depid=depid, deps=deps, hasdep=0)
+        tbs = (Threadblock(0, -1, -1, 0, copies), Threadblock(1, -1, -1, 0, (reader,)))
+        return Program(name="long", proto=Protocol.SIMPLE, nchannels=1, nchunksperloop=300, ngpus=1,
+                       coll="allgather", inplace=0, outofplace=1, min_bytes=0, max_bytes=0,
+                       gpus=(Gpu(0, 300, 300, 1, tbs),))
+
+    ordered = check(program(0, 299), runtime="msccl-legacy")
+    assert not any("race" in e for e in ordered.errors), ordered.errors[:3]
+    unordered = check(program(-1, -1), runtime="msccl-legacy")
+    assert any("race" in e or "holds no data yet" in e for e in unordered.errors), unordered.errors[:3]
