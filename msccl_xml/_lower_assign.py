@@ -42,11 +42,17 @@ class _Lane:
     tbs: list[_Tb] = field(default_factory=list)
     send_owner: dict[int, _Tb] = field(default_factory=dict)
     recv_owner: dict[int, _Tb] = field(default_factory=dict)
+    max_peers: int = 1 << 30  # tbs with a send peer (and, separately, a recv peer) per channel
 
     def fit(self, op: Op) -> tuple[int, _Tb | None, _Tb | None] | None:
         """Resulting tb size if ``op`` is placed here, with the tbs it would join; None if not."""
         a = self.send_owner.get(op.send) if op.send >= 0 else None
         b = self.recv_owner.get(op.recv) if op.recv >= 0 else None
+        # A new send (recv) peer on this channel means one more tb with a send (recv) peer.
+        if op.send >= 0 and a is None and len(self.send_owner) >= self.max_peers:
+            return None
+        if op.recv >= 0 and b is None and len(self.recv_owner) >= self.max_peers:
+            return None
         if op.send >= 0 and op.recv >= 0:
             if a is not None and b is not None and a is not b:
                 if a.recv != -1 or b.send != -1:
@@ -92,6 +98,7 @@ def assign_channels(
     *,
     max_channels: int,
     max_steps: int,
+    max_peers: int = 1 << 30,
     halves: Callable[[Op], tuple[Op, Op]] | None = None,
 ) -> dict[tuple[int, int], _Lane]:
     """Place every operation on a (gpu, channel) lane; local operations go to channel 0.
@@ -104,7 +111,7 @@ def assign_channels(
     local: list[Op] = []
     for op in ops:
         (local if op.chain < 0 else by_chain[op.chain]).append(op)
-    lanes: dict[tuple[int, int], _Lane] = defaultdict(_Lane)
+    lanes: dict[tuple[int, int], _Lane] = defaultdict(lambda: _Lane(max_peers=max_peers))
     nchan = 1
 
     def best_channel(seg: list[Op]) -> tuple[int, int] | None:

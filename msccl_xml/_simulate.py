@@ -12,7 +12,12 @@ Model (reference §4, §6):
   accesses to one chunk of a GPU by different threadblocks, at least one a write, that are not
   ordered are a data race, since the hardware runs threadblocks concurrently. Without races the
   final memory does not depend on the interleaving, so one simulated order decides the
-  postcondition.
+  postcondition;
+* vector clocks take (threadblocks)^2 entries: above ``FULL_CLOCK_ENTRIES`` (a 256-GPU AllToAll
+  has ~10^5 threadblocks) each threadblock keeps entries for its own GPU's threadblocks only and
+  messages carry no clock, so only orderings within a GPU (program order and dependency flags)
+  count. That relation is a subset of happens-before: a program it finds race-free is race-free,
+  but a race it reports may be ordered through other GPUs, and the message says so.
 """
 
 from __future__ import annotations
@@ -67,12 +72,16 @@ class _State:
     lost: int = 0
     unread: dict[tuple[int, Slot], str] = field(default_factory=dict)
     transfers: list[Transfer] = field(default_factory=list)
+    local_clocks: bool = False  # clocks cover the own GPU's threadblocks only (module docstring)
 
 
+_NO_CLOCK = np.zeros(0, dtype=np.uint8)  # what a message carries with local clocks
 _MAX_RACES = 10
 _MAX_STUCK = 8
 _TRAIL = 40
 # Steps whose only effect is the local store: a scratch chunk they write must be read later.
+FULL_CLOCK_ENTRIES = 1 << 28  # vector-clock entries (1 byte each for executor programs) before local clocks
+
 _STORE_ONLY = frozenset({StepType.RECV, StepType.RECV_REDUCE_COPY, StepType.LOCAL_COPY, StepType.REDUCE})
 
 
@@ -112,13 +121,17 @@ def _run(program: Program, layout: Layout | None, fifo_depth: int | None) -> _St
     # every step count: 1 byte for executor programs (at most 64 steps per threadblock).
     longest = max((len(tb.steps) for _, tb in tbs), default=0)
     ctype = next(t for t in (np.uint8, np.uint16, np.int64) if longest <= np.iinfo(t).max)
-    clocks = [np.zeros(n, dtype=ctype) for _ in range(n)]
+    local = n * n > FULL_CLOCK_ENTRIES
+    # clock position of each threadblock: global id, or its index among its GPU's threadblocks
+    pos = [tb_i for gpu in program.gpus for tb_i in range(len(gpu.threadblocks))] if local else list(range(n))
+    clocks = [np.zeros(len(tbs[u][0].threadblocks) if local else n, dtype=ctype) for u in range(n)]
     pcs = [0] * n
     flag = [-1] * n
     flag_log: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(n)]
     queues: dict[tuple[int, int, int], deque[_Msg]] = {}
     waiters: dict[object, set[int]] = {}
     st = _State(layout)
+    st.local_clocks = local
     if layout is not None:
         for gpu in program.gpus:
             for slot, value in layout.initial(gpu.id).items():
@@ -164,16 +177,17 @@ def _run(program: Program, layout: Layout | None, fifo_depth: int | None) -> _St
             msg = None
             if step.type.receives and tb.recv >= 0:
                 msg = queues[in_key].popleft()
-                np.maximum(clock, msg.clock, out=clock)
+                if not local:
+                    np.maximum(clock, msg.clock, out=clock)
                 sent = tuple((msg.values + [None] * step.cnt)[: step.cnt])
                 st.transfers.append(Transfer(tb.recv, gpu.id, tb.chan, sent))
                 wake(("space", in_key))
             place = f"gpu {gpu.id} tb {tb.id} step {step.s}"
-            out = _execute(st, gpu.id, s_chunks[gpu.id], u, pcs[u] + 1, clock, step, msg, place)
+            out = _execute(st, gpu.id, s_chunks[gpu.id], pos[u], pcs[u] + 1, clock, step, msg, place)
             pcs[u] += 1
-            clock[u] = pcs[u]
+            clock[pos[u]] = pcs[u]
             if out is not None and tb.send >= 0:
-                msg_out = _Msg(out, clock.copy(), place, st.out_via)
+                msg_out = _Msg(out, _NO_CLOCK if local else clock.copy(), place, st.out_via)
                 queues.setdefault(out_key, deque()).append(msg_out)
                 wake(("msg", out_key))
             if step.hasdep == 1 and step.type is not StepType.NOP and step.s > flag[u]:
@@ -364,10 +378,9 @@ def _race_check(
     st.races += 1
     if st.races <= _MAX_RACES:
         rank, (buf, idx) = key
-        st.errors.append(
-            f"{acc[2]}: {kind} race on gpu {rank} {buf}[{idx}] with {place}: no dependency "
-            "orders them"
-        )
+        why = ("no dependency on this GPU orders them (the program is too large to follow orderings "
+               "through other GPUs)") if st.local_clocks else "no dependency orders them"
+        st.errors.append(f"{acc[2]}: {kind} race on gpu {rank} {buf}[{idx}] with {place}: {why}")
 
 
 def _postcondition(program: Program, st: _State, layout: Layout) -> list[str]:

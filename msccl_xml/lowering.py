@@ -135,7 +135,7 @@ def lower(
     budget = limits.max_steps_per_tb
     for _ in range(8):  # nops are added after placement: shrink the budget until they fit
         lanes = assign_channels(ops.ops, ops.chains, max_channels=max_channels, max_steps=budget,
-                                halves=ops.halves)
+                                max_peers=limits.max_tbs_per_channel, halves=ops.halves)
         tbs = build_threadblocks(lanes, n, max_dep_tb=limits.max_dep_tb)
         longest = max((len(tb.steps) for g in tbs.values() for tb in g), default=0)
         if longest <= limits.max_steps_per_tb:

@@ -160,3 +160,16 @@ def test_lowered_random_schedules_are_valid_round_trip_and_keep_algbw(
     assert parse(write(p)) == p
     assert program_algbw_GBps(p, topo) == pytest.approx(sched.algbw_GBps(topo))
     assert program_to_schedule(p, topo).link_loads() == sched.link_loads()
+
+
+def test_more_peers_than_a_channel_holds_spread_over_channels() -> None:
+    # 40 ranks: every GPU sends to and receives from 39 peers; a channel holds 32 of each.
+    topo = load_topology("nvswitch:40")
+    sched = random_schedule(topo, "alltoall", 1, random.Random(0))
+    program = lower(sched)
+    assert check(program).valid
+    for g in program.gpus:
+        for chan in range(program.nchannels):
+            tbs = [tb for tb in g.threadblocks if tb.chan == chan]
+            assert sum(tb.send >= 0 for tb in tbs) <= 32 and sum(tb.recv >= 0 for tb in tbs) <= 32
+    assert program_algbw_GBps(program, topo) == pytest.approx(sched.algbw_GBps(topo), rel=1e-12)
