@@ -130,8 +130,7 @@ def _run(program: Program, layout: Layout | None, fifo_depth: int | None) -> _St
     flag_log: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(n)]
     queues: dict[tuple[int, int, int], deque[_Msg]] = {}
     waiters: dict[object, set[int]] = {}
-    st = _State(layout)
-    st.local_clocks = local
+    st = _State(layout, local_clocks=local)
     if layout is not None:
         for gpu in program.gpus:
             for slot, value in layout.initial(gpu.id).items():

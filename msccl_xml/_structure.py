@@ -7,11 +7,12 @@ Messages start with the place: ``algo``, ``gpu G``, ``gpu G tb T`` or ``gpu G tb
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 
 from .limits import RuntimeLimits
 from .program import BufferKind, Gpu, Program, Step, StepType, Threadblock
 
-__all__ = ["structural_problems"]
+__all__ = ["rank_xml_nodes", "structural_problems"]
 
 # Fields the executor bounds-checks per step type (reference §4, msccl_parser.cc).
 _CHECK_SRC = frozenset(
@@ -22,6 +23,11 @@ _CHECK_DST = frozenset(
     {StepType.RECV, StepType.RECV_COPY_SEND, StepType.RECV_REDUCE_COPY_SEND,
      StepType.LOCAL_COPY, StepType.REDUCE}
 )  # fmt: skip
+
+
+def rank_xml_nodes(ngpus: int, threadblocks: Sequence[Threadblock]) -> int:
+    """XML nodes the runtime's reader parses for one rank: algo, gpus, its tbs and steps."""
+    return 1 + ngpus + len(threadblocks) + sum(len(tb.steps) for tb in threadblocks)
 
 
 def structural_problems(program: Program, limits: RuntimeLimits) -> tuple[list[str], list[str]]:
@@ -115,7 +121,7 @@ def _check_gpu(
     gaps = sorted(set(range(len(counts))) - set(counts))
     if gaps:
         errors.append(f"{where}: threadblock ids must be dense 0..n-1; missing {gaps}")
-    nodes = 1 + p.ngpus + len(tbs) + sum(len(tb.steps) for tb in tbs)
+    nodes = rank_xml_nodes(p.ngpus, tbs)
     if nodes > lim.max_nodes:
         errors.append(f"{where}: {nodes} XML nodes for this rank, the reader allows {lim.max_nodes}")
     send_owner: dict[tuple[int, int], int] = {}

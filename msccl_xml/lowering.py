@@ -25,6 +25,7 @@ from synth.schedule import Schedule
 
 from ._lower_assign import assign_channels, build_threadblocks
 from ._lower_ops import build_ops
+from ._structure import rank_xml_nodes
 from .limits import runtime_limits
 from .program import Gpu, Program, Protocol, Threadblock
 
@@ -185,7 +186,7 @@ def _check_rank_sizes(tbs: dict[int, tuple[Threadblock, ...]], n: int, max_tbs: 
                 f"lowering: gpu {gpu} needs {count} threadblocks, {runtime} allows {max_tbs}; "
                 "lower the schedule's nchunks or max_channels"
             )
-        nodes = 1 + n + count + sum(len(tb.steps) for tb in tbs[gpu])
+        nodes = rank_xml_nodes(n, tbs[gpu])
         if nodes > max_nodes:
             raise RuntimeLimitError(
                 f"lowering: gpu {gpu} needs {nodes} XML nodes (threadblocks and steps), {runtime}'s reader "
