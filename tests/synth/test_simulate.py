@@ -203,22 +203,18 @@ def test_bottleneck_utilization_matches_the_algbw_ratio_on_hpn() -> None:
 
 
 def test_synthesized_allgather_never_exceeds_its_bandwidth_term() -> None:
-    fc = pytest.importorskip("synth.forestcoll_warm")
-    synthesize = getattr(fc, "synthesize_allgather", None)
-    if synthesize is None:
-        pytest.skip("synth.forestcoll_warm has no synthesize_allgather yet")
+    from synth.forestcoll_warm import synthesize_allgather
+
     topo = named_topology("hpn:1x2x4")
-    sched = synthesize(topo).schedule
+    sched = synthesize_allgather(topo).schedule
     _assert_close_to_bandwidth_term(simulate(sched, topo, GB), within=0.1)
 
 
 def test_synthesized_alltoall_never_exceeds_its_bandwidth_term() -> None:
-    cg = pytest.importorskip("synth.alltoall_cg")
-    synthesize = getattr(cg, "synthesize_alltoall", None)
-    if synthesize is None:
-        pytest.skip("synth.alltoall_cg has no synthesize_alltoall yet")
+    from synth.alltoall_cg import synthesize_alltoall
+
     topo = named_topology("hpn:1x2x8")
-    sched = synthesize(topo).schedule
+    sched = synthesize_alltoall(topo).schedule
     _assert_close_to_bandwidth_term(simulate(sched, topo, GB))
 
 
