@@ -124,20 +124,13 @@ RUNTIMES: dict[str, RuntimeLimits] = {
     "msccl-executor-nccl": _EXECUTOR,
     # RCCL shares the executor's parser; it differs in thread blocks, channels and CUs.
     "rccl": replace(_EXECUTOR, name="rccl", max_tbs_per_gpu=64, max_channels=128, sm_count=304),
-    "msccl-legacy": RuntimeLimits(
+    # microsoft/msccl: same parser limits, longer threadblocks, fewer of them, the old vocabulary.
+    "msccl-legacy": replace(
+        _EXECUTOR,
         name="msccl-legacy",
         max_steps_per_tb=256,
         max_tbs_per_gpu=216,
-        max_tbs_per_channel=32,
-        max_channels=32,
-        max_cnt=71,
-        max_dep_tb=127,
-        max_offset=32767,
-        max_nodes=4095,
-        max_attrs=16,
-        max_str_len=254,
         max_name_len=63,
-        sm_count=108,
         collectives=_LEGACY_COLLS,
         step_types=frozenset(StepType),
         required_algo_attrs=_LEGACY_REQUIRED,
