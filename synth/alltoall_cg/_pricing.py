@@ -23,16 +23,18 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
-from scipy.sparse.csgraph import dijkstra
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components, csgraph_from_dense, dijkstra
 
-from synth.alltoall_cg._expanded import ExpandedGraph
+from synth.alltoall_cg._expanded import ExpandedGraph, Network
 from synth.errors import SolverError
 
-__all__ = ["TreeSet", "layered_shortest", "price_trees", "tree_costs"]
+__all__ = ["PairPaths", "TreeSet", "layered_shortest", "path_hashes", "price_pairs", "price_trees", "reversed_network",
+           "tree_costs"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -252,6 +254,33 @@ def _free_shortest(graph: ExpandedGraph, w: FloatArray, src_nodes: IntArray) -> 
     raise SolverError(f"topology {net.name!r}: Bellman-Ford did not converge")  # pragma: no cover
 
 
+CONDENSED_MAX = 2000  # components up to which the condensed graph's all-pairs distances are worth it
+
+
+def _condensed_shortest(net: Network, w: FloatArray, src_nodes: IntArray) -> FloatArray | None:
+    """Exact distances (nodes × sources) without a step bound, on the graph whose nodes are the
+    strongly connected components of the zero-weight live links (free to move inside one).
+
+    Link duals are mostly zero, so the condensed graph is tiny: all-pairs distances there cost
+    next to nothing. Returns None when it would not be (more than ``CONDENSED_MAX`` components)."""
+    live = np.flatnonzero(net.live)
+    tail, head, wl = net.tail[live], net.head[live], w[live]
+    nv = net.n_nodes
+    zero = wl <= 0
+    g0 = csr_matrix((np.ones(int(zero.sum())), (tail[zero], head[zero])), shape=(nv, nv))
+    ncomp, label = connected_components(g0, directed=True, connection="strong")
+    if ncomp > CONDENSED_MAX:
+        return None
+    ct, ch = label[tail], label[head]
+    inter = ct != ch
+    dense = np.full((ncomp, ncomp), np.inf)
+    np.minimum.at(dense, (ct[inter], ch[inter]), wl[inter])
+    between = dijkstra(csgraph_from_dense(dense, null_value=np.inf), indices=np.unique(label[src_nodes]))
+    row = np.full(ncomp, -1, dtype=np.int64)
+    row[np.unique(label[src_nodes])] = np.arange(len(between))
+    return between[row[label[src_nodes]]][:, label].T
+
+
 def tree_costs(graph: ExpandedGraph, link_weight: FloatArray, *, sources: IntArray | None = None) -> FloatArray:
     """Per source, the exact cost Σ_d dist(s, d) of its cheapest tree under ``link_weight`` ≥ 0.
 
@@ -269,9 +298,199 @@ def tree_costs(graph: ExpandedGraph, link_weight: FloatArray, *, sources: IntArr
         dist, _ = layered_shortest(graph, w, src_nodes, with_pred=False)
         d = dist[1:, net.gpu_node, :].min(axis=0)  # (destinations, sources)
     else:
-        d = _free_shortest(graph, w, src_nodes)[net.gpu_node]
+        d = _condensed_shortest(net, w, src_nodes)
+        if d is None:
+            d = _free_shortest(graph, w, src_nodes)
+        d = d[net.gpu_node]
     d[sources, np.arange(len(sources))] = 0.0
     if not np.isfinite(d).all():
         price_trees(graph, w, sources=sources, tie_break=1.0)  # raises with the unreachable pair
         raise SolverError(f"topology {net.name!r}: unreachable destination")  # pragma: no cover
     return d.sum(axis=0)
+
+
+def reversed_network(net: Network) -> Network:
+    """``net`` with every link turned around (same link ids): shortest paths *into* a rank.
+
+    A GPU-simple path makes as many GPU hops in either direction, so the time-expanded graph of
+    the reversed network has the same step bound semantics."""
+    return replace(net, tail=net.head, head=net.tail, name=f"{net.name} (reversed)")
+
+
+def _cover_roots(src: IntArray, dst: IntArray, n: int) -> tuple[IntArray, IntArray, npt.NDArray[np.bool_]]:
+    """Few roots covering every (src, dst) pair: a source (forward tree) or a destination (reverse).
+
+    Greedy set cover, largest group first, ties to sources then lower ranks. Returns the forward
+    roots, the reverse roots and, per pair, whether a forward root covers it."""
+    fwd: list[int] = []
+    rev: list[int] = []
+    by_fwd = np.zeros(len(src), dtype=bool)
+    left = np.ones(len(src), dtype=bool)
+    while left.any():
+        cs = np.bincount(src[left], minlength=n)
+        cd = np.bincount(dst[left], minlength=n)
+        if cs.max() >= cd.max():
+            r = int(np.argmax(cs))
+            fwd.append(r)
+            hit = left & (src == r)
+            by_fwd |= hit
+        else:
+            r = int(np.argmax(cd))
+            rev.append(r)
+            hit = left & (dst == r)
+        left &= ~hit
+    return np.array(fwd, dtype=np.int64), np.array(rev, dtype=np.int64), by_fwd
+
+
+@dataclass(frozen=True, eq=False)
+class PairPaths:
+    """Shortest paths of chosen (src, dst) pairs: ``cost``, GPU hops ``steps``, the pool hashes
+    ``hash1``/``hash2`` and the links, ``forward[j, i]`` the j-th link of pair i (-1 past its end)."""
+
+    cost: FloatArray
+    forward: IntArray
+    lengths: IntArray
+    steps: IntArray
+    hash1: HashArray
+    hash2: HashArray
+
+    def links(self, i: int) -> IntArray:
+        return self.forward[: self.lengths[i], i]
+
+
+def _flip(seq: IntArray, lengths: IntArray) -> IntArray:
+    """Reverse each column's first ``lengths[i]`` entries of a -1 padded (L, P) matrix."""
+    j = np.arange(seq.shape[0])[:, None]
+    src = lengths[None, :] - 1 - j
+    out = np.full(seq.shape, -1, dtype=np.int64)
+    ok = src >= 0
+    out[ok] = seq[src[ok], np.broadcast_to(np.arange(seq.shape[1]), seq.shape)[ok]]
+    return out
+
+
+def _engine(roots: int) -> str:
+    # scipy's Dijkstra beats the all-sources DP (whose cost is per layer, not per source) for few roots.
+    return "dijkstra" if roots <= 16 else "auto"
+
+
+def price_pairs(graph: ExpandedGraph, reverse: ExpandedGraph, link_weight: FloatArray, src: IntArray, dst: IntArray,
+                *, tie_break: float = 0.0) -> PairPaths:
+    """Shortest path of each (src[i], dst[i]) pair under ``link_weight`` (+ ``tie_break`` per link).
+
+    Pairs are grouped under few roots (:func:`_cover_roots`): a source's forward tree on ``graph``
+    or a destination's tree on ``reverse`` (the time-expanded graph of :func:`reversed_network`
+    with the same step bound). Pricing a handful of pairs after a local change thus costs a few
+    trees, not one per source.
+    """
+    n = graph.net.n_gpus
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    p = len(src)
+    fwd, rev, by_fwd = _cover_roots(src, dst, n)
+    cost = np.zeros(p)
+    steps = np.zeros(p, dtype=np.int64)
+    parts: list[tuple[IntArray, IntArray, IntArray]] = []  # (pairs, backward links, forward links)
+    w = np.asarray(link_weight, dtype=np.float64)
+    for roots, g, forward_root in ((fwd, graph, True), (rev, reverse, False)):
+        if len(roots) == 0:
+            continue
+        row = np.full(n, -1, dtype=np.int64)
+        row[roots] = np.arange(len(roots))
+        idx = np.flatnonzero(by_fwd if forward_root else ~by_fwd)
+        r, far = (row[src[idx]], dst[idx]) if forward_root else (row[dst[idx]], src[idx])
+        cost[idx], steps[idx], seq = _walk_pairs(g, w, tie_break, roots, r, far)  # seq: far end back to root
+        lengths = (seq >= 0).sum(axis=0)
+        flipped = _flip(seq, lengths)
+        parts.append((idx, seq, flipped) if forward_root else (idx, flipped, seq))
+    width = max((b.shape[0] for _, b, _ in parts), default=0)
+    back = np.full((width, p), -1, dtype=np.int64)
+    forward = np.full((width, p), -1, dtype=np.int64)
+    for idx, b, f in parts:
+        back[: b.shape[0], idx] = b
+        forward[: f.shape[0], idx] = f
+    h1, h2 = _hash_back(back)
+    return PairPaths(cost, forward, (forward >= 0).sum(axis=0), steps, h1, h2)
+
+
+def _walk_pairs(graph: ExpandedGraph, w: FloatArray, tie_break: float, roots: IntArray, r: IntArray,
+                far: IntArray) -> tuple[FloatArray, IntArray, IntArray]:
+    """Shortest paths from ``roots[r[i]]`` to rank ``far[i]``: (cost under ``w``, GPU hops, links from
+    the far end back, -1 padded). Like :func:`price_trees` (fewest steps among ties), but walks only
+    the requested pairs."""
+    net = graph.net
+    nv = net.n_nodes
+    root_nodes = net.gpu_node[roots]
+    wt = w + tie_break
+    pred_link: IntArray | None = None
+    if graph.steps is not None and _engine(len(roots)) != "dijkstra":
+        dist_l, pred_link = layered_shortest(graph, wt, root_nodes)
+        assert pred_link is not None
+        flat_pred = pred_link.reshape(-1)
+        dist = dist_l.reshape(graph.n_layers * nv, len(roots)).T  # (roots, expanded nodes)
+    else:
+        dist, pred = dijkstra(graph.matrix(wt), indices=root_nodes, return_predecessors=True)
+    far_nodes = net.gpu_node[far]
+    if graph.steps is None:
+        c = far_nodes.copy()
+        best = dist[r, c]
+    else:
+        layer_nodes = far_nodes[None, :] + nv * np.arange(1, graph.n_layers)[:, None]  # (m, P)
+        cand = dist[r[None, :], layer_nodes]
+        t_best = np.argmin(cand, axis=0)
+        c = far_nodes + nv * (t_best + 1)
+        best = cand[t_best, np.arange(len(far))]
+    if not np.isfinite(best).all():
+        i = int(np.flatnonzero(~np.isfinite(best))[0])
+        bound = "without a step bound" if graph.steps is None else f"within max_steps={graph.steps} steps"
+        raise SolverError(f"topology {net.name!r}: no path between ranks {int(roots[r[i]])} and {int(far[i])} {bound}")
+    p = len(far)
+    cost = np.zeros(p)
+    steps = np.zeros(p, dtype=np.int64)
+    rows: list[tuple[IntArray, IntArray]] = []
+    q = np.arange(p)
+    node, layer = c % nv, c // nv
+    ri = r.copy()
+    for _ in range(nv * graph.n_layers + 1):
+        if len(q) == 0:
+            break
+        if pred_link is not None:
+            link = flat_pred[(layer * nv + node) * len(roots) + ri]
+        else:
+            link = graph.link_of(pred[ri, node + nv * layer], node + nv * layer)
+        arrived = net.is_gpu[node]
+        rows.append((q, link))
+        cost[q] += w[link]
+        steps[q] += arrived
+        node = net.tail[link]
+        if graph.steps is not None:
+            layer = layer - arrived
+        go = (node != root_nodes[ri]) | (layer != 0)
+        q, node, layer, ri = q[go], node[go], layer[go], ri[go]
+    else:  # pragma: no cover - a predecessor walk longer than the graph means a cycle
+        raise SolverError(f"topology {net.name!r}: shortest-path predecessors form a cycle")
+    seq = np.full((len(rows), p), -1, dtype=np.int64)
+    for j, (qj, lj) in enumerate(rows):
+        seq[j, qj] = lj
+    return cost, steps, seq
+
+
+def _hash_back(back: IntArray) -> tuple[HashArray, HashArray]:
+    """The pricing walk's rolling hashes of -1 padded link columns listed from the destination back."""
+    h1 = np.zeros(back.shape[1], dtype=np.uint64)
+    h2 = np.zeros(back.shape[1], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for row in back:
+            m = row >= 0
+            v = (row[m] + 1).astype(np.uint64)
+            h1[m] = h1[m] * _M1 + v
+            h2[m] = (h2[m] ^ v) * _M2 + np.uint64(1)
+    return h1, h2
+
+
+def path_hashes(links: list[IntArray]) -> tuple[HashArray, HashArray]:
+    """The pricing walk's two rolling hashes of forward link sequences (hashed destination first)."""
+    width = max((len(x) for x in links), default=0)
+    back = np.full((width, len(links)), -1, dtype=np.int64)
+    for i, x in enumerate(links):
+        back[: len(x), i] = x[::-1]
+    return _hash_back(back)

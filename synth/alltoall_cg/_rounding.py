@@ -23,18 +23,22 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
-from scipy.sparse import csc_matrix
 
 from synth.alltoall_cg._cg import ColumnGeneration, tie_break
+from synth.alltoall_cg._expanded import ExpandedGraph, Network
+from synth.alltoall_cg._pool import PathPool
 from synth.alltoall_cg._pricing import price_trees
 from synth.result import Status
 from synth.solvers import LpMethod
 
-__all__ = ["DiveResult", "deep_dive", "disaggregate", "largest_remainder"]
+__all__ = ["DIVES", "ROUNDING_RETRY_GAP", "DiveResult", "PathLp", "Pricer", "balanced_remainder", "deep_dive", "disaggregate", "largest_remainder",
+           "tree_pricer"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,48 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 INT_TOL = 1e-6
+
+# Dive settings tried in order (batch fraction, backtracks, slack) while the gap stays above
+# ROUNDING_RETRY_GAP: small instances are where K-chunk granularity bites and retries are cheap.
+DIVES: tuple[tuple[float, int, float], ...] = ((0.05, 2, 0.002), (0.3, 8, 0.0), (1.0, 8, 0.0), (0.0, 8, 0.0))
+ROUNDING_RETRY_GAP = 0.005
+
+# (link weights, open commodities) -> (cheapest path cost per commodity, register(positions) -> path ids)
+Pricer = Callable[[FloatArray, IntArray], tuple[FloatArray, Callable[[IntArray], IntArray]]]
+
+
+class PathLp(Protocol):
+    """What the path LPs of rounding and repair need: :class:`ColumnGeneration` is one."""
+
+    net: Network
+    paths: PathPool
+    graph: ExpandedGraph
+    solver: str
+    scale: float
+
+
+def tree_pricer(cg: PathLp) -> Pricer:
+    """Price open commodities by one shortest-path tree per source that has one."""
+    n = cg.net.n_gpus
+
+    def price(w: FloatArray, open_k: IntArray) -> tuple[FloatArray, Callable[[IntArray], IntArray]]:
+        srcs = np.unique(open_k // n)
+        trees = price_trees(cg.graph, w, sources=srcs, tie_break=tie_break(w))
+        row_of_src = np.full(n, -1, dtype=np.int64)
+        row_of_src[srcs] = np.arange(len(srcs))
+        pc = trees.pair_cost[row_of_src[open_k // n], open_k % n]
+
+        def register(sel: IntArray) -> IntArray:
+            better = open_k[sel]
+            rows_needed = np.unique(row_of_src[better // n])
+            ids = cg.paths.register(trees, rows_needed)
+            lookup = np.full(n, -1, dtype=np.int64)
+            lookup[rows_needed] = np.arange(len(rows_needed))
+            return ids[lookup[row_of_src[better // n]], better % n]
+
+        return pc, register
+
+    return price
 
 
 @dataclass(frozen=True)
@@ -69,11 +115,11 @@ def disaggregate(cg: ColumnGeneration, lam: FloatArray, nchunks: int) -> tuple[I
     return pids, y[pids].astype(np.float64)
 
 
-def _commodity(cg: ColumnGeneration, pids: IntArray) -> IntArray:
+def _commodity(cg: PathLp, pids: IntArray) -> IntArray:
     return cg.paths.src[pids] * cg.net.n_gpus + cg.paths.dst[pids]
 
 
-def largest_remainder(cg: ColumnGeneration, pids: IntArray, y: FloatArray, nchunks: int) -> DiveResult:
+def largest_remainder(cg: PathLp, pids: IntArray, y: FloatArray, nchunks: int) -> DiveResult:
     """Per commodity, floors plus one more chunk on the paths with the largest remainders."""
     k = _commodity(cg, pids)
     base = np.floor(y + INT_TOL).astype(np.int64)
@@ -90,10 +136,60 @@ def largest_remainder(cg: ColumnGeneration, pids: IntArray, y: FloatArray, nchun
     return DiveResult(pids[keep], chunks[keep], 0, 0, 0, 0, False)
 
 
+def balanced_remainder(cg: PathLp, pids: IntArray, y: FloatArray, nchunks: int, base_load: FloatArray) -> DiveResult:
+    """Floors, then each block's missing chunks on the paths that keep the busiest link lowest.
+
+    Blocks are taken in order; link loads start at the LP's (``base_load`` plus ``y``) and follow
+    every decision, so blocks with the same split round different paths up instead of all the same
+    ones (what :func:`largest_remainder` does to symmetric blocks). A greedy: no optimality claim."""
+    caps = cg.net.caps_GBps
+    k = _commodity(cg, pids)
+    base = np.floor(y + INT_TOL).astype(np.int64)
+    frac = np.where(y - base > INT_TOL, y - base, 0.0)
+    short = nchunks - np.bincount(k, weights=base, minlength=cg.net.n_gpus**2).round().astype(np.int64)
+    cand = np.flatnonzero(frac > 0)
+    chunks = base.copy()
+    if len(cand):
+        a_starts, a_links = cg.paths.link_csr(pids)
+        load = (base_load + np.bincount(a_links, weights=np.repeat(y, np.diff(a_starts)),
+                                        minlength=len(caps))).tolist()
+        starts, links = cg.paths.link_csr(pids[cand])
+        inv = np.where(caps > 0, 1.0 / np.where(caps > 0, caps, 1.0), np.inf).tolist()
+        # Least flexible blocks first (fewest fractional paths), so the flexible ones absorb the rest.
+        kk = k[cand]
+        uniq, inv_k, count = np.unique(kk, return_inverse=True, return_counts=True)
+        order = np.lexsort((pids[cand], kk, count[inv_k]))
+        kc, fc = kk[order].tolist(), frac[cand][order].tolist()
+        st, lk = starts.tolist(), links.tolist()
+        pos = order.tolist()
+        i = 0
+        while i < len(pos):
+            j = i
+            while j < len(pos) and kc[j] == kc[i]:
+                j += 1
+            group = [(pos[t], fc[t]) for t in range(i, j)]
+            want = int(short[kc[i]])
+            scored = []
+            for c, f in group:
+                ls = lk[st[c] : st[c + 1]]
+                scored.append((max((load[e] + 1.0 - f) * inv[e] for e in ls), -f, c, f, ls))
+            scored.sort()
+            for rank, (_, _, c, f, ls) in enumerate(scored):
+                up = rank < want
+                delta = 1.0 - f if up else -f
+                for e in ls:
+                    load[e] += delta
+                if up:
+                    chunks[cand[c]] += 1
+            i = j
+    keep = chunks > 0
+    return DiveResult(pids[keep], chunks[keep], 0, 0, 0, 0, False)
+
+
 class _DiveLp:
     """The residual path LP of the dive (rows: active commodities, then links)."""
 
-    def __init__(self, cg: ColumnGeneration, active_k: IntArray, residual: IntArray, fixed_load: FloatArray,
+    def __init__(self, cg: PathLp, active_k: IntArray, residual: IntArray, fixed_load: FloatArray,
                  nchunks: int) -> None:
         from synth.solvers import lp_backend
 
@@ -122,13 +218,18 @@ class _DiveLp:
             return 0
         starts, links = self.cg.paths.link_csr(pids)
         ncol = len(pids)
-        rows = np.r_[self.row_of_k[_commodity(self.cg, pids)], self.nk + links]
-        cols = np.r_[np.arange(ncol), np.repeat(np.arange(ncol), np.diff(starts))]
-        vals = np.r_[np.ones(ncol), np.full(len(links), 1.0 / self.K)]
-        mat = csc_matrix((vals, (rows, cols)), shape=(self.nk + self.cg.net.n_links, ncol))
-        mat.sort_indices()
-        self.lp.add_cols(np.zeros(ncol), np.zeros(ncol), np.full(ncol, np.inf), mat.indptr[:-1].astype(np.int64),
-                         mat.indices.astype(np.int64), mat.data)
+        # Column j: its commodity row, then its links' rows (a simple path crosses each link once).
+        lengths = np.diff(starts) + 1
+        col_starts = np.zeros(ncol, dtype=np.int64)
+        np.cumsum(lengths[:-1], out=col_starts[1:])
+        index = np.empty(int(lengths.sum()), dtype=np.int64)
+        value = np.full(len(index), 1.0 / self.K)
+        index[col_starts] = self.row_of_k[_commodity(self.cg, pids)]
+        value[col_starts] = 1.0
+        body = np.ones(len(index), dtype=bool)
+        body[col_starts] = False
+        index[body] = self.nk + links
+        self.lp.add_cols(np.zeros(ncol), np.zeros(ncol), np.full(ncol, np.inf), col_starts, index, value)
         base = len(self.col_pid)
         for i, p in enumerate(pids.tolist()):
             self.col_of_pid[p] = base + i + 1
@@ -143,7 +244,7 @@ class _DiveLp:
 
 
 def deep_dive(
-    cg: ColumnGeneration,
+    cg: PathLp,
     pids: IntArray,
     y: FloatArray,
     nchunks: int,
@@ -153,8 +254,12 @@ def deep_dive(
     slack: float = 0.002,
     backtracks: int = 2,
     max_pricing_rounds: int = 50,
+    pricer: Pricer | None = None,
 ) -> DiveResult:
-    """Round path flows ``y`` (chunk units) to integers by diving (see the module docstring)."""
+    """Round path flows ``y`` (chunk units) to integers by diving (see the module docstring).
+
+    ``pricer`` prices paths for the unfinished commodities (default :func:`tree_pricer`: one
+    shortest-path tree per source that has one)."""
     net = cg.net
     n = net.n_gpus
     base = np.floor(y + INT_TOL).astype(np.int64)
@@ -173,7 +278,7 @@ def deep_dive(
     frac_pids = pids[(y - base > INT_TOL) & (residual_all[k_all] > 0)]
     dive.add(frac_pids)
     log.info("alltoall_cg: rounding %d fractional commodities (%d columns)", len(active_k), len(frac_pids))
-    graph = cg.graph
+    pricer = tree_pricer(cg) if pricer is None else pricer
     added_total = 0
     solves = 0
     tabu: set[int] = set()
@@ -194,22 +299,14 @@ def deep_dive(
             open_k = dive.k_of_row[room]
             if len(open_k) == 0:
                 break
-            srcs = np.unique(open_k // n)
             mu = sol.row_duals[: dive.nk]
             w = np.maximum(0.0, -sol.row_duals[dive.nk :])
-            trees = price_trees(graph, w, sources=srcs, tie_break=tie_break(w))
-            row_of_src = np.full(n, -1, dtype=np.int64)
-            row_of_src[srcs] = np.arange(len(srcs))
-            pc = trees.pair_cost[row_of_src[open_k // n], open_k % n] / nchunks
+            pc, register = pricer(w, open_k)
             tol = 1e-9 * max(1.0, abs(sol.objective)) / max(1, dive.nk)
-            better = open_k[pc - mu[dive.row_of_k[open_k]] < -tol]
+            better = np.flatnonzero(pc / nchunks - mu[dive.row_of_k[open_k]] < -tol)
             if len(better) == 0:
                 break
-            rows_needed = np.unique(row_of_src[better // n])
-            ids = cg.paths.register(trees, rows_needed)
-            lookup = np.full(n, -1, dtype=np.int64)
-            lookup[rows_needed] = np.arange(len(rows_needed))
-            new_pids = ids[lookup[row_of_src[better // n]], better % n]
+            new_pids = register(better)
             got = dive.add(new_pids)
             added_total += got
             if got == 0:
@@ -270,7 +367,7 @@ def deep_dive(
         log.info("alltoall_cg: dive step %d rounded up %d columns (LP value before: %.9g)", steps, len(cols), t_now)
 
 
-def _finish(cg: ColumnGeneration, fixed_pids: IntArray, fixed_chunks: IntArray, dive: _DiveLp, u: FloatArray,
+def _finish(cg: PathLp, fixed_pids: IntArray, fixed_chunks: IntArray, dive: _DiveLp, u: FloatArray,
             nchunks: int, steps: int, backtracks: int, added: int, solves: int, *, fallback: bool) -> DiveResult:
     dive_pids = np.array(dive.col_pid, dtype=np.int64)
     if fallback:

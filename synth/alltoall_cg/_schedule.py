@@ -16,14 +16,16 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from synth.alltoall_cg._expanded import Network
 from synth.alltoall_cg._pool import PathPool
 from synth.errors import ScheduleError
 from synth.schedule import CutLink, Hop, Route, RouteKind, Schedule
 from synth.topologies.model import Topology, exact_gbps
 
-__all__ = ["RouteCache", "build_schedule", "check_and_measure"]
+__all__ = ["RouteCache", "build_schedule", "check_and_measure", "make_routes", "measure_loads", "route_order"]
 
 IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 
 
 class RouteCache:
@@ -32,17 +34,21 @@ class RouteCache:
     def __init__(self) -> None:
         self.hops: dict[int, tuple[Hop, ...]] = {}
         self.routes: dict[tuple[int, int], Route] = {}
+        self.segments: dict[int, Hop] = {}  # packed link sequence of a GPU-to-GPU segment -> its Hop
 
     def copy(self) -> RouteCache:
         out = RouteCache()
         out.hops = dict(self.hops)
         out.routes = dict(self.routes)
+        out.segments = dict(self.segments)
         return out
 
 
-def _fill_hops(paths: PathPool, pids: list[int], cache: dict[int, tuple[Hop, ...]]) -> None:
+def _fill_hops(paths: PathPool, pids: list[int], cache: dict[int, tuple[Hop, ...]],
+               segments: dict[int, Hop] | None = None) -> None:
     """Hop tuples of many paths at once: paths are cut at GPUs into segments, and one :class:`Hop`
-    is made per distinct segment (few: a hop is a GPU pair and a switch route), shared by all paths."""
+    is made per distinct segment (few: a hop is a GPU pair and a switch route), shared by all paths
+    and, through ``segments``, by later calls."""
     if not pids:
         return
     net = paths.net
@@ -55,24 +61,33 @@ def _fill_hops(paths: PathPool, pids: list[int], cache: dict[int, tuple[Hop, ...
     pos = np.arange(len(links)) - seg_first[seg_of]
     width = int(pos.max()) + 1
     base = net.n_links + 1
-    if width * np.log2(base) < 62:
+    packed = width * np.log2(base) < 62
+    if packed:
         key = np.zeros(n_seg, dtype=np.int64)
         np.add.at(key, seg_of, (links + 1) * base ** pos)
-        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        keys, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     else:  # pragma: no cover - segments too long for a packed key
         mat = np.full((n_seg, width), -1, dtype=np.int64)
         mat[seg_of, pos] = links
         _, first, inverse = np.unique(mat, axis=0, return_index=True, return_inverse=True)
+        segments = None
     rank_of = net.rank_of_node().tolist()
     names = net.node_ids
     seg_lo = seg_first[first].tolist()
     seg_hi = (np.r_[seg_first[1:], len(links)][first]).tolist()
     link_l = links.tolist()
     tails, heads_l = net.tail.tolist(), net.head.tolist()
+    known = segments if segments is not None else {}
+    key_l = keys.tolist() if packed else [None] * len(seg_lo)
     hop_objs = []
-    for lo, hi in zip(seg_lo, seg_hi):
-        nodes = [tails[link_l[lo]], *(heads_l[e] for e in link_l[lo:hi])]
-        hop_objs.append(Hop(rank_of[nodes[0]], rank_of[nodes[-1]], tuple(names[v] for v in nodes)))
+    for lo, hi, kk in zip(seg_lo, seg_hi, key_l):
+        hop = known.get(kk) if kk is not None else None
+        if hop is None:
+            nodes = [tails[link_l[lo]], *(heads_l[e] for e in link_l[lo:hi])]
+            hop = Hop(rank_of[nodes[0]], rank_of[nodes[-1]], tuple(names[v] for v in nodes))
+            if segments is not None:
+                segments[kk] = hop
+        hop_objs.append(hop)
     inverse = inverse.ravel()
     n_hops = np.add.reduceat(ends.astype(np.int64), starts[:-1])  # segments per path
     first_seg = np.r_[0, np.cumsum(n_hops)[:-1]]
@@ -105,27 +120,44 @@ def check_and_measure(topo: Topology, paths: PathPool, pids: IntArray, chunks: I
     if not paths.gpu_simple(pids).all():
         raise ScheduleError("rounded AllToAll schedule has a path that revisits a GPU")
     loads = np.bincount(links, weights=np.repeat(chunks, np.diff(starts)), minlength=net.n_links)
+    return measure_loads(topo, net, loads, nchunks)
+
+
+def measure_loads(topo: Topology, net: Network, loads: FloatArray | IntArray,
+                  nchunks: int) -> tuple[float, tuple[CutLink, ...]]:
+    """Exact algbw (GB/s) and bottleneck cut of chunks-per-link ``loads`` (K chunks per block)."""
+    n = net.n_gpus
     used = np.flatnonzero(loads > 0)
     ratio = loads[used] / net.caps_GBps[used]
     # Exact arithmetic only for the links that can be the maximum.
     near = used[ratio >= ratio.max() * (1 - 1e-9)]
-    worst = max(Fraction(int(loads[e])) * 8 / exact_gbps(topo.link(*net.link_keys[e]).gbps) for e in near)
+    worst = max(Fraction(int(round(loads[e]))) * 8 / exact_gbps(topo.link(*net.link_keys[e]).gbps) for e in near)
     algbw = float(n * Fraction(nchunks) / worst)
-    caps = {net.link_keys[e]: topo.link(*net.link_keys[e]).GBps for e in used}
-    load_of = {net.link_keys[e]: int(loads[e]) for e in used}
-    x_min = min(caps[k] / v for k, v in load_of.items())
-    slack = {k: (caps[k] - v * x_min) / caps[k] for k, v in load_of.items()}
-    cut = tuple(CutLink(a, b, slack[(a, b)]) for a, b in sorted(k for k, v in slack.items() if v <= 1e-9))
+    load_used = np.round(loads[used])
+    caps = net.caps_GBps[used]
+    x_min = float((caps / load_used).min())
+    slack = (caps - load_used * x_min) / caps
+    tight = sorted((net.link_keys[e], float(v)) for e, v in zip(used[slack <= 1e-9].tolist(),
+                                                              slack[slack <= 1e-9].tolist()))
+    cut = tuple(CutLink(a, b, v) for (a, b), v in tight)
     return algbw, cut
 
 
-def build_schedule(paths: PathPool, pids: IntArray, chunks: IntArray, nchunks: int, meta: Mapping[str, Any],
-                   cache: RouteCache) -> Schedule:
-    """One PATH route per (path, chunk count), sorted by (source, destination, chunks desc, path id)."""
-    order = np.lexsort((pids, -chunks, paths.dst[pids], paths.src[pids]))
+def route_order(paths: PathPool, pids: IntArray, chunks: IntArray) -> IntArray:
+    """Positions of ``pids`` sorted by (source, destination, chunks descending, path id): route order."""
+    n = paths.net.n_gpus
+    kmax = int(chunks.max()) + 1 if len(chunks) else 1
+    block = paths.src[pids] * n + paths.dst[pids]
+    if float(n) * n * kmax * max(len(paths), 1) >= 2.0**62:  # pragma: no cover - one packed key would overflow
+        return np.lexsort((pids, -chunks, block))
+    return np.argsort((block * kmax + (kmax - 1 - chunks)) * len(paths) + pids, kind="stable")
+
+
+def make_routes(paths: PathPool, pids: IntArray, chunks: IntArray, cache: RouteCache) -> list[Route]:
+    """One PATH route per (path, chunk count), in the given order; objects shared through ``cache``."""
     hops_cache, route_cache = cache.hops, cache.routes
-    _fill_hops(paths, [p for p in pids.tolist() if p not in hops_cache], hops_cache)
-    pid_l, chunk_l = pids[order].tolist(), chunks[order].tolist()
+    pid_l, chunk_l = pids.tolist(), chunks.tolist()
+    _fill_hops(paths, [p for p in pid_l if p not in hops_cache], hops_cache, cache.segments)
     keys = list(zip(pid_l, chunk_l))
     routes = list(map(route_cache.get, keys))
     missing = [i for i, r in enumerate(routes) if r is None]
@@ -136,4 +168,12 @@ def build_schedule(paths: PathPool, pids: IntArray, chunks: IntArray, nchunks: i
         for i, r in zip(missing, made):
             routes[i] = r
         route_cache.update(zip([keys[i] for i in missing], made))
-    return Schedule("alltoall", paths.net.n_gpus, nchunks, tuple(cast(list[Route], routes)), meta=dict(meta))
+    return cast(list[Route], routes)
+
+
+def build_schedule(paths: PathPool, pids: IntArray, chunks: IntArray, nchunks: int, meta: Mapping[str, Any],
+                   cache: RouteCache) -> tuple[Schedule, IntArray]:
+    """The schedule (routes in :func:`route_order`) and the route order it used."""
+    order = route_order(paths, pids, chunks)
+    routes = make_routes(paths, pids[order], chunks[order], cache)
+    return Schedule("alltoall", paths.net.n_gpus, nchunks, tuple(routes), meta=dict(meta)), order

@@ -26,6 +26,7 @@ import numpy.typing as npt
 from synth.alltoall_cg._cg import ColumnGeneration
 from synth.alltoall_cg._expanded import Network
 from synth.alltoall_cg._pool import PathPool, TreePool
+from synth.alltoall_cg._repair import RoundedState
 from synth.alltoall_cg._schedule import RouteCache
 from synth.schedule import Schedule
 
@@ -52,13 +53,15 @@ class WarmState:
     routes: RouteCache
     live: npt.NDArray[np.bool_] | None = None  # live links it was made for
     hop_diameter: int | None = None  # of those live links
+    rounded: RoundedState | None = None  # the rounded schedule, for a local repair
 
     @classmethod
-    def capture(cls, cg: ColumnGeneration, routes: RouteCache, hop_diameter: int | None = None) -> WarmState:
+    def capture(cls, cg: ColumnGeneration, routes: RouteCache, hop_diameter: int | None = None,
+                rounded: RoundedState | None = None) -> WarmState:
         assert cg.steps is not None
         return cls(cg.net.node_ids, cg.net.link_keys, cg.solver, cg.steps, copy.copy(cg.paths),
                    _copy_trees(cg.trees), cg.all_loads().copy(), cg.master.lp.basis(), routes,
-                   cg.net.live.copy(), hop_diameter)
+                   cg.net.live.copy(), hop_diameter, rounded)
 
     def diameter_for(self, net: Network) -> int | None:
         """The hop diameter of ``net`` when it has the same live links as this state's network."""

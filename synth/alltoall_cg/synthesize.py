@@ -31,7 +31,8 @@ import numpy as np
 
 from synth.alltoall_cg._cg import CgRun, ColumnGeneration
 from synth.alltoall_cg._expanded import Network, hop_diameter
-from synth.alltoall_cg._rounding import DiveResult, deep_dive, disaggregate, largest_remainder
+from synth.alltoall_cg._repair import RoundedState, repair
+from synth.alltoall_cg._rounding import DIVES, ROUNDING_RETRY_GAP, DiveResult, deep_dive, disaggregate, largest_remainder
 from synth.alltoall_cg._schedule import RouteCache, build_schedule, check_and_measure
 from synth.alltoall_cg._warm import WarmState, paths_from_schedule, restore, seed_paths
 from synth.errors import ScheduleError, SolverError
@@ -120,10 +121,6 @@ def _start(net: Network, solver: str, steps: int | None,
     return cg, mode, dropped, cache
 
 
-# Dive settings tried in order (batch fraction, backtracks, slack) while the gap stays above
-# ROUNDING_RETRY_GAP: small instances are where K-chunk granularity bites and retries are cheap.
-DIVES: tuple[tuple[float, int, float], ...] = ((0.05, 2, 0.002), (0.3, 8, 0.0), (1.0, 8, 0.0), (0.0, 8, 0.0))
-ROUNDING_RETRY_GAP = 0.005
 
 
 Measured = tuple[float, tuple[CutLink, ...]] | None  # (exact algbw, bottleneck), None if the check failed
@@ -165,6 +162,7 @@ def synthesize_alltoall(
     solver: str = "highs",
     time_limit: float | None = None,
     warm_start: WarmStart = None,
+    local_repair: bool = True,
 ) -> SynthResult:
     """Throughput-optimal AllToAll schedule with at most ``nchunks`` chunks per block.
 
@@ -185,6 +183,11 @@ def synthesize_alltoall(
     warm_start
         A previous :class:`SynthResult` (or its ``warm_state``), reusing its column pool and basis,
         or a :class:`Schedule` whose paths seed the pool.
+    local_repair
+        With a warm state on the same links and only capacity drops, first try the certified local
+        repair (re-route only the blocks whose paths cross a degraded link; ``warm_mode`` is
+        ``"repair"``); it is used only when the Farley bound proves its LP value optimal, else the
+        full warm column generation runs. False always runs the latter.
 
     Returns
     -------
@@ -225,6 +228,12 @@ def synthesize_alltoall(
             f"some GPU pair needs {diameter} hops"
         )
     steps = max_steps if max_steps is not None else diameter
+    if local_repair and isinstance(state, WarmState) and state.rounded is not None and state.fits(net) \
+            and state.rounded.nchunks == nchunks and diameter <= state.steps \
+            and (max_steps is None or max_steps == state.steps):
+        repaired = _try_repair(topology, net, state, solver, max_steps is None, deadline, diameter, start)
+        if repaired is not None:
+            return repaired
     cg, mode, dropped, cache = _start(net, solver, steps, warm_start)
     warm = mode != "cold"
     t_setup = time.perf_counter() - start
@@ -256,8 +265,10 @@ def synthesize_alltoall(
         # The check ran on exactly this rounding in _round; run it again only if it failed there.
         algbw, cut = measured if measured is not None else check_and_measure(topology, cg.paths, dive.pids,
                                                                                dive.chunks, nchunks)
-        schedule = build_schedule(cg.paths, dive.pids, dive.chunks, nchunks, meta, cache)
+        schedule, order = build_schedule(cg.paths, dive.pids, dive.chunks, nchunks, meta, cache)
         schedule = replace(schedule, bottleneck=cut, topology_fingerprint=topology.fingerprint)
+        rounded = RoundedState(net.caps_GBps.copy(), nchunks, schedule, dive.pids[order], dive.chunks[order],
+                               run.t_lp, max_steps is None) if run.converged else None
     except ScheduleError as exc:
         return SynthResult(Status.FAILED, f"rounded AllToAll schedule failed loopcoll's re-check: {exc}", None,
                            0.0, lp_algbw, 100.0, time.perf_counter() - start, warm)
@@ -299,7 +310,49 @@ def synthesize_alltoall(
                    f"{bound_algbw:.6g} GB/s ({solver} {run.native})")
     log.info("alltoall_cg: %s", message)
     return SynthResult(status, message, schedule, algbw, optimal, 100.0 * gap, elapsed, warm, stats,
-                       WarmState.capture(cg, cache, diameter))
+                       WarmState.capture(cg, cache, diameter, rounded))
+
+
+def _segment_cache(routes: RouteCache) -> RouteCache:
+    out = RouteCache()
+    out.segments = dict(routes.segments)  # Hop objects of known segments; the state's dict stays as it is
+    return out
+
+
+def _try_repair(topology: Topology, net: Network, state: WarmState, solver: str, free_bound: bool,
+                deadline: float | None, diameter: int, start: float) -> SynthResult | None:
+    """The certified local repair as a result, or None when it does not apply (see ``_repair``)."""
+    assert state.rounded is not None
+    n, nchunks = net.n_gpus, state.rounded.nchunks
+    meta: dict[str, Any] = {"synthesizer": "alltoall_cg", "solver": solver, "nchunks": nchunks,
+                            "max_steps": state.steps, "topology": topology.name}
+    rep = repair(topology, net, state.paths, state.rounded, steps=state.steps, free_bound=free_bound, solver=solver,
+                 scale=_scale(net), deadline=deadline, cache=_segment_cache(state.routes), meta=meta)
+    if rep is None:
+        return None
+    lp_algbw = n / rep.t_lp
+    meta.update(lp_algbw_GBps=lp_algbw, optimal_algbw_GBps=lp_algbw)
+    schedule = replace(rep.schedule, meta=meta)
+    gap = max(0.0, 1.0 - rep.algbw_GBps / lp_algbw)
+    elapsed = time.perf_counter() - start
+    dive = rep.dive
+    stats = {
+        "lp_algbw_GBps": lp_algbw, "lp_bound_algbw_GBps": lp_algbw, "gap": gap, "cg_iterations": rep.rounds,
+        "lp_pivots": rep.pivots, "columns": len(state.trees), "paths": len(rep.paths), "max_steps": state.steps,
+        "hop_diameter": diameter, "warm_mode": "repair", "trees_dropped": 0, "repaired_blocks": rep.blocks,
+        "dive_steps": dive.steps, "dive_backtracks": dive.backtracks, "dive_columns_added": dive.columns_added,
+        "dive_lp_solves": dive.lp_solves, "dived": dive.dived, "setup_time_s": 0.0,
+        "cg_time_s": rep.lp_time_s + rep.pricing_time_s, "lp_time_s": rep.lp_time_s,
+        "pricing_time_s": rep.pricing_time_s, "rounding_time_s": rep.rounding_time_s,
+        "schedule_time_s": elapsed - rep.lp_time_s - rep.pricing_time_s - rep.rounding_time_s,
+    }
+    message = (f"LP optimal by local repair of {rep.blocks} blocks ({rep.rounds} pricing rounds, certified by the "
+               f"{rep.certificate}); rounded to {nchunks} chunks, gap {100 * gap:.3f}% ({solver})")
+    log.info("alltoall_cg: %s", message)
+    new_state = WarmState(state.node_ids, state.link_keys, state.solver, state.steps, rep.paths, state.trees,
+                          state.tree_loads, state.basis, state.routes, net.live.copy(), diameter, rep.rounded)
+    return SynthResult(Status.OPTIMAL, message, schedule, rep.algbw_GBps, lp_algbw, 100.0 * gap, elapsed, True,
+                       stats, new_state)
 
 
 def alltoall_lp_bound(topology: Topology, *, solver: str = "highs", time_limit: float | None = None) -> AllToAllBound:

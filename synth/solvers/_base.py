@@ -79,3 +79,8 @@ class LpBackend(Protocol):
 
     def set_basis(self, basis: object | None) -> None:
         """Install a basis from :meth:`basis` of an LP of the same shape (``None``: do nothing)."""
+
+    def start_basis(self, basic_cols: IntArray, basic_rows: IntArray) -> bool:
+        """Hint a starting basis: these columns and row slacks basic, other columns at their lower
+        bound, other rows at their finite bound (lower first). The caller makes it square and
+        nonsingular. Returns whether the backend took it (it may ignore hints)."""

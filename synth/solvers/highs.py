@@ -52,6 +52,7 @@ class HighsBackend:
         self._h = quiet_highs(**options)
         self._rows = 0
         self._cols = 0
+        self._row_lower_finite: list[np.ndarray] = []
 
     @property
     def num_rows(self) -> int:
@@ -66,6 +67,7 @@ class HighsBackend:
         empty = np.zeros(n, dtype=np.int32)
         self._h.addRows(n, _finite(lower), _finite(upper), 0, empty, np.zeros(0, np.int32), np.zeros(0))
         self._rows += n
+        self._row_lower_finite.append(np.asarray(lower, dtype=np.float64) > -highspy.kHighsInf)
 
     def add_cols(
         self,
@@ -129,3 +131,17 @@ class HighsBackend:
     def set_basis(self, basis: object | None) -> None:
         if basis is not None:
             self._h.setBasis(basis)
+
+    def start_basis(self, basic_cols: IntArray, basic_rows: IntArray) -> bool:
+        st = highspy.HighsBasisStatus
+        lut = (st.kLower, st.kBasic, st.kUpper)
+        cols = np.zeros(self._cols, dtype=np.int64)
+        cols[np.asarray(basic_cols, dtype=np.int64)] = 1
+        finite = np.concatenate(self._row_lower_finite) if self._row_lower_finite else np.zeros(0, bool)
+        rows = np.where(finite, 0, 2)
+        rows[np.asarray(basic_rows, dtype=np.int64)] = 1
+        basis = highspy.HighsBasis()
+        basis.col_status = [lut[v] for v in cols.tolist()]
+        basis.row_status = [lut[v] for v in rows.tolist()]
+        basis.valid = True
+        return self._h.setBasis(basis) == highspy.HighsStatus.kOk

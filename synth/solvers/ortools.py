@@ -121,3 +121,6 @@ class OrtoolsBackend:
 
     def set_basis(self, basis: object | None) -> None:
         return None
+
+    def start_basis(self, basic_cols: IntArray, basic_rows: IntArray) -> bool:
+        return False  # GLOP through MathOpt takes no basis hint; it starts from its own

@@ -35,10 +35,14 @@ def test_warm_state_is_not_modified_and_can_be_reused() -> None:
     prev = synthesize_alltoall(base)
     state = prev.warm_state
     n_trees, n_paths = len(state.trees), len(state.paths)
-    a = synthesize_alltoall(load_topology("hpn:1x2x8", ["fail2"]), warm_start=prev)
-    b = synthesize_alltoall(load_topology("hpn:1x2x8", ["fail3"]), warm_start=prev)
-    assert (len(state.trees), len(state.paths)) == (n_trees, n_paths)
-    assert a.stats["warm_mode"] == b.stats["warm_mode"] == "state"
+    assert state.rounded is not None
+    routes, route_pid = state.rounded.schedule.routes, state.rounded.route_pid.copy()
+    for local_repair, mode in ((True, "repair"), (False, "state")):
+        a = synthesize_alltoall(load_topology("hpn:1x2x8", ["fail2"]), warm_start=prev, local_repair=local_repair)
+        b = synthesize_alltoall(load_topology("hpn:1x2x8", ["fail1"]), warm_start=prev, local_repair=local_repair)
+        assert (len(state.trees), len(state.paths)) == (n_trees, n_paths)
+        assert state.rounded.schedule.routes is routes and (state.rounded.route_pid == route_pid).all()
+        assert a.stats["warm_mode"] == b.stats["warm_mode"] == mode
 
 
 def test_dead_link_drops_trees_through_it() -> None:
@@ -66,7 +70,7 @@ def test_warm_from_schedule_json_round_trip() -> None:
 def test_warm_state_on_other_topology_falls_back_to_pool_paths() -> None:
     prev = synthesize_alltoall(load_topology("hpn:1x2x8"))
     other = load_topology("hpn:1x2x8,nic=200")  # same nodes and links, other capacities: state reused
-    assert synthesize_alltoall(other, warm_start=prev).stats["warm_mode"] == "state"
+    assert synthesize_alltoall(other, warm_start=prev, local_repair=False).stats["warm_mode"] == "state"
     ring = load_topology("ring:8")
     res = synthesize_alltoall(ring, warm_start=prev)
     assert res.stats["warm_mode"] == "pool-paths"
@@ -79,7 +83,7 @@ def test_warm_state_reaches_the_cold_lp_optimum_tightly(spec: str, failure: str)
     prev = synthesize_alltoall(load_topology(spec))
     topo = load_topology(spec, [failure])
     cold = synthesize_alltoall(topo)
-    warm = synthesize_alltoall(topo, warm_start=prev)
+    warm = synthesize_alltoall(topo, warm_start=prev, local_repair=False)
     assert warm.stats["warm_mode"] == "state"
     assert warm.stats["lp_algbw_GBps"] == pytest.approx(cold.stats["lp_algbw_GBps"], rel=1e-9)
     assert warm.stats["hop_diameter"] == cold.stats["hop_diameter"]

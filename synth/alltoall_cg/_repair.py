@@ -1,0 +1,319 @@
+"""Local repair: re-route only the blocks a capacity drop touches, proven optimal or not used.
+
+After a gray failure most of an AllToAll schedule is still right: only the (source, destination)
+blocks whose rounded paths cross a degraded link need new routes. The repair keeps every other
+block's rounded chunks as fixed link loads and solves the T-form *path* LP of the touched blocks
+alone (rows: those blocks, then every link with its fixed load on the right-hand side), pricing
+paths per block on the time-expanded graph from a few roots (:func:`price_pairs`). Its optimum
+T_r is feasible for the full problem, so T* ≤ T_r; the Farley bound under the repair LP's link
+duals gives T* ≥ LB for the full problem (all sources, and without a step bound when the step
+bound was chosen automatically). The repair is used only when LB meets T_r (relative 1e-9):
+then T_r is the full LP optimum, the same value a cold synthesis proves. Otherwise, or when a
+capacity grew (that can help every block), the caller runs the full warm column generation.
+
+The touched blocks are then rounded to whole chunks (largest remainder, or the dive when that
+leaves more than :data:`ROUNDING_RETRY_GAP`), checked, and spliced into the previous schedule's
+route tuple, so the work is proportional to the touched blocks, not to N².
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from collections.abc import Sequence
+from itertools import chain
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from synth.alltoall_cg._cg import tie_break
+from synth.alltoall_cg._expanded import ExpandedGraph, Network
+from synth.alltoall_cg._pool import PathPool
+from synth.alltoall_cg._pricing import price_pairs, reversed_network, tree_costs
+from synth.alltoall_cg._rounding import (
+    DIVES,
+    INT_TOL,
+    ROUNDING_RETRY_GAP,
+    DiveResult,
+    Pricer,
+    _DiveLp,
+    balanced_remainder,
+    deep_dive,
+)
+from synth.alltoall_cg._schedule import RouteCache, make_routes, measure_loads, route_order
+from synth.errors import SolverError
+from synth.result import Status
+from synth.schedule import CutLink, Route, Schedule
+from synth.solvers import LpMethod, LpSolution
+from synth.topologies.model import Topology
+
+__all__ = ["Repair", "RoundedState", "repair"]
+
+log = logging.getLogger(__name__)
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+CERTIFY_TOL = 1e-9  # relative Farley gap under which the repair's LP value is the full optimum
+MAX_ROUNDS = 50  # pricing rounds of the repair LP before giving up (then the full CG runs)
+
+
+@dataclass(frozen=True, eq=False)
+class RoundedState:
+    """The previous synthesis's rounded schedule: what a repair starts from (treat as opaque).
+
+    ``route_pid[i]``/``route_chunks[i]`` are the pool path and chunks of ``schedule.routes[i]``;
+    ``caps_GBps`` are the capacities it was made for."""
+
+    caps_GBps: FloatArray  # noqa: N815
+    nchunks: int
+    schedule: Schedule
+    route_pid: IntArray
+    route_chunks: IntArray
+    t_lp: float  # LP optimum, s/GB per pair
+    unbounded: bool  # t_lp is also the optimum without a step bound
+
+
+@dataclass(frozen=True, eq=False)
+class Repair:
+    """A certified repair: the spliced schedule and what the result reports."""
+
+    schedule: Schedule
+    rounded: RoundedState
+    paths: PathPool
+    algbw_GBps: float  # noqa: N815
+    t_lp: float
+    lower_bound: float
+    certificate: str  # what proves t_lp optimal: "Farley bound" or "previous optimum"
+    cut: tuple[CutLink, ...]
+    blocks: int
+    rounds: int
+    pivots: int
+    lp_time_s: float
+    pricing_time_s: float
+    rounding_time_s: float
+    dive: DiveResult
+
+
+@dataclass(eq=False)
+class _Context:
+    """The :class:`~synth.alltoall_cg._rounding.PathLp` of a repair."""
+
+    net: Network
+    paths: PathPool
+    graph: ExpandedGraph
+    reverse: ExpandedGraph
+    solver: str
+    scale: float
+    pricing_time_s: float = 0.0
+
+
+def pair_pricer(ctx: _Context) -> Pricer:
+    """Price open commodities pair by pair from few roots (see :func:`price_pairs`)."""
+    n = ctx.net.n_gpus
+
+    def price(w: FloatArray, open_k: IntArray) -> tuple[FloatArray, object]:
+        t0 = time.perf_counter()
+        src, dst = open_k // n, open_k % n
+        pp = price_pairs(ctx.graph, ctx.reverse, w, src, dst, tie_break=tie_break(w))
+        ctx.pricing_time_s += time.perf_counter() - t0
+
+        def register(sel: IntArray) -> IntArray:
+            return ctx.paths.add_many(src[sel], dst[sel], [pp.links(i) for i in sel.tolist()], pp.hash1[sel],
+                                      pp.hash2[sel], pp.steps[sel])
+
+        return pp.cost, register
+
+    return price  # type: ignore[return-value]
+
+
+def _crash(dive: _DiveLp, seeds: IntArray, fixed_unit: FloatArray) -> None:
+    """Start the repair LP from a feasible basis: one seed path per block carries it whole, T sits
+    at the busiest link's ratio (that link's row is tight), every other link's slack is basic."""
+    net = dive.cg.net
+    starts, links = dive.cg.paths.link_csr(seeds)
+    load = fixed_unit + np.bincount(links, minlength=net.n_links)
+    caps = net.caps_GBps
+    ratio = np.where(caps > 0, load / np.where(caps > 0, caps, 1.0), -np.inf)
+    tight = int(np.argmax(ratio))
+    cols = np.r_[0, [dive.col_of_pid[p] for p in seeds.tolist()]]
+    rows = dive.nk + np.flatnonzero(np.arange(net.n_links) != tight)
+    dive.lp.start_basis(cols, rows)
+
+
+def _solve_priced(dive: _DiveLp, pricer: Pricer, nchunks: int, deadline: float | None) -> tuple[LpSolution, int, int]:
+    """Re-solve and price until no path improves: (solution, rounds, pivots)."""
+    method: LpMethod = "primal"
+    pivots = 0
+    for rounds in range(1, MAX_ROUNDS + 1):
+        remaining = None if deadline is None else max(0.0, deadline - time.perf_counter())
+        sol = dive.lp.solve(method=method, time_limit_s=remaining)
+        pivots += sol.iterations
+        if sol.status is not Status.OPTIMAL:
+            raise SolverError(f"repair LP ended with {sol.native}")
+        mu = sol.row_duals[: dive.nk]
+        w = np.maximum(0.0, -sol.row_duals[dive.nk :])
+        open_k = dive.k_of_row
+        pc, register = pricer(w, open_k)
+        tol = 1e-9 * max(1.0, abs(sol.objective)) / max(1, dive.nk)
+        better = np.flatnonzero(pc / nchunks - mu < -tol)
+        if len(better) == 0 or dive.add(register(better)) == 0:
+            return sol, rounds, pivots
+    raise SolverError(f"repair LP still improving after {MAX_ROUNDS} pricing rounds")
+
+
+def repair(topology: Topology, net: Network, paths: PathPool, rounded: RoundedState, *, steps: int,
+           free_bound: bool, solver: str, scale: float, deadline: float | None, cache: RouteCache,
+           meta: dict[str, object]) -> Repair | None:
+    """Certified local repair of ``rounded`` for ``net``'s capacities, or None (see the module docstring).
+
+    ``paths`` is the previous pool (not modified); ``free_bound`` proves the bound without a step
+    bound (the caller's step bound was chosen automatically)."""
+    old, new = rounded.caps_GBps, net.caps_GBps
+    if old.shape != new.shape:
+        return None
+    changed = old != new
+    if not changed.any() or (new[changed] > old[changed]).any():
+        return None
+    t0 = time.perf_counter()
+    n, k = net.n_gpus, rounded.nchunks
+    paths = copy.copy(paths)
+    paths.net = net
+    pid, chunks = rounded.route_pid, rounded.route_chunks
+    starts, links = paths.link_csr(pid)
+    hit = np.logical_or.reduceat(changed[links], starts[:-1]) if len(links) else np.zeros(0, dtype=bool)
+    block = paths.src[pid] * n + paths.dst[pid]
+    touched = np.zeros(n * n, dtype=bool)
+    touched[block[hit]] = True
+    moved = touched[block]
+    active_k = np.flatnonzero(touched)
+    m_starts, m_links = paths.link_csr(pid[moved])
+    stay = ~np.repeat(moved, np.diff(starts))
+    fixed = np.bincount(links[stay], weights=np.repeat(chunks, np.diff(starts))[stay],
+                        minlength=net.n_links).astype(np.float64)
+    graph = ExpandedGraph.build(net, steps)
+    ctx = _Context(net, paths, graph, ExpandedGraph.build(reversed_network(net), steps), solver, scale)
+    pricer = pair_pricer(ctx)
+    dive = _DiveLp(ctx, active_k, np.full(len(active_k), k, dtype=np.int64), fixed / k, k)
+    try:
+        # Seeds: the old paths that are still alive, and a capacity-aware shortest path per block.
+        live = new > 0
+        dead_path = np.logical_or.reduceat(~live[m_links], m_starts[:-1]) if len(m_links) else np.zeros(0, bool)
+        dive.add(pid[moved][~dead_path])
+        w0 = np.where(live, 1.0 / np.where(live, new, 1.0), 0.0)
+        _, register = pricer(w0, active_k)
+        seeds = register(np.arange(len(active_k)))
+        dive.add(seeds)
+        _crash(dive, seeds, fixed / k)
+        t_lp0, priced0 = time.perf_counter(), ctx.pricing_time_s
+        sol, rounds, pivots = _solve_priced(dive, pricer, k, deadline)
+        lp_time = time.perf_counter() - t_lp0 - (ctx.pricing_time_s - priced0)
+    except SolverError as exc:
+        log.info("alltoall_cg: local repair not used: %s", exc)
+        return None
+    t_r = sol.objective / scale
+    w = np.maximum(0.0, -sol.row_duals[dive.nk :])
+    denom = float(new @ w)
+    bound_graph = ExpandedGraph.build(net, None) if free_bound else graph
+    t_b = time.perf_counter()
+    lb = float(np.maximum(tree_costs(bound_graph, w), 0.0).sum()) / denom if denom > 0 else 0.0
+    ctx.pricing_time_s += time.perf_counter() - t_b
+    certificate = "Farley bound"
+    if (rounded.unbounded or not free_bound) and rounded.t_lp > lb:
+        # Capacities only fell, so the optimum cannot beat the previous one (the repair LP's duals
+        # can be degenerate when T did not move: a single fixed-load link, a weak Farley bound).
+        lb, certificate = rounded.t_lp, "previous optimum"
+    if lb < t_r * (1 - CERTIFY_TOL):
+        log.info("alltoall_cg: local repair of %d blocks not certified (T %.9g, bound %.9g); full warm CG runs",
+                 len(active_k), t_r, lb)
+        return None
+    t_round = time.perf_counter()
+    u = sol.col_values[1:]
+    cols = np.array(dive.col_pid, dtype=np.int64)
+    use = u > 1e-12
+    best = balanced_remainder(ctx, cols[use], u[use], k, fixed)
+    best_m = _measure(topology, net, paths, fixed, best, k, active_k)
+    t_lp = t_r
+    if best_m is None or n / best_m[0] > t_lp * (1 + ROUNDING_RETRY_GAP):
+        keep = ~moved
+        all_pids = np.r_[pid[keep], cols[use]]
+        all_y = np.r_[chunks[keep].astype(np.float64), u[use]]
+        for batch, backtracks, slack in DIVES:
+            cand = deep_dive(ctx, all_pids, all_y, k, deadline=deadline, batch=batch, backtracks=backtracks,
+                             slack=slack, pricer=pricer)
+            sel = touched[paths.src[cand.pids] * n + paths.dst[cand.pids]]
+            cand = DiveResult(cand.pids[sel], cand.chunks[sel], cand.steps, cand.backtracks, cand.columns_added,
+                              cand.lp_solves, cand.dived)
+            m = _measure(topology, net, paths, fixed, cand, k, active_k)
+            if m is not None and (best_m is None or m[0] > best_m[0] * (1 + 1e-12)):
+                best, best_m = cand, m
+            if best_m is not None and n / best_m[0] <= t_lp * (1 + ROUNDING_RETRY_GAP):
+                break
+    if best_m is None:
+        log.info("alltoall_cg: local repair's rounding failed its check; full warm CG runs")
+        return None
+    algbw, cut, _ = best_m
+    rounding_time = time.perf_counter() - t_round
+    # Splice: the previous routes of untouched blocks, then the new blocks' routes, in route order.
+    order = route_order(paths, best.pids, best.chunks)
+    new_pid, new_chunks = best.pids[order], best.chunks[order]
+    new_routes = make_routes(paths, new_pid, new_chunks, cache)
+    new_block = paths.src[new_pid] * n + paths.dst[new_pid]
+    routes, merged = _splice(rounded.schedule.routes, block, new_routes, new_block, active_k)
+    schedule = Schedule("alltoall", n, k, routes, bottleneck=cut, topology_fingerprint=topology.fingerprint,
+                        meta=meta)
+    state = RoundedState(new.copy(), k, schedule, np.r_[pid, new_pid][merged], np.r_[chunks, new_chunks][merged],
+                         t_lp, free_bound)
+    log.info("alltoall_cg: local repair re-routed %d blocks in %.3f s (certified, T %.9g)", len(active_k),
+             time.perf_counter() - t0, t_r)
+    return Repair(schedule, state, paths, algbw, t_lp, lb, certificate, cut, len(active_k), rounds, pivots, lp_time,
+                  ctx.pricing_time_s, rounding_time, best)
+
+
+def _splice(old: tuple[Route, ...], old_block: IntArray, new: list[Route], new_block: IntArray,
+            touched: IntArray) -> tuple[tuple[Route, ...], IntArray]:
+    """Routes of ``old`` with the ``touched`` blocks' routes replaced by ``new`` (both sorted by
+    block), and each result route's index into ``old + new``. Slices, so O(N²) work stays in C."""
+    lo = np.searchsorted(old_block, touched, side="left").tolist()
+    hi = np.searchsorted(old_block, touched, side="right").tolist()
+    nlo = np.searchsorted(new_block, touched, side="left").tolist()
+    nhi = np.searchsorted(new_block, touched, side="right").tolist()
+    pieces: list[Sequence[Route]] = []
+    prev = 0
+    for a, b, c, d in zip(lo, hi, nlo, nhi):
+        pieces.append(old[prev:a])
+        pieces.append(new[c:d])
+        prev = b
+    pieces.append(old[prev:])
+    keep = np.ones(len(old), dtype=bool)
+    keep[np.repeat(lo, np.subtract(hi, lo))  + _ranges(np.subtract(hi, lo))] = False
+    kept = np.flatnonzero(keep)
+    index = np.insert(kept, np.searchsorted(old_block[kept], new_block), len(old) + np.arange(len(new)))
+    return tuple(chain.from_iterable(pieces)), index
+
+
+def _ranges(lengths: IntArray) -> IntArray:
+    """0..len-1 for each length, concatenated."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    return np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - lengths, lengths)
+
+
+def _measure(topology: Topology, net: Network, paths: PathPool, fixed: FloatArray, dive: DiveResult, k: int,
+             active_k: IntArray) -> tuple[float, tuple[CutLink, ...], FloatArray] | None:
+    """Check the touched blocks' rounding (K chunks each, live links, GPU-simple) and measure the whole."""
+    n = net.n_gpus
+    if len(dive.pids) == 0 or (dive.chunks < 1).any():
+        return None
+    blk = paths.src[dive.pids] * n + paths.dst[dive.pids]
+    per = np.bincount(np.searchsorted(active_k, blk), weights=dive.chunks, minlength=len(active_k))
+    if not np.isin(blk, active_k).all() or (np.abs(per - k) > INT_TOL).any():
+        return None
+    starts, links = paths.link_csr(dive.pids)
+    if (net.caps_GBps[links] <= 0).any() or not paths.gpu_simple(dive.pids).all():
+        return None
+    loads = fixed + np.bincount(links, weights=np.repeat(dive.chunks, np.diff(starts)), minlength=net.n_links)
+    algbw, cut = measure_loads(topology, net, np.round(loads), k)
+    return algbw, cut, np.round(loads)
