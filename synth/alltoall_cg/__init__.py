@@ -3,7 +3,10 @@
 MCCL §4.2 and reference/alltoall_cg.md: T-form restricted master over per-source tree columns,
 vectorised shortest-path-tree pricing on the time-expanded graph (≤ ``max_steps`` GPU hops),
 warm start from a previous result's column pool and basis (or a schedule's paths), and deep-dive
-rounding to at most ``nchunks`` chunks per block.
+rounding to at most ``nchunks`` chunks per block. After capacity drops, a warm start from a
+previous result first tries the certified local repair (``_repair``): only the blocks whose routes
+cross a degraded link are re-routed, and the result is used only when a bound proves it is the
+full LP optimum.
 
 Examples
 --------

@@ -162,10 +162,19 @@ class ExpandedGraph:
         """Arcs grouped by head for the layered min-plus DP (step-bounded graphs only)."""
         return LayeredArcs.build(self.net)
 
-    def matrix(self, link_weight: FloatArray) -> csr_matrix:
-        """The graph with arc weights ``link_weight[arc_link]`` (weights must be > 0)."""
+    @cached_property
+    def _skeleton(self) -> csr_matrix:
         n = self.net.n_nodes * self.n_layers
-        return csr_matrix((link_weight[self.arc_link], self.indices, self.indptr), shape=(n, n))
+        return csr_matrix((np.ones(len(self.arc_link)), self.indices, self.indptr), shape=(n, n))
+
+    def matrix(self, link_weight: FloatArray) -> csr_matrix:
+        """The graph with arc weights ``link_weight[arc_link]`` (weights must be > 0).
+
+        One matrix per graph whose weights each call overwrites (building a fresh one costs more
+        than a shortest-path run on a few roots): use it before the next call."""
+        mat = self._skeleton
+        mat.data = np.asarray(link_weight, dtype=np.float64)[self.arc_link]
+        return mat
 
     def link_of(self, tail_node: IntArray, head_node: IntArray) -> IntArray:
         """Physical link id of arcs given by (expanded) tail and head node indices."""

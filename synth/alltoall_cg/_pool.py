@@ -54,6 +54,13 @@ class PathPool:
         found = (pos < len(self._keys)) & (self._keys[pos_c] == h1) if len(self._keys) else np.zeros(len(h1), bool)
         return np.where(found, self._key_ids[pos_c] if len(self._keys) else -1, -1)
 
+    def _insert_keys(self, keys: npt.NDArray[np.uint64], ids: IntArray) -> None:
+        """Merge new (distinct, absent) hash keys into the sorted index: O(pool), no re-sort."""
+        order = np.argsort(keys, kind="stable")
+        at = np.searchsorted(self._keys, keys[order])
+        self._keys = np.insert(self._keys, at, keys[order])
+        self._key_ids = np.insert(self._key_ids, at, ids[order])
+
     def register(self, trees: TreeSet, rows: IntArray | None = None) -> IntArray:
         """Path ids of the trees in ``rows`` (all by default): shape (rows, n_gpus), -1 on the diagonal."""
         if rows is None:
@@ -87,10 +94,7 @@ class PathPool:
             self.src = np.concatenate([self.src, src[new_first]])
             self.dst = np.concatenate([self.dst, dst[new_first]])
             self.steps = np.concatenate([self.steps, trees.steps[r_of, d_of]])
-            keys = np.concatenate([self._keys, uniq])
-            key_ids = np.concatenate([self._key_ids, new_ids])
-            order = np.argsort(keys, kind="stable")
-            self._keys, self._key_ids = keys[order], key_ids[order]
+            self._insert_keys(uniq, new_ids)
             ids = self._lookup(h1[idx])
         bad = (self.hash2[ids] != h2[idx]) | (self.src[ids] != src[idx]) | (self.dst[ids] != dst[idx])
         if bad.any():
@@ -115,10 +119,7 @@ class PathPool:
             self.src = np.concatenate([self.src, src[first]])
             self.dst = np.concatenate([self.dst, dst[first]])
             self.steps = np.concatenate([self.steps, steps[first]])
-            keys = np.concatenate([self._keys, uniq])
-            key_ids = np.concatenate([self._key_ids, base + np.arange(len(uniq))])
-            order = np.argsort(keys, kind="stable")
-            self._keys, self._key_ids = keys[order], key_ids[order]
+            self._insert_keys(uniq, base + np.arange(len(uniq)))
             ids = self._lookup(h1)
         if ((self.hash2[ids] != h2) | (self.src[ids] != src) | (self.dst[ids] != dst)).any():
             raise SolverError("path hash collision in the AllToAll column pool; please report this topology")

@@ -21,9 +21,9 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections.abc import Sequence
 from itertools import chain
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -45,7 +45,7 @@ from synth.alltoall_cg._rounding import (
 from synth.alltoall_cg._schedule import RouteCache, make_routes, measure_loads, route_order
 from synth.errors import SolverError
 from synth.result import Status
-from synth.schedule import CutLink, Route, Schedule
+from synth.schedule import CutLink, Schedule
 from synth.solvers import LpMethod, LpSolution
 from synth.topologies.model import Topology
 
@@ -57,6 +57,8 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 CERTIFY_TOL = 1e-9  # relative Farley gap under which the repair's LP value is the full optimum
+GROW_ROUNDS = 2  # times an uncertified repair frees the blocks routed over its binding links
+MAX_BLOCKS_PER_GPU = 16  # a repair re-routing more than this many blocks per GPU leaves it to the full CG
 MAX_ROUNDS = 50  # pricing rounds of the repair LP before giving up (then the full CG runs)
 
 
@@ -65,13 +67,14 @@ class RoundedState:
     """The previous synthesis's rounded schedule: what a repair starts from (treat as opaque).
 
     ``route_pid[i]``/``route_chunks[i]`` are the pool path and chunks of ``schedule.routes[i]``;
-    ``caps_GBps`` are the capacities it was made for."""
+    ``loads`` counts chunks per link; ``caps_GBps`` are the capacities it was made for."""
 
     caps_GBps: FloatArray  # noqa: N815
     nchunks: int
     schedule: Schedule
     route_pid: IntArray
     route_chunks: IntArray
+    loads: FloatArray  # chunks per link
     t_lp: float  # LP optimum, s/GB per pair
     unbounded: bool  # t_lp is also the optimum without a step bound
 
@@ -143,6 +146,25 @@ def _crash(dive: _DiveLp, seeds: IntArray, fixed_unit: FloatArray) -> None:
     dive.lp.start_basis(cols, rows)
 
 
+def _repair_lp(ctx: _Context, pricer: Pricer, moved_pids: IntArray, m_starts: IntArray, m_links: IntArray,
+               active_k: IntArray, fixed: FloatArray, k: int,
+               deadline: float | None) -> tuple[_DiveLp, LpSolution, int, int]:
+    """The repair LP of the ``active_k`` blocks around ``fixed`` loads, solved and priced out."""
+    dive = _DiveLp(ctx, active_k, np.full(len(active_k), k, dtype=np.int64), fixed / k, k)
+    # Seeds: the old paths that are still alive, and a capacity-aware shortest path per block.
+    new = ctx.net.caps_GBps
+    live = new > 0
+    dead_path = np.logical_or.reduceat(~live[m_links], m_starts[:-1]) if len(m_links) else np.zeros(0, bool)
+    dive.add(moved_pids[~dead_path])
+    w0 = np.where(live, 1.0 / np.where(live, new, 1.0), 0.0)
+    _, register = pricer(w0, active_k)
+    seeds = register(np.arange(len(active_k)))
+    dive.add(seeds)
+    _crash(dive, seeds, fixed / k)
+    sol, rounds, pivots = _solve_priced(dive, pricer, k, deadline)
+    return dive, sol, rounds, pivots
+
+
 def _solve_priced(dive: _DiveLp, pricer: Pricer, nchunks: int, deadline: float | None) -> tuple[LpSolution, int, int]:
     """Re-solve and price until no path improves: (solution, rounds, pivots)."""
     method: LpMethod = "primal"
@@ -187,47 +209,56 @@ def repair(topology: Topology, net: Network, paths: PathPool, rounded: RoundedSt
     block = paths.src[pid] * n + paths.dst[pid]
     touched = np.zeros(n * n, dtype=bool)
     touched[block[hit]] = True
-    moved = touched[block]
-    active_k = np.flatnonzero(touched)
-    m_starts, m_links = paths.link_csr(pid[moved])
-    stay = ~np.repeat(moved, np.diff(starts))
-    fixed = np.bincount(links[stay], weights=np.repeat(chunks, np.diff(starts))[stay],
-                        minlength=net.n_links).astype(np.float64)
     graph = ExpandedGraph.build(net, steps)
     ctx = _Context(net, paths, graph, ExpandedGraph.build(reversed_network(net), steps), solver, scale)
     pricer = pair_pricer(ctx)
-    dive = _DiveLp(ctx, active_k, np.full(len(active_k), k, dtype=np.int64), fixed / k, k)
-    try:
-        # Seeds: the old paths that are still alive, and a capacity-aware shortest path per block.
-        live = new > 0
-        dead_path = np.logical_or.reduceat(~live[m_links], m_starts[:-1]) if len(m_links) else np.zeros(0, bool)
-        dive.add(pid[moved][~dead_path])
-        w0 = np.where(live, 1.0 / np.where(live, new, 1.0), 0.0)
-        _, register = pricer(w0, active_k)
-        seeds = register(np.arange(len(active_k)))
-        dive.add(seeds)
-        _crash(dive, seeds, fixed / k)
-        t_lp0, priced0 = time.perf_counter(), ctx.pricing_time_s
-        sol, rounds, pivots = _solve_priced(dive, pricer, k, deadline)
-        lp_time = time.perf_counter() - t_lp0 - (ctx.pricing_time_s - priced0)
-    except SolverError as exc:
-        log.info("alltoall_cg: local repair not used: %s", exc)
-        return None
-    t_r = sol.objective / scale
-    w = np.maximum(0.0, -sol.row_duals[dive.nk :])
-    denom = float(new @ w)
     bound_graph = ExpandedGraph.build(net, None) if free_bound else graph
-    t_b = time.perf_counter()
-    lb = float(np.maximum(tree_costs(bound_graph, w), 0.0).sum()) / denom if denom > 0 else 0.0
-    ctx.pricing_time_s += time.perf_counter() - t_b
-    certificate = "Farley bound"
-    if (rounded.unbounded or not free_bound) and rounded.t_lp > lb:
-        # Capacities only fell, so the optimum cannot beat the previous one (the repair LP's duals
-        # can be degenerate when T did not move: a single fixed-load link, a weak Farley bound).
-        lb, certificate = rounded.t_lp, "previous optimum"
-    if lb < t_r * (1 - CERTIFY_TOL):
-        log.info("alltoall_cg: local repair of %d blocks not certified (T %.9g, bound %.9g); full warm CG runs",
-                 len(active_k), t_r, lb)
+    monotone = rounded.unbounded or not free_bound
+    lp_time, rounds, pivots = 0.0, 0, 0
+    limit = max(MAX_BLOCKS_PER_GPU * n, 64)
+    for grow in range(GROW_ROUNDS + 1):
+        active_k = np.flatnonzero(touched)
+        if len(active_k) > limit:
+            log.info("alltoall_cg: local repair would re-route %d blocks (> %d); full warm CG runs", len(active_k),
+                     limit)
+            return None
+        moved = touched[block]
+        m_starts, m_links = paths.link_csr(pid[moved])
+        fixed = rounded.loads - np.bincount(m_links, weights=np.repeat(chunks[moved], np.diff(m_starts)),
+                                            minlength=net.n_links)
+        try:
+            t_lp0, priced0 = time.perf_counter(), ctx.pricing_time_s
+            dive, sol, r, p = _repair_lp(ctx, pricer, pid[moved], m_starts, m_links, active_k, fixed, k, deadline)
+            lp_time += time.perf_counter() - t_lp0 - (ctx.pricing_time_s - priced0)
+            rounds, pivots = rounds + r, pivots + p
+        except SolverError as exc:
+            log.info("alltoall_cg: local repair not used: %s", exc)
+            return None
+        t_r = sol.objective / scale
+        w = np.maximum(0.0, -sol.row_duals[dive.nk :])
+        denom = float(new @ w)
+        t_b = time.perf_counter()
+        lb = float(np.maximum(tree_costs(bound_graph, w), 0.0).sum()) / denom if denom > 0 else 0.0
+        ctx.pricing_time_s += time.perf_counter() - t_b
+        certificate = "Farley bound"
+        if monotone and rounded.t_lp > lb:
+            # Capacities only fell, so the optimum cannot beat the previous one (the repair LP's duals
+            # can be degenerate when T did not move: a single fixed-load link, a weak Farley bound).
+            lb, certificate = rounded.t_lp, "previous optimum"
+        if lb >= t_r * (1 - CERTIFY_TOL):
+            break
+        # Not proven: free the blocks routed over the links the repair LP found binding, and retry.
+        binding = w > 1e-9 * max(float(w.max()), 1e-300)
+        more = np.logical_or.reduceat(binding[links], starts[:-1]) if len(links) else np.zeros(0, dtype=bool)
+        grown = touched.copy()
+        grown[block[more]] = True
+        log.info("alltoall_cg: local repair of %d blocks not certified (T %.9g, bound %.9g)%s", len(active_k), t_r,
+                 lb, "; growing it" if grown.sum() > touched.sum() and grow < GROW_ROUNDS else "")
+        if grown.sum() == touched.sum():
+            return None
+        touched = grown
+    else:
+        log.info("alltoall_cg: local repair not certified after %d growths; full warm CG runs", GROW_ROUNDS)
         return None
     t_round = time.perf_counter()
     u = sol.col_values[1:]
@@ -254,17 +285,19 @@ def repair(topology: Topology, net: Network, paths: PathPool, rounded: RoundedSt
     if best_m is None:
         log.info("alltoall_cg: local repair's rounding failed its check; full warm CG runs")
         return None
-    algbw, cut, _ = best_m
+    algbw, cut, loads = best_m
     rounding_time = time.perf_counter() - t_round
     # Splice: the previous routes of untouched blocks, then the new blocks' routes, in route order.
     order = route_order(paths, best.pids, best.chunks)
     new_pid, new_chunks = best.pids[order], best.chunks[order]
     new_routes = make_routes(paths, new_pid, new_chunks, cache)
     new_block = paths.src[new_pid] * n + paths.dst[new_pid]
-    routes, merged = _splice(rounded.schedule.routes, block, new_routes, new_block, active_k)
+    cuts = _Cuts.of(block, new_block, active_k)
+    routes = tuple(chain.from_iterable(cuts.pieces(rounded.schedule.routes, new_routes)))
     schedule = Schedule("alltoall", n, k, routes, bottleneck=cut, topology_fingerprint=topology.fingerprint,
                         meta=meta)
-    state = RoundedState(new.copy(), k, schedule, np.r_[pid, new_pid][merged], np.r_[chunks, new_chunks][merged],
+    state = RoundedState(new.copy(), k, schedule, np.concatenate(cuts.pieces(pid, new_pid)),
+                         np.concatenate(cuts.pieces(chunks, new_chunks)), loads,
                          t_lp, free_bound)
     log.info("alltoall_cg: local repair re-routed %d blocks in %.3f s (certified, T %.9g)", len(active_k),
              time.perf_counter() - t0, t_r)
@@ -272,33 +305,33 @@ def repair(topology: Topology, net: Network, paths: PathPool, rounded: RoundedSt
                   ctx.pricing_time_s, rounding_time, best)
 
 
-def _splice(old: tuple[Route, ...], old_block: IntArray, new: list[Route], new_block: IntArray,
-            touched: IntArray) -> tuple[tuple[Route, ...], IntArray]:
-    """Routes of ``old`` with the ``touched`` blocks' routes replaced by ``new`` (both sorted by
-    block), and each result route's index into ``old + new``. Slices, so O(N²) work stays in C."""
-    lo = np.searchsorted(old_block, touched, side="left").tolist()
-    hi = np.searchsorted(old_block, touched, side="right").tolist()
-    nlo = np.searchsorted(new_block, touched, side="left").tolist()
-    nhi = np.searchsorted(new_block, touched, side="right").tolist()
-    pieces: list[Sequence[Route]] = []
-    prev = 0
-    for a, b, c, d in zip(lo, hi, nlo, nhi):
-        pieces.append(old[prev:a])
-        pieces.append(new[c:d])
-        prev = b
-    pieces.append(old[prev:])
-    keep = np.ones(len(old), dtype=bool)
-    keep[np.repeat(lo, np.subtract(hi, lo))  + _ranges(np.subtract(hi, lo))] = False
-    kept = np.flatnonzero(keep)
-    index = np.insert(kept, np.searchsorted(old_block[kept], new_block), len(old) + np.arange(len(new)))
-    return tuple(chain.from_iterable(pieces)), index
+@dataclass(frozen=True)
+class _Cuts:
+    """Where the touched blocks sit in the old and the new route lists (both sorted by block)."""
 
+    lo: list[int]
+    hi: list[int]
+    nlo: list[int]
+    nhi: list[int]
 
-def _ranges(lengths: IntArray) -> IntArray:
-    """0..len-1 for each length, concatenated."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    ends = np.cumsum(lengths)
-    return np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - lengths, lengths)
+    @classmethod
+    def of(cls, old_block: IntArray, new_block: IntArray, touched: IntArray) -> _Cuts:
+        return cls(np.searchsorted(old_block, touched, side="left").tolist(),
+                   np.searchsorted(old_block, touched, side="right").tolist(),
+                   np.searchsorted(new_block, touched, side="left").tolist(),
+                   np.searchsorted(new_block, touched, side="right").tolist())
+
+    def pieces(self, old: Any, new: Any) -> list[Any]:
+        """Slices of ``old`` (a tuple or an array) with each touched block's run replaced by its
+        run in ``new``; the O(N²) part is slicing and concatenation in C."""
+        out = []
+        prev = 0
+        for a, b, c, d in zip(self.lo, self.hi, self.nlo, self.nhi):
+            out.append(old[prev:a])
+            out.append(new[c:d])
+            prev = b
+        out.append(old[prev:])
+        return out
 
 
 def _measure(topology: Topology, net: Network, paths: PathPool, fixed: FloatArray, dive: DiveResult, k: int,

@@ -99,8 +99,9 @@ def _fill_hops(paths: PathPool, pids: list[int], cache: dict[int, tuple[Hop, ...
 
 
 def check_and_measure(topo: Topology, paths: PathPool, pids: IntArray, chunks: IntArray,
-                      nchunks: int) -> tuple[float, tuple[CutLink, ...]]:
-    """Re-check the integral solution and return (exact algbw in GB/s, bottleneck with base slacks)."""
+                      nchunks: int) -> tuple[float, tuple[CutLink, ...], FloatArray]:
+    """Re-check the integral solution; return (exact algbw in GB/s, bottleneck with base slacks,
+    chunks per link)."""
     net = paths.net
     n = net.n_gpus
     if len(pids) == 0 or (chunks < 1).any():
@@ -120,7 +121,7 @@ def check_and_measure(topo: Topology, paths: PathPool, pids: IntArray, chunks: I
     if not paths.gpu_simple(pids).all():
         raise ScheduleError("rounded AllToAll schedule has a path that revisits a GPU")
     loads = np.bincount(links, weights=np.repeat(chunks, np.diff(starts)), minlength=net.n_links)
-    return measure_loads(topo, net, loads, nchunks)
+    return (*measure_loads(topo, net, loads, nchunks), np.asarray(loads, dtype=np.float64))
 
 
 def measure_loads(topo: Topology, net: Network, loads: FloatArray | IntArray,
@@ -162,9 +163,10 @@ def make_routes(paths: PathPool, pids: IntArray, chunks: IntArray, cache: RouteC
     routes = list(map(route_cache.get, keys))
     missing = [i for i, r in enumerate(routes) if r is None]
     if missing:
-        src_l, dst_l = paths.src.tolist(), paths.dst.tolist()
+        need = pids[missing]
+        src_l, dst_l = paths.src[need].tolist(), paths.dst[need].tolist()
         kind = RouteKind.PATH
-        made = [Route(kind, src_l[pid_l[i]], chunk_l[i], hops_cache[pid_l[i]], dst_l[pid_l[i]]) for i in missing]
+        made = [Route(kind, src_l[j], chunk_l[i], hops_cache[pid_l[i]], dst_l[j]) for j, i in enumerate(missing)]
         for i, r in zip(missing, made):
             routes[i] = r
         route_cache.update(zip([keys[i] for i in missing], made))

@@ -3,8 +3,11 @@
 :func:`synthesize_alltoall` solves the maximum-concurrent-flow LP by column generation over
 per-source shortest-path trees on a time-expanded graph (at most ``max_steps`` GPU hops per path),
 then rounds the LP optimum to at most ``nchunks`` chunks per (source, destination) block by deep
-diving. :func:`alltoall_lp_bound` runs the same column generation without a step bound and returns
-the LP optimum only, for bounds on topologies too large for the compact LP.
+diving. Warm from a previous result after capacities fell, it first tries the certified local
+repair of :mod:`synth.alltoall_cg._repair` (``warm_mode == "repair"``), which touches only the
+blocks routed over a degraded link and is used only when proven LP-optimal. :func:`alltoall_lp_bound`
+runs the same column generation without a step bound and returns the LP optimum only, for bounds
+on topologies too large for the compact LP.
 
 Units: an AllToAll moves one block of B/N bytes between every ordered GPU pair; the LP's T is the
 time per byte of block (s/GB), and algbw = N / T in GB/s (nccl-tests convention).
@@ -28,11 +31,20 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from synth.alltoall_cg._cg import CgRun, ColumnGeneration
 from synth.alltoall_cg._expanded import Network, hop_diameter
 from synth.alltoall_cg._repair import RoundedState, repair
-from synth.alltoall_cg._rounding import DIVES, ROUNDING_RETRY_GAP, DiveResult, deep_dive, disaggregate, largest_remainder
+from synth.alltoall_cg._rounding import (
+    DIVES,
+    ROUNDING_RETRY_GAP,
+    DiveResult,
+    balanced_remainder,
+    deep_dive,
+    disaggregate,
+    largest_remainder,
+)
 from synth.alltoall_cg._schedule import RouteCache, build_schedule, check_and_measure
 from synth.alltoall_cg._warm import WarmState, paths_from_schedule, restore, seed_paths
 from synth.errors import ScheduleError, SolverError
@@ -123,15 +135,24 @@ def _start(net: Network, solver: str, steps: int | None,
 
 
 
-Measured = tuple[float, tuple[CutLink, ...]] | None  # (exact algbw, bottleneck), None if the check failed
+# (exact algbw, bottleneck, chunks per link), None if the check failed
+Measured = tuple[float, tuple[CutLink, ...], npt.NDArray[np.float64]] | None
 
 
 def _round(topology: Topology, cg: ColumnGeneration, pids: np.ndarray, y: np.ndarray, nchunks: int, t_lp: float,
            deadline: float | None) -> tuple[DiveResult, Measured]:
-    """Best of a few dives and largest-remainder rounding, by the exact T of the rounded solution."""
+    """Best of largest-remainder, balanced-remainder and (while the gap stays above
+    ``ROUNDING_RETRY_GAP``) a few dives, by the exact T of the rounded solution."""
     best = largest_remainder(cg, pids, y, nchunks)
     best_m = _measure(topology, cg, best, nchunks)
     best_t = _t_of(cg, best_m)
+    if best_t > t_lp * (1 + ROUNDING_RETRY_GAP):
+        # Load-aware greedy: blocks that split alike stop stacking their extra chunks on the same
+        # links; often enough to skip the dive, whose LP re-solves dominate large degraded fabrics.
+        cand = balanced_remainder(cg, pids, y, nchunks, np.zeros(cg.net.n_links))
+        m = _measure(topology, cg, cand, nchunks)
+        if _t_of(cg, m) < best_t:
+            best, best_m, best_t = cand, m, _t_of(cg, m)
     for batch, backtracks, slack in DIVES:
         if best_t <= t_lp * (1 + ROUNDING_RETRY_GAP) or (deadline is not None and time.perf_counter() > deadline):
             break
@@ -263,12 +284,12 @@ def synthesize_alltoall(
     }
     try:
         # The check ran on exactly this rounding in _round; run it again only if it failed there.
-        algbw, cut = measured if measured is not None else check_and_measure(topology, cg.paths, dive.pids,
+        algbw, cut, loads = measured if measured is not None else check_and_measure(topology, cg.paths, dive.pids,
                                                                                dive.chunks, nchunks)
         schedule, order = build_schedule(cg.paths, dive.pids, dive.chunks, nchunks, meta, cache)
         schedule = replace(schedule, bottleneck=cut, topology_fingerprint=topology.fingerprint)
         rounded = RoundedState(net.caps_GBps.copy(), nchunks, schedule, dive.pids[order], dive.chunks[order],
-                               run.t_lp, max_steps is None) if run.converged else None
+                               loads, run.t_lp, max_steps is None) if run.converged else None
     except ScheduleError as exc:
         return SynthResult(Status.FAILED, f"rounded AllToAll schedule failed loopcoll's re-check: {exc}", None,
                            0.0, lp_algbw, 100.0, time.perf_counter() - start, warm)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -10,7 +12,7 @@ from hypothesis import strategies as st
 from synth.alltoall_cg import synthesize_alltoall
 from synth.alltoall_cg._expanded import ExpandedGraph, Network
 from synth.alltoall_cg._pricing import _condensed_shortest, _free_shortest, price_pairs, price_trees, reversed_network
-from synth.alltoall_cg._repair import _splice
+from synth.alltoall_cg._repair import _Cuts
 from synth.alltoall_cg._warm import _hashes
 from synth.errors import SolverError, TopologyError
 from synth.topologies import Topology, load_topology
@@ -84,6 +86,46 @@ def test_uncertified_repair_falls_back_to_full_warm_cg() -> None:
     assert warm.stats["warm_mode"] == "state"
     assert warm.stats["max_steps"] == 3
     assert _same_lp(warm.stats["lp_algbw_GBps"], synthesize_alltoall(topo).stats["lp_algbw_GBps"])
+
+
+def _core_degraded(spec: str, factor: float) -> tuple[Topology, Topology, tuple[str, str]]:
+    base = load_topology(spec)
+    up = next(lk for lk in base.links if lk.src.startswith("tor") and lk.dst.startswith("agg"))
+    return base, base.scaled(up.src, up.dst, factor), up.key
+
+
+def test_uncertified_repair_grows_over_binding_links() -> None:
+    # A ToR uplink at half speed: the blocks routed over it alone cannot absorb the change (the
+    # optimum re-balances their neighbours), so the repair frees the blocks on the links its LP
+    # found binding and is certified after growing.
+    base, topo, key = _core_degraded("hpn:2x2x4", 0.5)
+    prev = synthesize_alltoall(base)
+    assert prev.schedule is not None
+    crossing = {(r.root, r.dest) for r in prev.schedule.routes for h in r.hops
+                if any(lk in (key, key[::-1]) for lk in h.links)}
+    warm = synthesize_alltoall(topo, warm_start=prev)
+    assert warm.stats["warm_mode"] == "repair", warm.message
+    assert warm.stats["repaired_blocks"] > len(crossing)
+    assert _same_lp(warm.stats["lp_algbw_GBps"], synthesize_alltoall(topo).stats["lp_algbw_GBps"])
+    assert_valid_alltoall(warm, topo, 10)
+
+
+def test_repair_that_would_touch_too_many_blocks_is_left_to_the_full_cg() -> None:
+    base, topo, _ = _core_degraded("hpn:2x4x8", 0.5)
+    prev = synthesize_alltoall(base)
+    warm = synthesize_alltoall(topo, warm_start=prev)
+    assert warm.stats["warm_mode"] == "state"
+    assert _same_lp(warm.stats["lp_algbw_GBps"], synthesize_alltoall(topo).stats["lp_algbw_GBps"])
+
+
+def test_balanced_rounding_spares_the_dive_on_a_degraded_core() -> None:
+    # Many blocks split over the uplinks: largest remainder stacks their extra chunks, the
+    # load-aware greedy does not, and no dive (LP re-solves) is needed to stay within 0.5 %.
+    _, topo, _ = _core_degraded("hpn:2x4x8", 0.5)
+    res = synthesize_alltoall(topo)
+    assert not res.stats["dived"] and res.stats["dive_lp_solves"] == 0
+    assert res.stats["gap"] <= 0.005
+    assert_valid_alltoall(res, topo, 10)
 
 
 def test_dead_link_is_repaired_around() -> None:
@@ -170,7 +212,8 @@ def test_pair_pricing_matches_tree_pricing(steps: int | None) -> None:
 def test_splice_replaces_exactly_the_touched_blocks() -> None:
     old = tuple(f"o{i}" for i in range(10))
     old_block = np.array([0, 0, 1, 2, 2, 2, 5, 6, 6, 9])
-    new = ["n0", "n1", "n2"]
-    routes, index = _splice(old, old_block, new, np.array([2, 6, 7]), np.array([2, 6, 7]))
-    assert routes == ("o0", "o1", "o2", "n0", "o6", "n1", "n2", "o9")
-    assert [(old + tuple(new))[i] for i in index] == list(routes)
+    cuts = _Cuts.of(old_block, np.array([2, 6, 7]), np.array([2, 6, 7]))
+    spliced = tuple(chain.from_iterable(cuts.pieces(old, ("n0", "n1", "n2"))))
+    assert spliced == ("o0", "o1", "o2", "n0", "o6", "n1", "n2", "o9")
+    ids = np.concatenate(cuts.pieces(np.arange(10), np.arange(10, 13)))
+    assert ids.tolist() == [0, 1, 2, 10, 6, 11, 12, 9]
