@@ -3,17 +3,34 @@
 After a gray failure most of an AllToAll schedule is still right: only the (source, destination)
 blocks whose rounded paths cross a degraded link need new routes. The repair keeps every other
 block's rounded chunks as fixed link loads and solves the T-form *path* LP of the touched blocks
-alone (rows: those blocks, then every link with its fixed load on the right-hand side), pricing
-paths per block on the time-expanded graph from a few roots (:func:`price_pairs`). Its optimum
-T_r is feasible for the full problem, so T* ≤ T_r; the Farley bound under the repair LP's link
-duals gives T* ≥ LB for the full problem (all sources, and without a step bound when the step
-bound was chosen automatically). The repair is used only when LB meets T_r (relative 1e-9):
-then T_r is the full LP optimum, the same value a cold synthesis proves. Otherwise, or when a
-capacity grew (that can help every block), the caller runs the full warm column generation.
+alone (rows: those blocks, then every link with its fixed load on the right-hand side), started
+from a feasible basis and priced per block on the time-expanded graph from a few roots
+(:func:`~synth.alltoall_cg._pricing.price_pairs`). Its optimum T_r is feasible for the full
+problem, so T* ≤ T_r. Two lower bounds can prove T* ≥ T_r (relative 1e-9), and the repair is used
+only then:
 
-The touched blocks are then rounded to whole chunks (largest remainder, or the dive when that
+* the Farley bound under the repair LP's link duals, over all sources (and without a step bound
+  when the caller's step bound was chosen automatically);
+* the previous optimum, since capacities only fell (what proves it when T did not move and the
+  repair LP's duals are degenerate).
+
+Not proven, the blocks routed over the links the LP found binding are freed too and the LP is
+solved again (at most :data:`GROW_ROUNDS` times, at most :data:`MAX_BLOCKS_PER_GPU` blocks per
+GPU); after that, or when a capacity grew (which can help every block), the caller runs the full
+warm column generation.
+
+The touched blocks are then rounded to whole chunks (balanced remainder, or the dive when that
 leaves more than :data:`ROUNDING_RETRY_GAP`), checked, and spliced into the previous schedule's
 route tuple, so the work is proportional to the touched blocks, not to N².
+
+Examples
+--------
+>>> from synth.alltoall_cg import synthesize_alltoall
+>>> from synth.topologies import load_topology
+>>> prev = synthesize_alltoall(load_topology("hpn:1x2x8"))
+>>> r = synthesize_alltoall(load_topology("hpn:1x2x8", ["fail2"]), warm_start=prev)
+>>> r.stats["warm_mode"], r.stats["repaired_blocks"], round(r.optimal_algbw_GBps, 4)
+('repair', 16, 89.0625)
 """
 
 from __future__ import annotations
@@ -21,8 +38,9 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from itertools import chain
+from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -117,7 +135,7 @@ def pair_pricer(ctx: _Context) -> Pricer:
     """Price open commodities pair by pair from few roots (see :func:`price_pairs`)."""
     n = ctx.net.n_gpus
 
-    def price(w: FloatArray, open_k: IntArray) -> tuple[FloatArray, object]:
+    def price(w: FloatArray, open_k: IntArray) -> tuple[FloatArray, Callable[[IntArray], IntArray]]:
         t0 = time.perf_counter()
         src, dst = open_k // n, open_k % n
         pp = price_pairs(ctx.graph, ctx.reverse, w, src, dst, tie_break=tie_break(w))
@@ -129,7 +147,7 @@ def pair_pricer(ctx: _Context) -> Pricer:
 
         return pp.cost, register
 
-    return price  # type: ignore[return-value]
+    return price
 
 
 def _crash(dive: _DiveLp, seeds: IntArray, fixed_unit: FloatArray) -> None:
