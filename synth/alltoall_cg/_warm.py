@@ -26,6 +26,7 @@ import numpy.typing as npt
 from synth.alltoall_cg._cg import ColumnGeneration
 from synth.alltoall_cg._expanded import Network
 from synth.alltoall_cg._pool import PathPool, TreePool
+from synth.alltoall_cg._pricing import path_hashes
 from synth.alltoall_cg._repair import RoundedState
 from synth.alltoall_cg._schedule import RouteCache
 from synth.schedule import Schedule
@@ -33,10 +34,6 @@ from synth.schedule import Schedule
 __all__ = ["WarmState", "paths_from_schedule", "seed_paths"]
 
 IntArray = npt.NDArray[np.int64]
-
-_M1 = np.uint64(0x9E3779B97F4A7C15)
-_M2 = np.uint64(0xC2B2AE3D27D4EB4F)
-
 
 @dataclass(frozen=True, eq=False)
 class WarmState:
@@ -118,17 +115,6 @@ def paths_from_schedule(schedule: Schedule) -> list[tuple[int, int, tuple[str, .
     return out
 
 
-def _hashes(links: list[int]) -> tuple[np.uint64, np.uint64]:
-    h1 = np.uint64(0)
-    h2 = np.uint64(0)
-    with np.errstate(over="ignore"):
-        for lk in reversed(links):  # the pricing walk hashes from the destination back
-            v = np.uint64(lk + 1)
-            h1 = h1 * _M1 + v
-            h2 = (h2 ^ v) * _M2 + np.uint64(1)
-    return h1, h2
-
-
 def seed_paths(cg: ColumnGeneration, paths: Iterable[tuple[int, int, tuple[str, ...]]]) -> int:
     """Add trees built from explicit node paths (skipping dead, missing or too long ones)."""
     net = cg.net
@@ -154,13 +140,14 @@ def seed_paths(cg: ColumnGeneration, paths: Iterable[tuple[int, int, tuple[str, 
         return 0
     pairs = sorted(per_pair.items())
     flat = [(src, dst, links) for (src, dst), seqs in pairs for links in seqs]
-    hashes = [_hashes(links) for _, _, links in flat]
+    link_arrays = [np.asarray(f[2], dtype=np.int64) for f in flat]
+    h1, h2 = path_hashes(link_arrays)
     ids = cg.paths.add_many(
         np.array([f[0] for f in flat], dtype=np.int64),
         np.array([f[1] for f in flat], dtype=np.int64),
-        [np.asarray(f[2], dtype=np.int64) for f in flat],
-        np.array([h[0] for h in hashes], dtype=np.uint64),
-        np.array([h[1] for h in hashes], dtype=np.uint64),
+        link_arrays,
+        h1,
+        h2,
         np.array([sum(1 for e in f[2] if net.is_gpu[net.head[e]]) for f in flat], dtype=np.int64),
     ).tolist()
     pair_ids: dict[tuple[int, int], list[int]] = defaultdict(list)
