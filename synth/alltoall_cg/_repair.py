@@ -99,16 +99,13 @@ class RoundedState:
 
 @dataclass(frozen=True, eq=False)
 class Repair:
-    """A certified repair: the spliced schedule and what the result reports."""
+    """A certified repair: the spliced schedule (``rounded.schedule``) and what the result reports."""
 
-    schedule: Schedule
     rounded: RoundedState
     paths: PathPool
     algbw_GBps: float  # noqa: N815
     t_lp: float
-    lower_bound: float
     certificate: str  # what proves t_lp optimal: "Farley bound" or "previous optimum"
-    cut: tuple[CutLink, ...]
     blocks: int
     rounds: int
     pivots: int
@@ -312,14 +309,15 @@ def repair(topology: Topology, net: Network, paths: PathPool, rounded: RoundedSt
     new_block = paths.src[new_pid] * n + paths.dst[new_pid]
     cuts = _Cuts.of(block, new_block, active_k)
     routes = tuple(chain.from_iterable(cuts.pieces(rounded.schedule.routes, new_routes)))
+    lp_algbw = n / t_lp
     schedule = Schedule("alltoall", n, k, routes, bottleneck=cut, topology_fingerprint=topology.fingerprint,
-                        meta=meta)
+                        meta={**meta, "lp_algbw_GBps": lp_algbw, "optimal_algbw_GBps": lp_algbw})
     state = RoundedState(new.copy(), k, schedule, np.concatenate(cuts.pieces(pid, new_pid)),
                          np.concatenate(cuts.pieces(chunks, new_chunks)), loads,
                          t_lp, free_bound)
     log.info("alltoall_cg: local repair re-routed %d blocks in %.3f s (certified, T %.9g)", len(active_k),
              time.perf_counter() - t0, t_r)
-    return Repair(schedule, state, paths, algbw, t_lp, lb, certificate, cut, len(active_k), rounds, pivots, lp_time,
+    return Repair(state, paths, algbw, t_lp, certificate, len(active_k), rounds, pivots, lp_time,
                   ctx.pricing_time_s, rounding_time, best)
 
 

@@ -133,8 +133,6 @@ def _start(net: Network, solver: str, steps: int | None,
     return cg, mode, dropped, cache
 
 
-
-
 # (exact algbw, bottleneck, chunks per link), None if the check failed
 Measured = tuple[float, tuple[CutLink, ...], npt.NDArray[np.float64]] | None
 
@@ -207,8 +205,9 @@ def synthesize_alltoall(
     local_repair
         With a warm state on the same links and only capacity drops, first try the certified local
         repair (re-route only the blocks whose paths cross a degraded link; ``warm_mode`` is
-        ``"repair"``); it is used only when the Farley bound proves its LP value optimal, else the
-        full warm column generation runs. False always runs the latter.
+        ``"repair"``); it is used only when a lower bound (Farley, or the previous optimum) proves
+        its LP value optimal, else the full warm column generation runs. False always runs the
+        latter.
 
     Returns
     -------
@@ -352,8 +351,7 @@ def _try_repair(topology: Topology, net: Network, state: WarmState, solver: str,
     if rep is None:
         return None
     lp_algbw = n / rep.t_lp
-    meta.update(lp_algbw_GBps=lp_algbw, optimal_algbw_GBps=lp_algbw)
-    schedule = replace(rep.schedule, meta=meta)
+    schedule = rep.rounded.schedule
     gap = max(0.0, 1.0 - rep.algbw_GBps / lp_algbw)
     elapsed = time.perf_counter() - start
     dive = rep.dive
