@@ -37,8 +37,8 @@ from synth.alltoall_cg._pricing import price_trees
 from synth.result import Status
 from synth.solvers import LpMethod
 
-__all__ = ["DIVES", "ROUNDING_RETRY_GAP", "DiveResult", "PathLp", "Pricer", "balanced_remainder", "deep_dive", "disaggregate", "largest_remainder",
-           "tree_pricer"]
+__all__ = ["DIVES", "ROUNDING_RETRY_GAP", "DiveResult", "PathLp", "Pricer", "balanced_remainder", "deep_dive",
+           "disaggregate", "largest_remainder", "tree_pricer"]
 
 log = logging.getLogger(__name__)
 
@@ -154,34 +154,25 @@ def balanced_remainder(cg: PathLp, pids: IntArray, y: FloatArray, nchunks: int, 
         load = (base_load + np.bincount(a_links, weights=np.repeat(y, np.diff(a_starts)),
                                         minlength=len(caps))).tolist()
         starts, links = cg.paths.link_csr(pids[cand])
-        inv = np.where(caps > 0, 1.0 / np.where(caps > 0, caps, 1.0), np.inf).tolist()
+        inv_cap = np.where(caps > 0, 1.0 / np.where(caps > 0, caps, 1.0), np.inf).tolist()
         # Least flexible blocks first (fewest fractional paths), so the flexible ones absorb the rest.
         kk = k[cand]
-        uniq, inv_k, count = np.unique(kk, return_inverse=True, return_counts=True)
-        order = np.lexsort((pids[cand], kk, count[inv_k]))
-        kc, fc = kk[order].tolist(), frac[cand][order].tolist()
+        _, block_of, count = np.unique(kk, return_inverse=True, return_counts=True)
+        order = np.lexsort((pids[cand], kk, count[block_of]))
         st, lk = starts.tolist(), links.tolist()
-        pos = order.tolist()
-        i = 0
-        while i < len(pos):
-            j = i
-            while j < len(pos) and kc[j] == kc[i]:
-                j += 1
-            group = [(pos[t], fc[t]) for t in range(i, j)]
-            want = int(short[kc[i]])
-            scored = []
-            for c, f in group:
-                ls = lk[st[c] : st[c + 1]]
-                scored.append((max((load[e] + 1.0 - f) * inv[e] for e in ls), -f, c, f, ls))
-            scored.sort()
-            for rank, (_, _, c, f, ls) in enumerate(scored):
-                up = rank < want
+        groups: dict[int, list[tuple[int, float]]] = {}  # block -> (candidate, fraction), insertion-ordered
+        for c, b, f in zip(order.tolist(), kk[order].tolist(), frac[cand][order].tolist()):
+            groups.setdefault(b, []).append((c, f))
+        for b, group in groups.items():
+            scored = sorted((max((load[e] + 1.0 - f) * inv_cap[e] for e in lk[st[c] : st[c + 1]]), -f, c, f)
+                            for c, f in group)
+            for rank, (_, _, c, f) in enumerate(scored):
+                up = rank < short[b]
                 delta = 1.0 - f if up else -f
-                for e in ls:
+                for e in lk[st[c] : st[c + 1]]:
                     load[e] += delta
                 if up:
                     chunks[cand[c]] += 1
-            i = j
     keep = chunks > 0
     return DiveResult(pids[keep], chunks[keep], 0, 0, 0, 0, False)
 
