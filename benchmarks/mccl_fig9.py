@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _report import RESULTS, write_results  # noqa: E402
 
-from loopcoll._synthesize import synthesize  # noqa: E402
+from synth import synthesize  # noqa: E402
 from synth import load_topology, optimal_bound  # noqa: E402
 from synth.baselines import nccl_direct_alltoall, nccl_ring  # noqa: E402
 from synth.simulation import auto_slices, simulate  # noqa: E402
@@ -46,7 +46,7 @@ def _row(spec: str, scenario: str, collective: str, mbytes: float, chunks: int |
         static_cache[key] = synthesize(collective, healthy, chunks=c).schedule
     static = static_cache[key]
     start = time.perf_counter()
-    resynth = synthesize(collective, topo, chunks=c, warm_start=static if scenario != "healthy" else None)
+    resynth = synthesize(collective, topo, chunks=c, warm_from=static if scenario != "healthy" else None)
     solve_s = time.perf_counter() - start
     baseline = nccl_direct_alltoall(topo) if collective == "alltoall" else nccl_ring(collective, topo)
     bound = optimal_bound(collective, topo).algbw_GBps

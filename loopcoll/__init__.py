@@ -37,8 +37,10 @@ from synth import (
     named_topology,
     optimal_bound,
     read_schedule,
+    synthesize,
     write_schedule,
 )
+from msccl_xml import export
 
 __all__ = [
     "Bound",
@@ -64,7 +66,9 @@ __all__ = [
     "load_topology",
     "named_topology",
     "optimal_bound",
+    "export",
     "read_schedule",
+    "synthesize",
     "write_schedule",
 ]
 __version__ = "0.1.0"

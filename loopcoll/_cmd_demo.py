@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from loopcoll._cmd_synth import configure_progress
-from loopcoll._export import export_xml
-from loopcoll._synthesize import synthesize
+from msccl_xml import export
+from synth import synthesize
 from synth import load_topology, optimal_bound, write_schedule
 from synth.baselines import nccl_direct_alltoall, nccl_ring
 
@@ -35,13 +35,13 @@ def run_demo(spec: str, failures: list[str], out_dir: Path, chunks: int | None) 
         cold = synthesize(collective, degraded, chunks=c)
         cold_s = time.perf_counter() - start
         start = time.perf_counter()
-        warm = synthesize(collective, degraded, chunks=c, warm_start=static.schedule)
+        warm = synthesize(collective, degraded, chunks=c, warm_from=static)
         warm_s = time.perf_counter() - start
         assert static.schedule is not None and warm.schedule is not None and cold.schedule is not None
         baseline = nccl_direct_alltoall(degraded) if collective == "alltoall" else nccl_ring(collective, degraded)
         optimal = optimal_bound(collective, degraded).algbw_GBps
         xml_path = out_dir / f"{collective}_{degraded.name}.xml"
-        export_xml(warm.schedule, degraded, str(xml_path), runtime="msccl-executor-nccl", protocol="Simple")
+        export(warm.schedule, degraded, str(xml_path), runtime="msccl-executor-nccl", protocol="Simple")
         write_schedule(warm.schedule, str(out_dir / f"{collective}_{degraded.name}.json"))
         nccl = baseline.algbw_GBps(degraded)
         static_bw = static.schedule.algbw_GBps(degraded)

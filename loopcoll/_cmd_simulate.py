@@ -7,7 +7,7 @@ import re
 
 from loopcoll._cmd_synth import configure_progress
 from loopcoll._common import add_topology_args, print_json
-from loopcoll._synthesize import synthesize
+from synth import synthesize
 from synth import COLLECTIVES, Schedule, load_topology, read_schedule
 from synth.baselines import nccl_direct_alltoall, nccl_ring
 from synth.errors import LoopcollError, ScheduleError
@@ -58,7 +58,7 @@ def _schedules(args: argparse.Namespace, topo: Topology) -> list[tuple[str, Sche
             assert static is not None
             sched = static
         else:
-            res = synthesize(args.collective, topo, chunks=chunks, warm_start=static if args.fail else None)
+            res = synthesize(args.collective, topo, chunks=chunks, warm_from=static if args.fail else None)
             assert res.schedule is not None
             sched = res.schedule
         out.append((k, sched))

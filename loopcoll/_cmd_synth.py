@@ -8,7 +8,7 @@ import sys
 import time
 
 from loopcoll._common import add_topology_args, print_json, topology_from_args
-from loopcoll._synthesize import synthesize
+from synth import synthesize
 from synth import read_schedule, write_schedule
 from synth.errors import RuntimeLimitError, ScheduleError
 from synth.result import SynthResult
@@ -102,7 +102,7 @@ def _run(args: argparse.Namespace) -> int:
         args.collective,
         topo,
         chunks=args.chunks,
-        warm_start=warm,
+        warm_from=warm,
         max_steps=getattr(args, "max_steps", None),
         solver=getattr(args, "solver", "highs"),
         time_limit_s=getattr(args, "time_limit", None),
@@ -144,12 +144,12 @@ def _export_fitting(
 
     Returns the exported result and, when chunks were capped, (the cap, a note).
     """
-    from loopcoll._export import export_xml
+    from msccl_xml import export
     from msccl_xml import runtime_limits
 
     assert result.schedule is not None
     try:
-        export_xml(result.schedule, topo, args.output, runtime=args.runtime, protocol=args.protocol)
+        export(result.schedule, topo, args.output, runtime=args.runtime, protocol=args.protocol)
         return result, None
     except RuntimeLimitError as exc:
         if args.collective == "alltoall" or args.chunks is not None:
@@ -160,12 +160,12 @@ def _export_fitting(
     log = logging.getLogger("synth.cli")
     while cap >= 1:
         log.warning("%s; re-synthesizing with at most %d chunks per source", first, cap)
-        capped = synthesize(args.collective, topo, chunks=cap, warm_start=warm)
+        capped = synthesize(args.collective, topo, chunks=cap, warm_from=warm)
         if capped.schedule is None:
             raise ScheduleError(f"{args.collective} on {topo.name} with at most {cap} chunks per source: no schedule "
                                 f"({capped.status.value}: {capped.message})")
         try:
-            export_xml(capped.schedule, topo, args.output, runtime=args.runtime, protocol=args.protocol)
+            export(capped.schedule, topo, args.output, runtime=args.runtime, protocol=args.protocol)
         except RuntimeLimitError as exc:
             first = exc
             cap = min(cap, capped.schedule.nchunks) // 2

@@ -15,6 +15,7 @@ False
 from __future__ import annotations
 
 from .algbw import program_algbw_GBps, program_link_loads, switch_path
+from ._export import export
 from .checker import CheckResult, check, check_file, check_text
 from .limits import RUNTIMES, RuntimeLimits, runtime_limits
 from .lint import lint_text
@@ -38,6 +39,7 @@ __all__ = [
     "check",
     "check_file",
     "check_text",
+    "export",
     "lint_text",
     "lower",
     "nop",

@@ -17,6 +17,7 @@ from synth.bounds import Bound, busbw_GBps, optimal_bound
 from synth.errors import LoopcollError, ScheduleError, SolverError, TopologyError, XmlError
 from synth.result import Status, SynthResult
 from synth.schedule import CutLink, Hop, Route, RouteKind, Schedule
+from synth.synthesis import synthesize
 from synth.topologies import Link, Node, NodeKind, Topology, load_topology, named_topology
 
 __all__ = [
@@ -44,5 +45,6 @@ __all__ = [
     "named_topology",
     "optimal_bound",
     "read_schedule",
+    "synthesize",
     "write_schedule",
 ]

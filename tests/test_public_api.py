@@ -34,6 +34,7 @@ SYNTH_ALL = [
     "named_topology",
     "optimal_bound",
     "read_schedule",
+    "synthesize",
     "write_schedule",
 ]
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 
-from loopcoll._export import export_xml
+from msccl_xml import export
 from loopcoll.cli import main
 from msccl_xml import (
     check,
@@ -177,7 +177,7 @@ def test_export_refuses_a_schedule_that_splits_a_gpu_pair_over_two_paths(coll: s
     assert program_algbw_GBps(lower(sched), topo) == 0.25
     with pytest.raises(XmlError, match=r"runs at 0\.25 GB/s, not the schedule's 0\.5 GB/s: route \d+ hop "
                        r"\d->\d takes gpu\d->sw0->gpu\d, but MSCCL XML names only the peer"):
-        export_xml(sched, topo, str(tmp_path / "x.xml"), runtime="msccl-executor-nccl", protocol="Simple")
+        export(sched, topo, str(tmp_path / "x.xml"), runtime="msccl-executor-nccl", protocol="Simple")
     assert not (tmp_path / "x.xml").exists()
 
 

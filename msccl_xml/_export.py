@@ -1,4 +1,4 @@
-"""Schedule → checked MSCCL XML on disk (atomic)."""
+"""Schedule → checked MSCCL XML on disk (atomic): the library's ``msccl_xml.export``."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from synth.errors import XmlError
 from synth.schedule import Schedule
 from synth.topologies.model import Topology
 
-__all__ = ["export_xml"]
+__all__ = ["export"]
 
 
-def export_xml(sched: Schedule, topo: Topology, path: str, *, runtime: str, protocol: str) -> str:
+def export(
+    sched: Schedule, topo: Topology, path: str, *, runtime: str = "msccl-executor-nccl", protocol: str = "Simple"
+) -> str:
     """Lower, write, re-parse and check; write the file only when the program checks valid.
 
     The XML names peers, not physical paths: the runtime's bandwidth model sends every transfer
@@ -41,6 +43,7 @@ def export_xml(sched: Schedule, topo: Topology, path: str, *, runtime: str, prot
         )
     write_text_atomic(path, text)
     return text
+
 
 
 def _path_mismatch(sched: Schedule, topo: Topology) -> str:

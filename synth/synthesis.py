@@ -1,4 +1,12 @@
-"""One entry point that dispatches a collective to its synthesizer (used by the CLI and the demo)."""
+"""One entry point that dispatches a collective to its synthesizer: the library's ``synthesize``.
+
+Examples
+--------
+>>> from synth import load_topology, synthesize
+>>> r = synthesize("allgather", load_topology("ring:4"))
+>>> r.status.value, round(r.algbw_GBps, 3)
+('optimal', 133.333)
+"""
 
 from __future__ import annotations
 
@@ -16,7 +24,7 @@ def synthesize(
     topo: Topology,
     *,
     chunks: int | None = None,
-    warm_start: Schedule | None = None,
+    warm_from: Schedule | SynthResult | None = None,
     max_steps: int | None = None,
     solver: str = "highs",
     time_limit_s: float | None = None,
@@ -24,6 +32,8 @@ def synthesize(
     """Synthesize ``collective`` on ``topo`` with the matching synthesizer.
 
     ``chunks`` is ``max_chunks`` for the tree collectives and ``nchunks`` (default 10) for AllToAll.
+    ``warm_from`` is a previous :class:`SynthResult` (its in-memory warm state lets AllToAll take
+    the certified local repair) or a :class:`Schedule` (e.g. read back from a file).
     """
     if chunks is not None and chunks < 1:
         raise SolverError(f"--chunks must be >= 1, got {chunks!r}")
@@ -36,7 +46,7 @@ def synthesize(
             max_steps=max_steps,
             solver=solver,
             time_limit=time_limit_s,
-            warm_start=warm_start,
+            warm_start=warm_from,
         )
     from synth import forestcoll_warm
 
@@ -47,4 +57,5 @@ def synthesize(
     }.get(collective)
     if fn is None:
         raise SolverError(f"unknown collective {collective!r}")
-    return fn(topo, max_chunks=chunks, warm_start=warm_start)
+    warm_schedule = warm_from.schedule if isinstance(warm_from, SynthResult) else warm_from
+    return fn(topo, max_chunks=chunks, warm_start=warm_schedule)
