@@ -6,9 +6,9 @@ import argparse
 import re
 
 from loopcoll._cmd_synth import configure_progress
-from loopcoll._common import add_topology_args, print_json
+from loopcoll._common import add_topology_args, print_json, topology_from_args
 from synth import synthesize
-from synth import COLLECTIVES, Schedule, load_topology, read_schedule
+from synth import COLLECTIVES, Schedule, read_schedule
 from synth.baselines import nccl_direct_alltoall, nccl_ring
 from synth.errors import LoopcollError, ScheduleError
 from synth.topologies.model import Topology
@@ -46,7 +46,7 @@ def _schedules(args: argparse.Namespace, topo: Topology) -> list[tuple[str, Sche
         if k not in KINDS:
             raise LoopcollError(f"unknown schedule kind {k!r}; choose from {', '.join(KINDS)}")
     chunks = (10 if args.chunks is None else args.chunks) if args.collective == "alltoall" else args.chunks
-    healthy = load_topology(args.spec) if args.fail else topo
+    healthy = topology_from_args(args, failures=False) if args.fail else topo
     static = None
     if "static" in kinds or ("loopcoll" in kinds and args.fail):
         res = synthesize(args.collective, healthy, chunks=chunks)
@@ -116,7 +116,7 @@ def _run(args: argparse.Namespace) -> int:
     from synth.simulation import auto_slices, simulate
 
     configure_progress(args.quiet or args.json)
-    topo = load_topology(args.spec, args.fail)
+    topo = topology_from_args(args)
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
     if not sizes:
         raise LoopcollError("--sizes is empty")

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from synth.errors import TopologyError
 from synth.topologies import FAILURES, NAMED_SPECS, Topology, load_topology
 
 __all__ = ["add_topology_args", "print_json", "topology_from_args"]
@@ -24,10 +25,34 @@ def add_topology_args(p: argparse.ArgumentParser) -> None:
         default=[],
         help="apply a failure scenario first (" + ", ".join(FAILURES) + "); repeatable",
     )
+    p.add_argument(
+        "--ranks",
+        metavar="R,R,...",
+        type=parse_ranks,
+        default=None,
+        help="run on the communicator of these global ranks (re-ranked 0..k-1 in this order)",
+    )
+    p.add_argument("--relay", action="store_true", help="with --ranks: the other GPUs may forward data")
 
 
-def topology_from_args(args: argparse.Namespace) -> Topology:
-    return load_topology(args.spec, args.fail)
+def parse_ranks(text: str) -> list[int]:
+    """``"0,2,4"`` -> ``[0, 2, 4]``; a clear error otherwise."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--ranks must be comma-separated integers, got {text!r}") from None
+
+
+def topology_from_args(args: argparse.Namespace, *, failures: bool = True) -> Topology:
+    """The topology of ``SPEC`` (with ``--fail`` scenarios unless ``failures=False``), restricted to
+    the communicator of ``--ranks`` when given."""
+    topo = load_topology(args.spec, args.fail if failures else ())
+    ranks = getattr(args, "ranks", None)
+    if ranks is not None:
+        return topo.communicator(ranks, relay=args.relay)
+    if getattr(args, "relay", False):
+        raise TopologyError("--relay needs --ranks")
+    return topo
 
 
 def print_json(doc: Any) -> None:

@@ -32,6 +32,7 @@ from synth._types import Collective, Rank
 from synth.errors import ScheduleError
 from synth.paths import switch_path, switch_reachable
 from synth.schedule import Hop, Route, RouteKind, Schedule
+from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology
 
 __all__ = ["nccl_direct_alltoall", "nccl_ring", "ring_orders"]
@@ -140,7 +141,7 @@ def nccl_ring(collective: Collective, topo: Topology, *, nchannels: int | None =
                 routes.append(Route(RouteKind.IN_TREE, root, 1, tuple(hops[(red[i], red[i + 1])] for i in range(n - 1))))
             if collective in ("allgather", "allreduce"):
                 routes.append(Route(RouteKind.OUT_TREE, root, 1, tuple(hops[(chain[i], chain[i + 1])] for i in range(n - 1))))
-    sched = Schedule(collective, n, nchannels, tuple(routes), meta={"synthesizer": "nccl-ring", "nchannels": nchannels})
+    sched = Schedule(collective, n, nchannels, tuple(routes), meta={"synthesizer": "nccl-ring", "nchannels": nchannels, **communicator_meta(topo)})
     sched.validate(topo)
     return sched
 
@@ -189,6 +190,6 @@ def nccl_direct_alltoall(topo: Topology) -> Schedule:
                 ranks = _relay_path(direct, s, d)
             hops = tuple(Hop(a, b, direct[a][b]) for a, b in zip(ranks[:-1], ranks[1:]))
             routes.append(Route(RouteKind.PATH, s, 1, hops, dest=d))
-    sched = Schedule("alltoall", n, 1, tuple(routes), meta={"synthesizer": "nccl-direct"})
+    sched = Schedule("alltoall", n, 1, tuple(routes), meta={"synthesizer": "nccl-direct", **communicator_meta(topo)})
     sched.validate(topo)
     return sched

@@ -24,10 +24,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from synth._types import COLLECTIVES, Collective, NodeId
+from collections.abc import Sequence
+
+from synth._types import COLLECTIVES, Collective, NodeId, Rank
 from synth.bounds_allgather import allgather_rate_gbps
 from synth.bounds_alltoall import alltoall_rate_GBps
 from synth.errors import SolverError
+from synth.topologies.communicator import communicator
 from synth.topologies.model import Topology
 
 __all__ = ["COMPACT_LP_MAX_RANKS", "Bound", "busbw_GBps", "optimal_bound"]
@@ -83,12 +86,33 @@ def _cut_links(topo: Topology, nodes: frozenset[NodeId]) -> tuple[tuple[NodeId, 
     return tuple(sorted(lk.key for lk in topo.live_links if lk.src in nodes and lk.dst not in nodes))
 
 
-def optimal_bound(collective: Collective, topo: Topology, *, time_limit_s: float | None = None) -> Bound:
-    """The optimal algbw of ``collective`` on ``topo`` with its bottleneck (see module docstring)."""
+def optimal_bound(
+    collective: Collective,
+    topo: Topology,
+    *,
+    time_limit_s: float | None = None,
+    ranks: Sequence[Rank] | None = None,
+    relay: bool = False,
+) -> Bound:
+    """The optimal algbw of ``collective`` on ``topo`` with its bottleneck (see module docstring).
+
+    ``ranks`` bounds the collective on the communicator of these global ranks (as passing
+    ``topo.communicator(ranks, relay=relay)``).
+
+    >>> from synth.topologies import named_topology
+    >>> t = named_topology("ring:6")
+    >>> b, r = optimal_bound("allgather", t, ranks=[0, 1, 2]), optimal_bound("allgather", t, ranks=[0, 1, 2], relay=True)
+    >>> b.nranks, round(b.algbw_GBps, 3), round(r.algbw_GBps, 3)
+    (3, 75.0, 150.0)
+    """
     import time
 
     if collective not in COLLECTIVES:
         raise SolverError(f"unknown collective {collective!r}; known: {', '.join(COLLECTIVES)}")
+    if ranks is not None:
+        topo = communicator(topo, ranks, relay=relay)
+    elif relay:
+        raise SolverError("relay=True needs ranks (the communicator whose non-members relay)")
     start = time.perf_counter()
     n = topo.nranks
     if n < 2:

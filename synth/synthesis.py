@@ -10,10 +10,13 @@ Examples
 
 from __future__ import annotations
 
-from synth._types import Collective
+from collections.abc import Sequence
+
+from synth._types import Collective, Rank
 from synth.errors import SolverError
 from synth.result import SynthResult
 from synth.schedule import Schedule
+from synth.topologies.communicator import communicator
 from synth.topologies.model import Topology
 
 __all__ = ["synthesize"]
@@ -28,15 +31,30 @@ def synthesize(
     max_steps: int | None = None,
     solver: str = "highs",
     time_limit_s: float | None = None,
+    ranks: Sequence[Rank] | None = None,
+    relay: bool = False,
 ) -> SynthResult:
     """Synthesize ``collective`` on ``topo`` with the matching synthesizer.
 
     ``chunks`` is ``max_chunks`` for the tree collectives and ``nchunks`` (default 10) for AllToAll.
     ``warm_from`` is a previous :class:`SynthResult` (its in-memory warm state lets AllToAll take
     the certified local repair) or a :class:`Schedule` (e.g. read back from a file).
+    ``ranks`` runs the collective on a communicator of these global ranks of ``topo`` (same as
+    passing ``topo.communicator(ranks, relay=relay)``): the schedule's ranks are ``0..k-1`` in the
+    order given and its ``meta["global_ranks"]`` maps them back; the other GPUs forward data only
+    with ``relay=True``. A warm start must come from the same communicator.
+
+    >>> from synth import load_topology
+    >>> r = synthesize("allgather", load_topology("ring:6"), ranks=[0, 1, 2])
+    >>> r.schedule.nranks, r.schedule.meta["global_ranks"]
+    (3, [0, 1, 2])
     """
     if chunks is not None and chunks < 1:
         raise SolverError(f"--chunks must be >= 1, got {chunks!r}")
+    if ranks is not None:
+        topo = communicator(topo, ranks, relay=relay)
+    elif relay:
+        raise SolverError("relay=True needs ranks (the communicator whose non-members relay)")
     if collective == "alltoall":
         from synth.alltoall_cg import synthesize_alltoall
 

@@ -51,6 +51,7 @@ from synth.errors import ScheduleError, SolverError
 from synth.result import Status, SynthResult
 from synth.schedule import CutLink, Schedule
 from synth.solvers import LP_SOLVERS
+from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology
 
 __all__ = ["AllToAllBound", "alltoall_lp_bound", "synthesize_alltoall"]
@@ -280,6 +281,7 @@ def synthesize_alltoall(
         "lp_algbw_GBps": lp_algbw,
         "optimal_algbw_GBps": lp_algbw if run.converged else bound_algbw,
         "topology": topology.name,
+        **communicator_meta(topology),
     }
     try:
         # The check ran on exactly this rounding in _round; run it again only if it failed there.
@@ -345,7 +347,8 @@ def _try_repair(topology: Topology, net: Network, state: WarmState, solver: str,
     assert state.rounded is not None
     n, nchunks = net.n_gpus, state.rounded.nchunks
     meta: dict[str, Any] = {"synthesizer": "alltoall_cg", "solver": solver, "nchunks": nchunks,
-                            "max_steps": state.steps, "topology": topology.name}
+                            "max_steps": state.steps, "topology": topology.name,
+                            **communicator_meta(topology)}
     rep = repair(topology, net, state.paths, state.rounded, steps=state.steps, free_bound=free_bound, solver=solver,
                  scale=_scale(net), deadline=deadline, cache=_segment_cache(state.routes), meta=meta)
     if rep is None:

@@ -24,6 +24,7 @@ from synth.forestcoll_warm._splitting import SplitStuck, split_switches
 from synth.forestcoll_warm.warm import accept_old_trees, hint_from_meta, hint_to_meta, old_trees
 from synth.result import Status, SynthResult
 from synth.schedule import Route, RouteKind, Schedule
+from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Link, Topology, exact_gbps
 
 __all__ = ["synthesize_allgather"]
@@ -214,6 +215,7 @@ def finish(
         "solve_time_s": solve_s,
         "optimal_algbw_GBps": optimal_GBps,
         META_KEY: meta_extra,
+        **communicator_meta(topo),
     }
     sched = sched.with_meta(**meta)
     if rate == optimal_rate:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from synth.errors import TopologyError
+from synth.topologies.communicator import communicator, communicator_meta, global_ranks
 from synth.topologies.failures import FAILURES, apply_failure, apply_failures
 from synth.topologies.io import (
     read_topology,
@@ -44,9 +45,12 @@ __all__ = [
     "Topology",
     "apply_failure",
     "apply_failures",
+    "communicator",
+    "communicator_meta",
     "dgx_a100",
     "dgx_h100",
     "exact_gbps",
+    "global_ranks",
     "hpn",
     "load_topology",
     "named_topology",

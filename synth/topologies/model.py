@@ -286,6 +286,19 @@ class Topology:
         new = tuple(Link(lk.dst, lk.src, lk.gbps, lk.latency_us) for lk in self.links)
         return Topology.create(self.name + "-reversed", self.nodes, new, self.meta)
 
+    def communicator(self, ranks: Iterable[Rank], *, relay: bool = False) -> Topology:
+        """The sub-topology of these global ranks, re-ranked in order (:mod:`synth.topologies.communicator`)."""
+        from synth.topologies.communicator import communicator
+
+        return communicator(self, ranks, relay=relay)
+
+    @property
+    def global_ranks(self) -> tuple[Rank, ...]:
+        """Global rank of each rank: a communicator's mapping, else ``0..nranks-1``."""
+        from synth.topologies.communicator import global_ranks
+
+        return global_ranks(self)
+
     def with_failure(self, scenario: str) -> Topology:
         """Apply a failure scenario (``fail1``, ``fail2``, ``fail3``, ``scale:SRC:DST:F``)."""
         from synth.topologies.failures import apply_failure
