@@ -41,13 +41,20 @@ from synth.baselines import nccl_ring
 from synth.paths import switch_reachable
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.simulation import auto_slices, simulate
-from synth.topologies import Topology, load_topology, named_topology
+from synth.topologies import Topology, load_topology, named_topology, rail_layout
 
 NCHUNKS = 10
 SIZES = (("1MB", 1 << 20), ("128MB", 128 << 20), ("1GB", 1 << 30))
 SPECS = ("hpn:1x2x8", "hpn:1x8x8", "hpn:2x16x8")
 REAL_SPECS = ("hpn:1x8x8", "hpn:2x16x8")
 REAL_FAILURES = ("fail2",)
+
+
+def _gpus_per_host(topo: Topology) -> int:
+    layout = rail_layout(topo)
+    if layout is None:
+        raise SystemExit(f"{topo.name}: these schedules need a rail-optimised fabric")
+    return layout.gpus_per_host
 
 
 def _hop_table(topo: Topology) -> dict[tuple[int, int], Hop]:
@@ -62,7 +69,7 @@ def _hop_table(topo: Topology) -> dict[tuple[int, int], Hop]:
 
 def allgather_trees(topo: Topology, nchunks: int = NCHUNKS) -> Schedule:
     """10 shallow out-trees per source on a rail fabric (see the module docstring)."""
-    g = int(topo.meta["gpus_per_host"])
+    g = _gpus_per_host(topo)
     hosts = topo.nranks // g
     hop = _hop_table(topo)
     routes = []
@@ -81,7 +88,7 @@ def allgather_trees(topo: Topology, nchunks: int = NCHUNKS) -> Schedule:
 
 def alltoall_relay(topo: Topology, nchunks: int = NCHUNKS) -> Schedule:
     """Direct AllToAll, cross-rail cross-host blocks split over the two one-relay paths."""
-    g = int(topo.meta["gpus_per_host"])
+    g = _gpus_per_host(topo)
     hop = _hop_table(topo)
     routes = []
     for s in range(topo.nranks):

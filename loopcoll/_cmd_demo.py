@@ -54,6 +54,7 @@ def run_demo(spec: str, failures: list[str], out_dir: Path, chunks: int | None) 
             "resynth_GBps": resynth,
             "speedup_vs_nccl": resynth / nccl,
             "speedup_vs_static": resynth / static_bw,
+            "nccl_baseline": baseline.meta["baseline"],
             "cold_s": cold_s,
             "warm_s": warm_s,
             "xml": str(xml_path),
@@ -76,6 +77,7 @@ def _run(args: argparse.Namespace) -> int:
             f"{r['resynth_GBps']:>9.2f} {r['speedup_vs_nccl']:>7.2f}x {r['speedup_vs_static']:>8.2f}x "
             f"{r['cold_s']:>7.3f} {r['warm_s']:>7.3f}"
         )
+    print("NCCL = NCCL-like baseline: " + ", ".join(f"{r['collective']} {r['nccl_baseline']}" for r in rows))
     print(f"checked MSCCL XML and schedules written to {args.out_dir}/")
     return 0
 

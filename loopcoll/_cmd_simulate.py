@@ -140,11 +140,17 @@ def _run(args: argparse.Namespace) -> int:
             })
     if args.plot:
         _plot(args.plot, f"{args.collective} on {topo.name}", sizes, series, bound)
+    baseline = next((str(sched.meta.get("baseline")) for name, sched in scheds if name == "nccl"), None)
     if args.json:
-        print_json({"collective": args.collective, "topology": topo.name, "nranks": topo.nranks,
-                    "optimal_algbw_GBps": bound, "results": rows})
+        doc = {"collective": args.collective, "topology": topo.name, "nranks": topo.nranks,
+               "optimal_algbw_GBps": bound, "results": rows}
+        if baseline is not None:
+            doc["nccl_baseline"] = baseline
+        print_json(doc)
         return 0
     print(f"{args.collective} on {topo.name} ({topo.nranks} ranks); optimal algbw {bound:.2f} GB/s; simulated algbw GB/s")
+    if baseline is not None:
+        print(f"nccl = NCCL-like baseline {baseline} (layout read from the topology graph)")
     names = [n for n, _ in scheds]
     width = max(10, *(len(n) for n in names))
     print(f"{'size':>6} " + " ".join(f"{n:>{width}}" for n in names))

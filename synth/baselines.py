@@ -1,12 +1,17 @@
 """NCCL-like baseline schedules, expressed in the schedule IR so every comparison uses one model.
 
 * :func:`nccl_ring` — multi-ring AllGather / ReduceScatter / AllReduce: one ring per channel,
-  data split equally over the rings. On rail-optimised fabrics (``hpn``, ``dgx-*``: one NIC per
-  GPU into a rail switch per GPU index) each ring enters a host on one rail and leaves it on
-  another, and different rings leave a host on different NICs, as NCCL does.
+  data split equally over the rings. On rail-optimised fabrics (one NIC per GPU into a rail
+  switch per GPU index, as ``hpn`` and ``dgx-*``) each ring enters a host on one rail and leaves
+  it on another, and different rings leave a host on different NICs, as NCCL does.
 * :func:`nccl_direct_alltoall` — each GPU sends each peer's block directly; on a rail-optimised
   fabric a cross-rail inter-host block first crosses the NVSwitch to the local GPU on the
   destination's rail and then leaves through that GPU's NIC (NCCL's PXN).
+
+The rail layout is read from the graph (:func:`synth.topologies.structure.rail_layout`: hosts
+from the ``host`` field, rails from the network switches each GPU reaches), never from names
+or ``meta``; :func:`baseline_kind` says which baseline a topology gets ("rail" or "generic"),
+and every baseline schedule records it in ``meta["baseline"]``.
 * "Static" schedules need no code: a schedule synthesized for the healthy topology, evaluated on
   the degraded one (``schedule.algbw_GBps(degraded)``).
 
@@ -22,6 +27,8 @@ Examples
 >>> a2a.validate(t)
 >>> round(a2a.algbw_GBps(t), 3)
 100.0
+>>> ring.meta["baseline"], a2a.meta["baseline"]
+('rail-ring', 'rail-direct-pxn')
 """
 
 from __future__ import annotations
@@ -34,27 +41,33 @@ from synth.paths import switch_path, switch_reachable
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology
+from synth.topologies.structure import RailLayout, rail_layout
 
-__all__ = ["nccl_direct_alltoall", "nccl_ring", "ring_orders"]
-
-_RAIL_FAMILIES = ("hpn", "dgx-a100", "dgx-h100")
-
-
-def _rail_layout(topo: Topology) -> tuple[int, int] | None:
-    """(hosts, gpus_per_host) for rail-optimised named fabrics, else None."""
-    if topo.meta.get("family") not in _RAIL_FAMILIES:
-        return None
-    hosts = int(topo.meta["segments"]) * int(topo.meta["hosts_per_segment"])
-    return hosts, int(topo.meta["gpus_per_host"])
+__all__ = ["baseline_kind", "nccl_direct_alltoall", "nccl_ring", "ring_orders"]
 
 
-def _rail_ring(hosts: int, g: int, channel: int) -> list[Rank]:
+def baseline_kind(topo: Topology) -> str:
+    """``"rail"`` where the graph has a rail-optimised layout (rail rings, PXN), else ``"generic"``.
+
+    >>> from synth.topologies import named_topology
+    >>> baseline_kind(named_topology("dgx-h100:2")), baseline_kind(named_topology("torus:2x2"))
+    ('rail', 'generic')
+    """
+    return "rail" if rail_layout(topo) is not None else "generic"
+
+
+def _rail_ring(layout: RailLayout, channel: int) -> list[Rank]:
     """Ring ``channel`` on a rail fabric: host h is entered on rail e_h and left on rail x_h ≠ e_h,
     with x_h = e_{h+1} (the inter-host hop stays on one rail)."""
+    return [layout.hosts[h][i] for h, i in _rail_ring_slots(layout.nhosts, layout.gpus_per_host, channel)]
+
+
+def _rail_ring_slots(hosts: int, g: int, channel: int) -> list[tuple[int, int]]:
+    """The ring as (host, rail) slots."""
     if g == 1:
-        return list(range(hosts))
+        return [(h, 0) for h in range(hosts)]
     if hosts == 1:
-        return [(channel + i) % g for i in range(g)]
+        return [(0, (channel + i) % g) for i in range(g)]
     steps = [1] * (hosts - 1)
     last = (-(hosts - 1)) % g
     if last == 0:  # make the rail offsets sum to 0 mod g with every offset nonzero
@@ -62,21 +75,21 @@ def _rail_ring(hosts: int, g: int, channel: int) -> list[Rank]:
             raise ScheduleError(f"no rail-aligned ring for {hosts} hosts of 2 GPUs (odd host count)")
         steps[-1], last = 2, (-hosts) % g
     steps.append(last)
-    order: list[Rank] = []
+    order: list[tuple[int, int]] = []
     entry = channel % g
     for h in range(hosts):
         exit_ = (entry + steps[h]) % g
         middle = [(entry + i) % g for i in range(1, g) if (entry + i) % g != exit_]
-        order += [h * g + r for r in [entry, *middle, exit_]]
+        order += [(h, r) for r in [entry, *middle, exit_]]
         entry = exit_
     return order
 
 
 def ring_orders(topo: Topology, nchannels: int) -> list[list[Rank]]:
     """The rank order of each ring NCCL-like rings would use on ``topo``."""
-    layout = _rail_layout(topo)
+    layout = rail_layout(topo)
     if layout is not None:
-        return [_rail_ring(*layout, c) for c in range(nchannels)]
+        return [_rail_ring(layout, c) for c in range(nchannels)]
     n = topo.nranks
     direct = {r: set(peers) for r, peers in _gpu_hops(topo).items()}
     base = list(range(n))
@@ -120,12 +133,13 @@ def nccl_ring(collective: Collective, topo: Topology, *, nchannels: int | None =
     """Multi-ring AllGather, ReduceScatter or AllReduce (one chunk per ring per source).
 
     ``nchannels`` defaults to the GPUs per host on rail fabrics (one ring per NIC), else 2.
+    ``meta["baseline"]`` is ``"rail-ring"`` or ``"generic-ring"``.
     """
     if collective not in ("allgather", "reducescatter", "allreduce"):
         raise ScheduleError(f"ring baseline supports allgather, reducescatter, allreduce, not {collective!r}")
-    layout = _rail_layout(topo)
+    layout = rail_layout(topo)
     if nchannels is None:
-        nchannels = layout[1] if layout is not None else 2
+        nchannels = layout.gpus_per_host if layout is not None else 2
     if nchannels < 1:
         raise ScheduleError(f"nchannels must be >= 1, got {nchannels!r}")
     n = topo.nranks
@@ -141,7 +155,9 @@ def nccl_ring(collective: Collective, topo: Topology, *, nchannels: int | None =
                 routes.append(Route(RouteKind.IN_TREE, root, 1, tuple(hops[(red[i], red[i + 1])] for i in range(n - 1))))
             if collective in ("allgather", "allreduce"):
                 routes.append(Route(RouteKind.OUT_TREE, root, 1, tuple(hops[(chain[i], chain[i + 1])] for i in range(n - 1))))
-    sched = Schedule(collective, n, nchannels, tuple(routes), meta={"synthesizer": "nccl-ring", "nchannels": nchannels, **communicator_meta(topo)})
+    kind = "rail-ring" if layout is not None else "generic-ring"
+    meta = {"synthesizer": "nccl-ring", "nchannels": nchannels, "baseline": kind, **communicator_meta(topo)}
+    sched = Schedule(collective, n, nchannels, tuple(routes), meta=meta)
     sched.validate(topo)
     return sched
 
@@ -170,10 +186,24 @@ def _relay_path(direct: dict[Rank, dict[Rank, tuple[str, ...]]], s: Rank, d: Ran
     raise ScheduleError(f"direct AllToAll: rank {d} unreachable from rank {s}")
 
 
+def _pxn_proxy(layout: RailLayout, s: Rank, d: Rank) -> Rank:
+    """The GPU in ``s``'s host on ``d``'s rail."""
+    return layout.hosts[layout.host_of(s)][layout.rail_of(d)]
+
+
+def _pxn_ok(direct: dict[Rank, dict[Rank, tuple[str, ...]]], s: Rank, proxy: Rank, d: Rank) -> bool:
+    return proxy in direct[s] and d in direct[proxy]
+
+
 def nccl_direct_alltoall(topo: Topology) -> Schedule:
-    """Direct AllToAll with PXN on rail fabrics (one chunk per block)."""
+    """Direct AllToAll with PXN on rail fabrics (one chunk per block).
+
+    A block whose destination the source cannot reach through switches goes, on a rail fabric,
+    through the source host's GPU on the destination's rail (PXN); elsewhere through the fewest
+    GPU relays. ``meta["baseline"]`` is ``"rail-direct-pxn"`` or ``"generic-direct"``.
+    """
     n = topo.nranks
-    layout = _rail_layout(topo)
+    layout = rail_layout(topo)
     direct = _gpu_hops(topo)
     routes: list[Route] = []
     for s in range(n):
@@ -182,14 +212,13 @@ def nccl_direct_alltoall(topo: Topology) -> Schedule:
                 continue
             if d in direct[s]:
                 ranks = [s, d]
-            elif layout is not None:
-                g = layout[1]
-                proxy = (s // g) * g + d % g  # the GPU in s's host on d's rail
+            elif layout is not None and _pxn_ok(direct, s, proxy := _pxn_proxy(layout, s, d), d):
                 ranks = [s, proxy, d]
             else:
                 ranks = _relay_path(direct, s, d)
             hops = tuple(Hop(a, b, direct[a][b]) for a, b in zip(ranks[:-1], ranks[1:]))
             routes.append(Route(RouteKind.PATH, s, 1, hops, dest=d))
-    sched = Schedule("alltoall", n, 1, tuple(routes), meta={"synthesizer": "nccl-direct", **communicator_meta(topo)})
+    kind = "rail-direct-pxn" if layout is not None else "generic-direct"
+    sched = Schedule("alltoall", n, 1, tuple(routes), meta={"synthesizer": "nccl-direct", "baseline": kind, **communicator_meta(topo)})
     sched.validate(topo)
     return sched

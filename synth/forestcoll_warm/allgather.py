@@ -110,8 +110,13 @@ def solve_out_trees(
     hint_doc: Any = None,
     prev: Schedule | None = None,
     prev_kind: RouteKind = RouteKind.OUT_TREE,
+    rebalance: bool = True,
 ) -> Solved:
-    """Phases 1-3 and map-back on ``topo``: out-trees from every GPU."""
+    """Phases 1-3 and map-back on ``topo``: out-trees from every GPU.
+
+    Where a switch has no exact splitting, ``rebalance`` solves once more on the rebalanced topology
+    (:func:`_rebalanced`); that second solve does not rebalance again.
+    """
     stats: dict[str, Any] = {}
     t0 = time.perf_counter()
     graph = IntGraph.from_topology(topo)
@@ -129,10 +134,10 @@ def solve_out_trees(
     try:
         split = split_switches(graph, chosen, split_hint)
     except SplitStuck as exc:
-        if "rebalanced" in topo.name:
+        if not rebalance:
             raise SolverError(f"switch {exc.switch!r} of {topo.name!r} cannot be split even after rebalancing") from exc
         log.info("phase 2: switch %s has no exact splitting; rebalancing non-Eulerian switches", exc.switch)
-        inner = solve_out_trees(_rebalanced(topo), max_chunks=max_chunks)
+        inner = solve_out_trees(_rebalanced(topo), max_chunks=max_chunks, rebalance=False)
         inner.bound_gbps = bound
         inner.stats["bound_attained"] = inner.rate_gbps == bound
         inner.message = (

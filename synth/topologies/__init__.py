@@ -1,4 +1,4 @@
-"""Topology model, JSON I/O (spec/topology.md), named builders and failure scenarios.
+"""Topology model, JSON I/O (docs/topology.md), named builders, structure and failure scenarios.
 
 Examples
 --------
@@ -24,7 +24,7 @@ from synth.topologies.io import (
     topology_to_json,
     write_topology,
 )
-from synth.topologies.model import Link, Node, NodeKind, Topology, exact_gbps
+from synth.topologies.model import ROLES, Link, Node, NodeKind, Topology, exact_gbps
 from synth.topologies.named import (
     NAMED_SPECS,
     dgx_a100,
@@ -35,13 +35,17 @@ from synth.topologies.named import (
     ring,
     torus,
 )
+from synth.topologies.structure import NETWORK_ROLES, RailLayout, infer_role, rail_layout, switch_roles
 
 __all__ = [
     "FAILURES",
     "NAMED_SPECS",
+    "NETWORK_ROLES",
+    "ROLES",
     "Link",
     "Node",
     "NodeKind",
+    "RailLayout",
     "Topology",
     "apply_failure",
     "apply_failures",
@@ -52,11 +56,14 @@ __all__ = [
     "exact_gbps",
     "global_ranks",
     "hpn",
+    "infer_role",
     "load_topology",
     "named_topology",
     "nvswitch",
+    "rail_layout",
     "read_topology",
     "ring",
+    "switch_roles",
     "topology_from_dict",
     "topology_from_json",
     "topology_to_dict",

@@ -1,4 +1,4 @@
-"""Validation rules of spec/topology.md, applied once when a topology is built."""
+"""Validation rules of docs/topology.md, applied once when a topology is built."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from synth.errors import TopologyError
-from synth.topologies.model import Link, Node, NodeKind
+from synth.topologies.model import ROLES, Link, Node, NodeKind
 
 __all__ = ["validate_parts"]
 
@@ -24,6 +24,9 @@ def _validate_nodes(name: str, nodes: tuple[Node, ...]) -> None:
         seen.add(node.id)
         if not isinstance(node.kind, NodeKind):
             raise TopologyError(f"node {node.id!r}: kind must be 'gpu' or 'switch', got {node.kind!r}")
+        if node.role is not None and (node.kind is not NodeKind.SWITCH or node.role not in ROLES):
+            what = f"unknown role {node.role!r}" if node.kind is NodeKind.SWITCH else "a gpu has no role"
+            raise TopologyError(f"node {node.id!r}: {what} (switch roles: {', '.join(ROLES)})")
         if node.kind is NodeKind.SWITCH:
             if node.rank is not None:
                 raise TopologyError(f"node {node.id!r}: a switch has no rank, got rank {node.rank!r}")

@@ -1,5 +1,8 @@
 """Failure scenarios of the MCCL paper (Sec. 6.1) as topology transformations.
 
+The switches a scenario touches are found by role and structure (``docs/topology.md``), never by
+node id, so a scenario applies identically to a plain JSON copy of a named fabric.
+
 Examples
 --------
 >>> from synth.topologies import named_topology
@@ -14,20 +17,33 @@ from collections.abc import Iterable
 
 from synth.errors import TopologyError
 from synth.topologies.model import Link, Topology
+from synth.topologies.structure import switch_roles
 
 __all__ = ["FAILURES", "apply_failure", "apply_failures"]
 
 FAILURES: tuple[str, ...] = ("fail1", "fail2", "fail3", "scale:SRC:DST:F")
 
+# Which of rank 0's switches a scenario degrades, by role: its NVSwitch, and its network side
+# (a NIC-side switch where the GPU has one, else its ToR).
+_NVSWITCH: tuple[str, ...] = ("nvswitch",)
+_NETWORK: tuple[str, ...] = ("nic", "tor")
 
-def _neighbour(topo: Topology, prefix: str, scenario: str, what: str) -> str:
+
+def _neighbour(topo: Topology, roles: tuple[str, ...], scenario: str, what: str) -> str:
+    """Rank 0's switch, cabled both ways, whose role (explicit or inferred) comes first in ``roles``;
+    ties go to the first link in file order."""
     gpu = topo.gpu_id(0)
-    for lk in topo.out_links(gpu):
-        if lk.dst.startswith(prefix) and not topo.node(lk.dst).is_gpu and topo.has_link(lk.dst, gpu):
-            return lk.dst
+    role_of = switch_roles(topo)
+    cabled = [lk.dst for lk in topo.out_links(gpu) if lk.dst in role_of and topo.has_link(lk.dst, gpu)]
+    for role in roles:
+        for node_id in cabled:
+            if role_of[node_id] == role:
+                return node_id
+    found = ", ".join(f"{v} ({role_of[v]})" for v in cabled) or "none"
     raise TopologyError(
-        f"failure {scenario!r} needs rank 0 ({gpu}) to be cabled to {what} (a switch named {prefix}*), "
-        f"which topology {topo.name!r} lacks"
+        f"failure {scenario!r} needs rank 0 ({gpu}) to be cabled to {what} (a switch of role "
+        f"{' or '.join(roles)}), which topology {topo.name!r} lacks; its switches: {found}. "
+        "Set the switches' \"role\" field where the inferred role is wrong (docs/topology.md)"
     )
 
 
@@ -57,14 +73,14 @@ def apply_failure(topo: Topology, scenario: str) -> Topology:
         return apply_failures(topo, scenario.split("+"))
     gpu = topo.gpu_id(0)
     if scenario == "fail1":
-        nvs = _neighbour(topo, "nvs", scenario, "an NVSwitch")
+        nvs = _neighbour(topo, _NVSWITCH, scenario, "an NVSwitch")
         return _rewrite(topo, _set_both(topo, gpu, nvs, 800.0), 0.0, scenario)
     if scenario == "fail2":
-        tor = _neighbour(topo, "tor", scenario, "a NIC/ToR")
+        tor = _neighbour(topo, _NETWORK, scenario, "a NIC/ToR")
         return _rewrite(topo, _set_both(topo, gpu, tor, 50.0), 0.0, scenario)
     if scenario == "fail3":
-        nvs = _neighbour(topo, "nvs", scenario, "an NVSwitch")
-        tor = _neighbour(topo, "tor", scenario, "a NIC/ToR")
+        nvs = _neighbour(topo, _NVSWITCH, scenario, "an NVSwitch")
+        tor = _neighbour(topo, _NETWORK, scenario, "a NIC/ToR")
         changes = {**_set_both(topo, gpu, nvs, 50.0), **_set_both(topo, gpu, tor, 100.0)}
         return _rewrite(topo, changes, 1.0, scenario)
     if scenario.startswith("scale:"):

@@ -1,4 +1,4 @@
-"""Topology JSON I/O: exactly the format of spec/topology.md, with an exact round trip.
+"""Topology JSON I/O: exactly the format of docs/topology.md, with an exact round trip.
 
 Examples
 --------
@@ -28,7 +28,7 @@ __all__ = [
     "write_topology",
 ]
 
-_NODE_KEYS = {"id", "kind", "rank", "host"}
+_NODE_KEYS = {"id", "kind", "rank", "host", "role"}
 _LINK_KEYS = {"src", "dst", "gbps", "latency_us"}
 _TOP_KEYS = {"name", "nodes", "links", "meta"}
 
@@ -42,6 +42,8 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
             doc["rank"] = n.rank
         if n.host is not None:
             doc["host"] = n.host
+        if n.role is not None:
+            doc["role"] = n.role
         nodes.append(doc)
     links = [{"src": lk.src, "dst": lk.dst, "gbps": lk.gbps, "latency_us": lk.latency_us} for lk in topo.links]
     return {"name": topo.name, "nodes": nodes, "links": links, "meta": json.loads(json.dumps(dict(topo.meta)))}
@@ -75,7 +77,7 @@ def _node_from(doc: Any, i: int) -> Node:
         raise TopologyError(f"node {ident!r}: kind must be 'gpu' or 'switch', got {doc['kind']!r}") from None
     if kind is NodeKind.GPU and "rank" not in doc:
         raise TopologyError(f"node {ident!r}: a gpu needs a 'rank'")
-    return Node(id=doc["id"], kind=kind, rank=doc.get("rank"), host=doc.get("host"))
+    return Node(id=doc["id"], kind=kind, rank=doc.get("rank"), host=doc.get("host"), role=doc.get("role"))
 
 
 def _link_from(doc: Any, i: int) -> Link:

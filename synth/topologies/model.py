@@ -24,7 +24,11 @@ from typing import Any
 from synth._types import NodeId, Rank
 from synth.errors import TopologyError
 
-__all__ = ["Link", "Node", "NodeKind", "Topology", "exact_gbps"]
+__all__ = ["ROLES", "Link", "Node", "NodeKind", "Topology", "exact_gbps"]
+
+#: The switch roles a topology may name (docs/topology.md): an intra-host GPU switch, a host's
+#: NIC-side switch, a first-tier network (rail/leaf) switch, a higher-tier switch with no GPU.
+ROLES: tuple[str, ...] = ("nvswitch", "nic", "tor", "spine")
 
 
 class NodeKind(str, Enum):
@@ -36,12 +40,17 @@ class NodeKind(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """A GPU (holds data, relays, reduces) or a switch (forwards bytes only)."""
+    """A GPU (holds data, relays, reduces) or a switch (forwards bytes only).
+
+    ``role`` (switches only, one of :data:`ROLES`, optional) says what a switch is where the graph
+    alone cannot tell; ``None`` means "infer it" (:func:`synth.topologies.structure.switch_roles`).
+    """
 
     id: NodeId
     kind: NodeKind
     rank: Rank | None = None
     host: int | None = None
+    role: str | None = None
 
     @property
     def is_gpu(self) -> bool:
@@ -119,7 +128,7 @@ class Topology:
         links: Iterable[Link],
         meta: Mapping[str, Any] | None = None,
     ) -> Topology:
-        """Validate and build a topology (see spec/topology.md for the rules)."""
+        """Validate and build a topology (see docs/topology.md for the rules)."""
         from synth.topologies._validate import validate_parts
 
         nodes_t = tuple(nodes)
@@ -217,12 +226,15 @@ class Topology:
     # -- identity -----------------------------------------------------------------------------
     @cached_property
     def fingerprint(self) -> str:
-        """Stable sha256 (hex, 16 chars) of nodes and links; ignores name and meta order."""
+        """Stable sha256 (hex, 16 chars) of nodes and links; ignores name, meta and switch roles
+        (which name what a switch is, not how bytes flow)."""
         from synth.topologies.io import topology_to_dict
 
         doc = topology_to_dict(self)
         doc.pop("name")
         doc.pop("meta")
+        for node in doc["nodes"]:
+            node.pop("role", None)
         text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

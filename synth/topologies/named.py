@@ -1,4 +1,4 @@
-"""Builders for the named topology specs of spec/topology.md.
+"""Builders for the named topology specs of docs/topology.md.
 
 Each builder is callable from Python with keyword options; :func:`named_topology` parses a spec
 string such as ``"hpn:1x2x8,nic=200"`` and calls the matching builder.
@@ -32,8 +32,8 @@ def _gpu(rank: int, host: int | None) -> Node:
     return Node(f"gpu{rank}", NodeKind.GPU, rank, host)
 
 
-def _switch(node_id: str) -> Node:
-    return Node(node_id, NodeKind.SWITCH)
+def _switch(node_id: str, role: str) -> Node:
+    return Node(node_id, NodeKind.SWITCH, role=role)
 
 
 def _cable(a: str, b: str, gbps: float, latency_us: float) -> tuple[Link, Link]:
@@ -67,16 +67,16 @@ def _rail_fabric(
         for h in range(hosts):
             host = s * hosts + h
             nvs = f"nvs{s}.{h}"
-            nodes.append(_switch(nvs))
+            nodes.append(_switch(nvs, "nvswitch"))
             for i in range(gpus_per_host):
                 rank = host * gpus_per_host + i
                 nodes.append(_gpu(rank, host))
                 links.extend(_cable(f"gpu{rank}", nvs, nvswitch_gbps, NVSWITCH_LATENCY_US))
                 links.extend(_cable(f"gpu{rank}", f"tor{s}.{i}", nic_gbps, NIC_LATENCY_US))
     for s in range(segments):
-        nodes.extend(_switch(f"tor{s}.{i}") for i in range(gpus_per_host))
+        nodes.extend(_switch(f"tor{s}.{i}", "tor") for i in range(gpus_per_host))
     if segments > 1:
-        nodes.extend(_switch(f"agg{i}") for i in range(gpus_per_host))
+        nodes.extend(_switch(f"agg{i}", "spine") for i in range(gpus_per_host))
         for s in range(segments):
             for i in range(gpus_per_host):
                 links.extend(_cable(f"tor{s}.{i}", f"agg{i}", hosts * nic_gbps, NIC_LATENCY_US))
@@ -146,7 +146,7 @@ def nvswitch(n: int, *, gbps: float = 2880.0) -> Topology:
     """
     n = _count(n, "nvswitch GPU count N", 2)
     gbps = _positive(gbps, "nvswitch gbps")
-    nodes = [_switch("nvs0.0")] + [_gpu(r, 0) for r in range(n)]
+    nodes = [_switch("nvs0.0", "nvswitch")] + [_gpu(r, 0) for r in range(n)]
     links = [lk for r in range(n) for lk in _cable(f"gpu{r}", "nvs0.0", gbps, NVSWITCH_LATENCY_US)]
     return Topology.create(f"nvswitch-{n}", nodes, links, {"family": "nvswitch"})
 
@@ -263,7 +263,7 @@ NAMED_SPECS: tuple[str, ...] = (
 
 
 def named_topology(spec: str) -> Topology:
-    """Build the topology a named spec denotes (see spec/topology.md).
+    """Build the topology a named spec denotes (see docs/topology.md).
 
     >>> named_topology("torus:2x2").nranks
     4

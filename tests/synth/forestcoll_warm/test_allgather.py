@@ -180,3 +180,13 @@ def test_rejects_warm_start_of_other_size() -> None:
     prev = synthesize_allgather(load_topology("ring:4")).schedule
     with pytest.raises(SolverError, match=r"4 ranks"):
         synthesize_allgather(load_topology("ring:8"), warm_start=prev)
+
+
+def test_topology_name_does_not_steer_rebalancing() -> None:
+    # Rebalancing once was keyed on "rebalanced" in the name; a user's name must change nothing.
+    topo = _one_way("nvswitch:8")
+    renamed = Topology.create("my-rebalanced-fabric", topo.nodes, topo.links)
+    a, b = synthesize_allgather(topo), synthesize_allgather(renamed)
+    assert a.schedule is not None and b.schedule is not None
+    assert a.schedule.rate_GBps(topo) == b.schedule.rate_GBps(renamed)
+    assert "not Eulerian" in b.message

@@ -91,7 +91,7 @@ def test_to_json_is_sorted_two_space_indented_with_trailing_newline() -> None:
 def test_to_dict_has_exactly_the_spec_fields() -> None:
     doc = topology_to_dict(named_topology("nvswitch:2"))
     assert set(doc) == {"name", "nodes", "links", "meta"}
-    assert doc["nodes"][0] == {"id": "nvs0.0", "kind": "switch"}
+    assert doc["nodes"][0] == {"id": "nvs0.0", "kind": "switch", "role": "nvswitch"}
     assert doc["nodes"][1] == {"id": "gpu0", "kind": "gpu", "rank": 0, "host": 0}
     assert doc["links"][0] == {"src": "gpu0", "dst": "nvs0.0", "gbps": 2880.0, "latency_us": 0.025}
     assert doc["meta"] == {"family": "nvswitch"}
