@@ -23,7 +23,7 @@ from fractions import Fraction
 
 from synth.errors import SolverError
 from synth.maxflow import FlowNetwork
-from synth.topologies.model import Topology, exact_gbps
+from synth.topologies.model import Topology
 
 __all__ = ["CutRate", "allgather_rate_gbps", "cut_ratio_gbps"]
 
@@ -47,7 +47,7 @@ def cut_ratio_gbps(topo: Topology, nodes: frozenset[str] | set[str]) -> Fraction
     Fraction(960, 1)
     """
     gpus = sum(1 for v in nodes if topo.node(v).is_gpu)
-    out = sum((exact_gbps(lk.gbps) for lk in topo.live_links if lk.src in nodes and lk.dst not in nodes), Fraction(0))
+    out = sum((topo.exact_capacity(*lk.key) for lk in topo.live_links if lk.src in nodes and lk.dst not in nodes), Fraction(0))
     return out / gpus
 
 
@@ -66,7 +66,7 @@ def allgather_rate_gbps(topo: Topology) -> CutRate:
     if n < 2:
         raise SolverError(f"the AllGather rate needs at least 2 GPUs; topology {topo.name!r} has {n}")
     live = topo.live_links
-    caps = [exact_gbps(lk.gbps) for lk in live]
+    caps = [topo.exact_capacity(*lk.key) for lk in live]
     scale = math.lcm(*(c.denominator for c in caps))
     int_caps = [int(c * scale) for c in caps]
 
@@ -88,11 +88,13 @@ def allgather_rate_gbps(topo: Topology) -> CutRate:
     iterations = maxflows = 0
     while True:
         iterations += 1
-        p, q = best.numerator, best.denominator
-        # Scale by q·scale: link e gets c_e·q·scale, the source arcs x·q·scale = p·scale.
+        # In capacity units the ratio is best·scale = p/q with q <= N; scaled by q, link e gets
+        # int_cap_e·q and each source arc p, so every integer stays below N·Σ int_cap (no overflow).
+        units = best * scale
+        p, q = units.numerator, units.denominator
         net.set_capacities(link_arcs, [c * q for c in int_caps])
-        net.set_capacities(src_arcs, [p * scale] * n)
-        need = n * p * scale
+        net.set_capacities(src_arcs, [p] * n)
+        need = n * p
         improved: tuple[Fraction, frozenset[str]] | None = None
         for g in gpus:
             maxflows += 1

@@ -55,7 +55,7 @@ def alltoall_rate_GBps(
     n, nv, ne = len(gpus), len(nodes), len(live)
     tails = np.array([index[lk.src] for lk in live])
     heads = np.array([index[lk.dst] for lk in live])
-    caps = np.array([lk.GBps for lk in live])
+    caps = np.array([float(topo.exact_capacity(*lk.key)) / 8.0 for lk in live])  # as rounded (capacity.py)
 
     # Columns: f[k, e] at k*ne + e for source number k, then z last.
     nz = n * ne

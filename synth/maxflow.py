@@ -29,6 +29,19 @@ __all__ = ["FlowNetwork"]
 INT64_MAX = 2**63 - 1
 
 
+def _int64_caps(capacities: Sequence[int] | np.ndarray) -> np.ndarray:
+    try:
+        caps = np.asarray(capacities, dtype=np.int64)
+    except OverflowError:
+        caps = np.zeros(0, dtype=np.int64)
+        bad = True
+    else:
+        bad = bool(caps.size and (caps.min() < 0 or caps.max() > INT64_MAX // 4))
+    if bad:
+        raise SolverError("max-flow capacities outside 0..2^61: rescale the network")
+    return caps
+
+
 class FlowNetwork:
     """An integer-capacity network over nodes ``0..n-1`` whose capacities can change between solves."""
 
@@ -54,9 +67,7 @@ class FlowNetwork:
 
     def add_arcs(self, tails: Sequence[int], heads: Sequence[int], capacities: Sequence[int]) -> np.ndarray:
         """Add many arcs at once; returns their indices."""
-        caps = np.asarray(capacities, dtype=np.int64)
-        if caps.size and (caps.min() < 0):
-            raise SolverError("max-flow capacities must be >= 0")
+        caps = _int64_caps(capacities)
         arcs = self._smf.add_arcs_with_capacity(
             np.asarray(tails, dtype=np.int32), np.asarray(heads, dtype=np.int32), caps
         )
@@ -76,9 +87,7 @@ class FlowNetwork:
         self._solved = None
 
     def set_capacities(self, arcs: np.ndarray, capacities: Sequence[int] | np.ndarray) -> None:
-        caps = np.asarray(capacities, dtype=np.int64)
-        if caps.size and (caps.min() < 0 or caps.max() > INT64_MAX // 4):
-            raise SolverError("max-flow capacities outside 0..2^61: rescale the network")
+        caps = _int64_caps(capacities)
         self._smf.set_arcs_capacity(np.asarray(arcs, dtype=np.int32), caps)
         self._solved = None
 

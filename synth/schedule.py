@@ -39,7 +39,7 @@ from typing import Any
 
 from synth._types import COLLECTIVES, Collective, NodeId, Rank
 from synth.errors import ScheduleError
-from synth.topologies.model import Topology, exact_gbps
+from synth.topologies.model import Topology
 
 __all__ = ["CutLink", "Hop", "Route", "RouteKind", "Schedule", "SCHEDULE_FORMAT"]
 
@@ -198,7 +198,7 @@ class Schedule:
         for key, load in loads.items():
             if not topo.has_link(*key):
                 raise ScheduleError(f"schedule uses link {key[0]}->{key[1]}, absent from topology {topo.name!r}")
-            gbps = exact_gbps(topo.link(*key).gbps)
+            gbps = topo.exact_capacity(*key)
             if gbps == 0:
                 raise ScheduleError(f"schedule uses link {key[0]}->{key[1]}, which is down (0 Gbit/s)")
             worst = max(worst, Fraction(load) * 8 / gbps)

@@ -57,7 +57,7 @@ class Network:
         gpu_node = np.array([index[g.id] for g in topo.gpus], dtype=np.int64)
         tail = np.array([index[lk.src] for lk in topo.links], dtype=np.int64)
         head = np.array([index[lk.dst] for lk in topo.links], dtype=np.int64)
-        caps = np.array([lk.GBps for lk in topo.links], dtype=np.float64)
+        caps = np.array([float(topo.exact_capacity(*lk.key)) / 8.0 for lk in topo.links], dtype=np.float64)
         return cls(node_ids, is_gpu, gpu_node, tuple(lk.key for lk in topo.links), tail, head, caps, topo.name)
 
     @property

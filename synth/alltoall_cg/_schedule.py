@@ -20,7 +20,7 @@ from synth.alltoall_cg._expanded import Network
 from synth.alltoall_cg._pool import PathPool
 from synth.errors import ScheduleError
 from synth.schedule import CutLink, Hop, Route, RouteKind, Schedule
-from synth.topologies.model import Topology, exact_gbps
+from synth.topologies.model import Topology
 
 __all__ = ["RouteCache", "build_schedule", "check_and_measure", "make_routes", "measure_loads", "route_order"]
 
@@ -132,7 +132,7 @@ def measure_loads(topo: Topology, net: Network, loads: FloatArray | IntArray,
     ratio = loads[used] / net.caps_GBps[used]
     # Exact arithmetic only for the links that can be the maximum.
     near = used[ratio >= ratio.max() * (1 - 1e-9)]
-    worst = max(Fraction(int(round(loads[e]))) * 8 / exact_gbps(topo.link(*net.link_keys[e]).gbps) for e in near)
+    worst = max(Fraction(int(round(loads[e]))) * 8 / topo.exact_capacity(*net.link_keys[e]) for e in near)
     algbw = float(n * Fraction(nchunks) / worst)
     load_used = np.round(loads[used])
     caps = net.caps_GBps[used]

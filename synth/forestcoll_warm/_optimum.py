@@ -24,7 +24,7 @@ import numpy as np
 
 from synth.bounds_allgather import allgather_rate_gbps
 from synth.maxflow import FlowNetwork
-from synth.topologies.model import Topology, exact_gbps
+from synth.topologies.model import Topology
 
 __all__ = ["IntGraph", "Optimum", "exact_optimum", "fixed_k_optimum"]
 
@@ -46,7 +46,7 @@ class IntGraph:
         names = tuple(gpus + [s.id for s in topo.switches])
         index = {v: i for i, v in enumerate(names)}
         links = sorted(topo.live_links, key=lambda lk: (index[lk.src], index[lk.dst]))
-        exact = [exact_gbps(lk.gbps) for lk in links]
+        exact = [topo.exact_capacity(*lk.key) for lk in links]
         scale = math.lcm(*(c.denominator for c in exact)) if exact else 1
         ints = [int(c * scale) for c in exact]
         g = math.gcd(*ints) if ints else 1

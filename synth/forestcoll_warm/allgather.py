@@ -83,7 +83,7 @@ def _rebalanced(topo: Topology) -> Topology:
     Proportional lowering keeps every GPU's share (for one NVSwitch it reaches the switch's
     throughput limit). The schedule is valid on the original topology; the gap is reported.
     """
-    gbps = {lk.key: exact_gbps(lk.gbps) for lk in topo.links}
+    gbps = {lk.key: topo.exact_capacity(*lk.key) for lk in topo.links}
     for sw in topo.switches:
         w = sw.id
         ins = sum((gbps[lk.key] for lk in topo.in_links(w)), Fraction(0))
@@ -95,7 +95,7 @@ def _rebalanced(topo: Topology) -> Topology:
     links = []
     for lk in topo.links:
         new = lk.gbps
-        if gbps[lk.key] != exact_gbps(lk.gbps):
+        if gbps[lk.key] != topo.exact_capacity(*lk.key):
             new = float(gbps[lk.key])
             if exact_gbps(new) > gbps[lk.key]:  # float() rounded up: never exceed the lowered value
                 new = new * (1 - 2**-50)

@@ -196,7 +196,7 @@ def build_model(sched: Schedule, topo: Topology, slices_per_chunk: int) -> FlowM
     link_slices = np.bincount(pair_link, weights=path_slices[pair_path], minlength=len(topo.links))
     return FlowModel(
         link_keys=tuple(lk.key for lk in topo.links),
-        link_cap_Bps=np.array([lk.gbps * 1e9 / 8.0 for lk in topo.links], dtype=np.float64),
+        link_cap_Bps=np.array([float(topo.exact_capacity(*lk.key)) * 1e9 / 8.0 for lk in topo.links], dtype=np.float64),
         link_slices=np.rint(link_slices).astype(np.int64),
         path_lat_s=np.array(low.path_lat, dtype=np.float64),
         path_weight=np.array(low.path_weight, dtype=np.int64),

@@ -89,7 +89,6 @@ from synth.bounds import busbw_GBps
 from synth.errors import ScheduleError
 from synth.simulation._build import FlowModel, build_model
 from synth.simulation._engine import run_engine
-from synth.topologies.model import exact_gbps
 
 if TYPE_CHECKING:
     from synth._types import NodeId
@@ -165,7 +164,7 @@ def _bandwidth_term_GBps(schedule: Schedule, topology: Topology, model: FlowMode
     worst = Fraction(0)
     for li in np.flatnonzero(model.link_slices).tolist():
         chunks = int(model.link_slices[li]) // spc
-        worst = max(worst, Fraction(chunks) * 8 / exact_gbps(topology.links[li].gbps))
+        worst = max(worst, Fraction(chunks) * 8 / topology.exact_capacity(*topology.links[li].key))
     return float(schedule.nranks * (Fraction(schedule.nchunks) / worst))
 
 

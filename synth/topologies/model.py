@@ -23,6 +23,7 @@ from typing import Any
 
 from synth._types import NodeId, Rank
 from synth.errors import TopologyError
+from synth.topologies.capacity import CapacityGrid, capacity_grid
 
 __all__ = ["ROLES", "Link", "Node", "NodeKind", "Topology", "exact_gbps"]
 
@@ -79,7 +80,8 @@ class Link:
 def exact_gbps(gbps: float) -> Fraction:
     """The capacity as the exact rational its shortest decimal form denotes.
 
-    Exact algorithms work on these so that 0.1 means 1/10, not its binary neighbour.
+    Exact algorithms work on :meth:`Topology.exact_capacity`: this value, rounded to the topology's
+    decimal grid where the exact integers would otherwise overflow (:mod:`synth.topologies.capacity`).
 
     >>> exact_gbps(2880.0), exact_gbps(0.1)
     (Fraction(2880, 1), Fraction(1, 10))
@@ -191,6 +193,16 @@ class Topology:
 
     def has_link(self, src: NodeId, dst: NodeId) -> bool:
         return (src, dst) in self._link_index
+
+    @cached_property
+    def capacity_grid(self) -> CapacityGrid:
+        """The exact capacities every exact algorithm uses (:mod:`synth.topologies.capacity`)."""
+        return capacity_grid(self)
+
+    def exact_capacity(self, src: NodeId, dst: NodeId) -> Fraction:
+        """Capacity of ``src->dst`` in Gbit/s as an exact rational on the topology's decimal grid."""
+        self.link(src, dst)
+        return self.capacity_grid.caps[(src, dst)]
 
     @cached_property
     def _out(self) -> dict[NodeId, tuple[Link, ...]]:
