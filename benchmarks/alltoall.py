@@ -71,13 +71,13 @@ def main(argv: list[str] | None = None) -> int:
                                  "note": "not run: OR-Tools (Python-built MathOpt model) skipped above 128 GPUs"})
                 continue
             limit = args.ortools_limit if solver == "ortools" else None
-            healthy = synthesize_alltoall(base, solver=solver, time_limit=limit)
+            healthy = synthesize_alltoall(base, solver=solver, time_limit_s=limit)
             for failure in FAILURES:
                 topo = load_topology(spec, [failure])
-                cold_s, cold = _timed(lambda: synthesize_alltoall(topo, solver=solver, time_limit=limit), reps)
-                warm_s, warm = _timed(lambda: synthesize_alltoall(topo, solver=solver, time_limit=limit,
+                cold_s, cold = _timed(lambda: synthesize_alltoall(topo, solver=solver, time_limit_s=limit), reps)
+                warm_s, warm = _timed(lambda: synthesize_alltoall(topo, solver=solver, time_limit_s=limit,
                                                                   warm_start=healthy), reps)
-                full_s, full = _timed(lambda: synthesize_alltoall(topo, solver=solver, time_limit=limit,
+                full_s, full = _timed(lambda: synthesize_alltoall(topo, solver=solver, time_limit_s=limit,
                                                                   warm_start=healthy, local_repair=False), reps)
                 row = {
                     "topology": spec, "gpus": n, "failure": failure, "solver": solver, "repeats": reps,

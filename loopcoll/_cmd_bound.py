@@ -20,6 +20,8 @@ def _run(args: argparse.Namespace) -> int:
         f"{bound.collective} on {bound.topology} ({bound.nranks} ranks): "
         f"algbw {bound.algbw_GBps:.3f} GB/s, busbw {bound.busbw_GBps:.3f} GB/s"
     )
+    if not bound.success:
+        print(f"  {bound.status.value}: {bound.message}")
     shown = ", ".join(f"{a}->{b}" for a, b in bound.bottleneck[:12])
     more = f" (+{len(bound.bottleneck) - 12} more)" if len(bound.bottleneck) > 12 else ""
     print(f"  bottleneck: {shown}{more}")

@@ -78,7 +78,7 @@ def result_json(collective: str, topo_name: str, nranks: int, result: SynthResul
         "nchunks": None if sched is None else sched.nchunks,
         "algbw_GBps": result.algbw_GBps,
         "optimal_algbw_GBps": result.optimal_algbw_GBps,
-        "solve_seconds": result.solve_time_s,
+        "solve_time_s": result.solve_time_s,
         "warm": result.warm,
         "status": result.status.value,
     }

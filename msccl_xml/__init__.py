@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .algbw import program_algbw_GBps, program_link_loads, switch_path
 from ._export import export
-from .checker import CheckResult, check, check_file, check_text
+from .checker import CheckResult, CheckStatus, check, check_file, check_text
 from .limits import RUNTIMES, RuntimeLimits, runtime_limits
 from .lint import lint_text
 from .lowering import lower
@@ -29,6 +29,7 @@ __all__ = [
     "RUNTIMES",
     "BufferKind",
     "CheckResult",
+    "CheckStatus",
     "Gpu",
     "Program",
     "Protocol",

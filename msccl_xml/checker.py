@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from enum import Enum
 
 from ._layout import canonical_coll, layout_for
 from ._matching import match_problems
@@ -39,19 +40,27 @@ from .lint import lint_text
 from .parser import parse, read
 from .program import Program
 
-__all__ = ["CheckResult", "check", "check_file", "check_text"]
+__all__ = ["CheckResult", "CheckStatus", "check", "check_file", "check_text"]
 
 _MAX_ERRORS = 100
+
+
+class CheckStatus(Enum):
+    """Closed set of verdicts."""
+
+    VALID = "valid"  # no rule broken, the postcondition holds in every enabled mode
+    INVALID = "invalid"  # at least one error
 
 
 @dataclass(frozen=True, slots=True)
 class CheckResult:
     """The verdict on one program.
 
+    ``status``, ``message``, ``success`` and ``valid`` are derived from ``errors``, so they cannot
+    disagree with it.
+
     Attributes
     ----------
-    valid
-        True when ``errors`` is empty.
     errors
         Violations, each naming its place (``gpu G tb T step S: ...``), at most 100 plus a count.
     warnings
@@ -64,12 +73,34 @@ class CheckResult:
         The runtime whose rules were applied.
     """
 
-    valid: bool
     errors: tuple[str, ...]
     warnings: tuple[str, ...]
     collective: str
     nranks: int
     runtime: str
+
+    @property
+    def status(self) -> CheckStatus:
+        """``VALID`` when ``errors`` is empty, else ``INVALID``."""
+        return CheckStatus.INVALID if self.errors else CheckStatus.VALID
+
+    @property
+    def success(self) -> bool:
+        """True when the program is valid."""
+        return not self.errors
+
+    @property
+    def valid(self) -> bool:
+        """Same as :attr:`success` (the checker's own word)."""
+        return not self.errors
+
+    @property
+    def message(self) -> str:
+        """One line: the verdict, and the first error when there is one."""
+        where = f"{self.collective} on {self.nranks} ranks for {self.runtime}"
+        if not self.errors:
+            return f"valid {where}" + (f" ({len(self.warnings)} warnings)" if self.warnings else "")
+        return f"invalid {where}: {len(self.errors)} error(s); first: {self.errors[0]}"
 
 
 def check(
@@ -205,7 +236,6 @@ def _result(
     if len(unique) > _MAX_ERRORS:
         unique = unique[:_MAX_ERRORS] + [f"... and {len(unique) - _MAX_ERRORS} more errors"]
     return CheckResult(
-        valid=not unique,
         errors=tuple(unique),
         warnings=tuple(dict.fromkeys(warnings)),
         collective=program.coll,

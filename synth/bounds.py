@@ -21,6 +21,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -30,6 +31,7 @@ from synth._types import COLLECTIVES, Collective, NodeId, Rank
 from synth.bounds_allgather import allgather_rate_gbps
 from synth.bounds_alltoall import alltoall_rate_GBps
 from synth.errors import SolverError
+from synth.result import Status
 from synth.topologies.communicator import communicator
 from synth.topologies.model import Topology
 
@@ -44,11 +46,18 @@ COMPACT_LP_MAX_RANKS = 32
 class Bound:
     """An optimal bound: algbw, busbw and the bottleneck that sets it.
 
+    ``status`` and ``message`` follow :class:`~synth.result.SynthResult`: ``OPTIMAL`` when the
+    bound is proven; ``TIME_LIMIT`` when an AllToAll LP stopped at ``time_limit_s`` first, and then
+    ``algbw_GBps`` is the best proven upper bound (``inf`` when none was proven) and ``message``
+    says so. ``success`` is derived from ``status``.
+
     ``rate_GBps`` is exact (a :class:`~fractions.Fraction`) for the tree collectives and a float
     from the LP for AllToAll (``exact`` says which). ``bottleneck`` lists the cut's links
     ``(src, dst)``; ``cut_nodes`` is the AllGather cut S (empty for AllToAll).
     """
 
+    status: Status
+    message: str
     collective: Collective
     topology: str
     nranks: int
@@ -60,15 +69,23 @@ class Bound:
     exact: bool
     solve_time_s: float
 
+    @property
+    def success(self) -> bool:
+        """True when the bound is proven (``status`` is ``OPTIMAL``)."""
+        return self.status is Status.OPTIMAL
+
     def to_json_dict(self) -> dict[str, object]:
-        """The CLI's ``--json`` object."""
+        """The CLI's ``--json`` object (an unproven ``inf`` bound is ``null``)."""
+        finite = math.isfinite(self.algbw_GBps)
         return {
             "collective": self.collective,
             "topology": self.topology,
             "nranks": self.nranks,
-            "algbw_GBps": self.algbw_GBps,
-            "busbw_GBps": self.busbw_GBps,
+            "algbw_GBps": self.algbw_GBps if finite else None,
+            "busbw_GBps": self.busbw_GBps if finite else None,
             "bottleneck": [list(k) for k in self.bottleneck],
+            "status": self.status.value,
+            "message": self.message,
         }
 
 
@@ -122,18 +139,21 @@ def optimal_bound(
         if n > COMPACT_LP_MAX_RANKS:
             from synth.alltoall_cg import alltoall_lp_bound
 
-            cg = alltoall_lp_bound(topo, time_limit=time_limit_s)
-            if not cg.optimal:
-                raise SolverError(
-                    f"AllToAll bound on {topo.name!r}: column generation stopped before proving optimality "
-                    f"(best upper bound {cg.algbw_GBps:.6g} GB/s); raise the time limit"
-                )
-            rate, saturated = cg.rate_GBps, cg.saturated
+            cg = alltoall_lp_bound(topo, time_limit_s=time_limit_s)
+            proven, rate, saturated = cg.optimal, cg.rate_GBps, cg.saturated
+            how = f"column generation, {cg.cg_iterations} iterations"
+            stopped = (f"AllToAll bound on {topo.name!r}: column generation stopped at the time limit before "
+                       f"proving optimality; {cg.algbw_GBps:.6g} GB/s is the best proven upper bound")
         else:
             flow = alltoall_rate_GBps(topo, time_limit_s=time_limit_s)
-            rate, saturated = flow.rate_GBps, flow.saturated
+            proven, rate, saturated = flow.optimal, flow.rate_GBps, flow.saturated
+            how = "compact LP"
+            stopped = (f"AllToAll bound on {topo.name!r}: the compact LP stopped at the time limit before proving "
+                       "any upper bound")
         algbw = n * rate
-        return Bound(collective, topo.name, n, rate, algbw, busbw_GBps(collective, algbw, n),
+        status, message = (Status.OPTIMAL, f"LP optimum ({how}): {algbw:.6g} GB/s") if proven else (
+            Status.TIME_LIMIT, stopped)
+        return Bound(status, message, collective, topo.name, n, rate, algbw, busbw_GBps(collective, algbw, n),
                      saturated, frozenset(), False, time.perf_counter() - start)
     ag = allgather_rate_gbps(topo)
     if collective == "allgather":
@@ -151,5 +171,5 @@ def optimal_bound(
             cut = ag.cut_nodes
             links = tuple(sorted(set(_cut_links(topo, ag.cut_nodes)) | set(rs_links)))
     algbw = float(n * rate)
-    return Bound(collective, topo.name, n, rate, algbw, busbw_GBps(collective, algbw, n), links, cut, True,
-                 time.perf_counter() - start)
+    return Bound(Status.OPTIMAL, f"exact cut bound: {algbw:.6g} GB/s", collective, topo.name, n, rate, algbw,
+                 busbw_GBps(collective, algbw, n), links, cut, True, time.perf_counter() - start)

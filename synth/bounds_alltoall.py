@@ -20,6 +20,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import highspy
@@ -40,6 +41,7 @@ class ConcurrentFlow:
     rate_GBps: float  # noqa: N815
     saturated: tuple[tuple[str, str], ...]
     solve_time_s: float
+    optimal: bool = True  # False: stopped at the time limit, ``rate_GBps`` is inf (no bound proven)
 
 
 def alltoall_rate_GBps(
@@ -101,6 +103,8 @@ def alltoall_rate_GBps(
     h.passModel(lp)
     h.run()
     status = h.getModelStatus()
+    if status == highspy.HighsModelStatus.kTimeLimit:
+        return ConcurrentFlow(math.inf, (), float(h.getRunTime()), optimal=False)
     if status != highspy.HighsModelStatus.kOptimal:
         raise SolverError(f"AllToAll bound LP on {topo.name!r} ended with HiGHS status {h.modelStatusToString(status)!r}")
     sol = h.getSolution()

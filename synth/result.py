@@ -1,5 +1,10 @@
 """The result object every synthesizer returns (scipy.optimize style: status, message, success).
 
+Every result type of loopcoll has this shape (:class:`Outcome`): a ``status`` from a closed enum,
+a one-line ``message``, a derived ``success`` property, then its figures, frozen. Besides
+:class:`SynthResult`: :class:`synth.bounds.Bound` (``OPTIMAL`` / ``TIME_LIMIT``),
+:class:`synth.simulation.SimResult` and ``msccl_xml.CheckResult``.
+
 Examples
 --------
 >>> r = SynthResult(Status.TIME_LIMIT, "time limit after 3.0 s, gap 1.2%", None, 0.0, 100.0, 1.2, 3.0)
@@ -13,11 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from synth.schedule import Schedule
 
-__all__ = ["Status", "SynthResult"]
+__all__ = ["Outcome", "Status", "SynthResult"]
 
 
 class Status(Enum):
@@ -27,6 +32,24 @@ class Status(Enum):
     TIME_LIMIT = "time_limit"  # incumbent returned, gap_pct > 0 is proven
     INFEASIBLE = "infeasible"
     FAILED = "failed"  # solver error, unknown native status, or loopcoll's re-check disagreed
+
+
+@runtime_checkable
+class Outcome(Protocol):
+    """The shape every result shares: ``status`` (an :class:`~enum.Enum` member), ``message``, ``success``.
+
+    >>> isinstance(SynthResult(Status.OPTIMAL, "ok", None, 1.0, 1.0, 0.0, 0.1), Outcome)
+    True
+    """
+
+    @property
+    def status(self) -> Enum: ...
+
+    @property
+    def message(self) -> str: ...
+
+    @property
+    def success(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +89,15 @@ class SynthResult:
     stats: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     warm_state: Any = field(default=None, compare=False, repr=False)
 
+    def __post_init__(self) -> None:
+        # Results are immutable all the way down: a caller cannot edit another's figures.
+        object.__setattr__(self, "stats", _frozen(self.stats))
+
     @property
     def success(self) -> bool:
         return self.status is Status.OPTIMAL
+
+
+def _frozen(stats: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A read-only copy, nested mappings included."""
+    return MappingProxyType({k: _frozen(v) if isinstance(v, Mapping) else v for k, v in stats.items()})

@@ -63,7 +63,7 @@ def synthesize(
             nchunks=10 if chunks is None else chunks,
             max_steps=max_steps,
             solver=solver,
-            time_limit=time_limit_s,
+            time_limit_s=time_limit_s,
             warm_start=warm_from,
         )
     from synth import forestcoll_warm

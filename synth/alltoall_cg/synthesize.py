@@ -77,7 +77,7 @@ class AllToAllBound:
     solve_time_s: float
 
 
-def _validate_args(topology: object, nchunks: object, max_steps: object, solver: object, time_limit: object,
+def _validate_args(topology: object, nchunks: object, max_steps: object, solver: object, time_limit_s: object,
                    warm_start: object) -> None:
     if not isinstance(topology, Topology):
         raise SolverError(f"synthesize_alltoall needs a Topology, got {type(topology).__name__}")
@@ -89,9 +89,9 @@ def _validate_args(topology: object, nchunks: object, max_steps: object, solver:
         raise SolverError(f"max_steps must be None or an integer >= 1, got {max_steps!r}")
     if solver not in LP_SOLVERS:
         raise SolverError(f"unknown LP solver {solver!r}; allowed: {', '.join(LP_SOLVERS)}")
-    if time_limit is not None and (isinstance(time_limit, bool) or not isinstance(time_limit, (int, float))
-                                   or not math.isfinite(time_limit) or time_limit <= 0):
-        raise SolverError(f"time_limit must be None or a finite number of seconds > 0, got {time_limit!r}")
+    if time_limit_s is not None and (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float))
+                                     or not math.isfinite(time_limit_s) or time_limit_s <= 0):
+        raise SolverError(f"time_limit_s must be None or a finite number of seconds > 0, got {time_limit_s!r}")
     if warm_start is not None and not isinstance(warm_start, (SynthResult, WarmState, Schedule)):
         raise SolverError(
             f"warm_start must be a SynthResult, its warm_state, or a Schedule, got {type(warm_start).__name__}"
@@ -180,7 +180,7 @@ def synthesize_alltoall(
     nchunks: int = 10,
     max_steps: int | None = None,
     solver: str = "highs",
-    time_limit: float | None = None,
+    time_limit_s: float | None = None,
     warm_start: WarmStart = None,
     local_repair: bool = True,
 ) -> SynthResult:
@@ -197,7 +197,7 @@ def synthesize_alltoall(
         diameter and keeps the first m whose LP optimum equals the unbounded one.
     solver
         LP backend, ``"highs"`` (default; primal simplex re-solves) or ``"ortools"`` (GLOP).
-    time_limit
+    time_limit_s
         Wall-clock seconds; when reached, the best schedule so far is returned with status
         ``TIME_LIMIT`` and its gap against a proven (Farley) upper bound.
     warm_start
@@ -236,9 +236,9 @@ def synthesize_alltoall(
     ----------
     MCCL §4.2 (column generation, time-expanded pricing); reference/alltoall_cg.md §2, §5.
     """
-    _validate_args(topology, nchunks, max_steps, solver, time_limit, warm_start)
+    _validate_args(topology, nchunks, max_steps, solver, time_limit_s, warm_start)
     start = time.perf_counter()
-    deadline = None if time_limit is None else start + float(time_limit)
+    deadline = None if time_limit_s is None else start + float(time_limit_s)
     net = Network.from_topology(topology)
     state = warm_start.warm_state if isinstance(warm_start, SynthResult) else warm_start
     known = state.diameter_for(net) if isinstance(state, WarmState) else None
@@ -377,16 +377,16 @@ def _try_repair(topology: Topology, net: Network, state: WarmState, solver: str,
                        stats, new_state)
 
 
-def alltoall_lp_bound(topology: Topology, *, solver: str = "highs", time_limit: float | None = None) -> AllToAllBound:
+def alltoall_lp_bound(topology: Topology, *, solver: str = "highs", time_limit_s: float | None = None) -> AllToAllBound:
     """AllToAll LP optimum (maximum concurrent flow, GPUs relay) by column generation.
 
     Without a step bound, pricing runs on the physical graph, so the result equals the compact LP
     of :func:`synth.bounds_alltoall.alltoall_rate_GBps`. On a time limit, ``algbw_GBps`` is the best
     proven upper bound (Farley) and ``optimal`` is False.
     """
-    _validate_args(topology, 1, None, solver, time_limit, None)
+    _validate_args(topology, 1, None, solver, time_limit_s, None)
     start = time.perf_counter()
-    deadline = None if time_limit is None else start + float(time_limit)
+    deadline = None if time_limit_s is None else start + float(time_limit_s)
     net = Network.from_topology(topology)
     hop_diameter(net)
     cg = ColumnGeneration(net, solver, None, scale=_scale(net))

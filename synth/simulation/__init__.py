@@ -15,6 +15,6 @@ True
 
 from __future__ import annotations
 
-from synth.simulation.simulator import SimResult, auto_slices, simulate, simulate_sweep
+from synth.simulation.simulator import SimResult, SimStatus, auto_slices, simulate, simulate_sweep
 
-__all__ = ["SimResult", "auto_slices", "simulate", "simulate_sweep"]
+__all__ = ["SimResult", "SimStatus", "auto_slices", "simulate", "simulate_sweep"]

@@ -79,6 +79,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from fractions import Fraction
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -95,7 +96,13 @@ if TYPE_CHECKING:
     from synth.schedule import Schedule
     from synth.topologies.model import Topology
 
-__all__ = ["SimResult", "auto_slices", "simulate", "simulate_sweep"]
+__all__ = ["SimResult", "SimStatus", "auto_slices", "simulate", "simulate_sweep"]
+
+
+class SimStatus(Enum):
+    """Closed set of simulation outcomes (a run that cannot complete raises instead)."""
+
+    COMPLETED = "completed"  # every slice reached every GPU it was due at
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +111,8 @@ class SimResult:
 
     Attributes
     ----------
+    status, message
+        What happened (``success`` is derived from ``status``) and one line summarising the run.
     time_s
         Completion time: the last slice arrives at its last GPU.
     algbw_GBps, busbw_GBps
@@ -121,10 +130,10 @@ class SimResult:
         Slice transfers simulated (hop-flows × slices).
     rate_solves
         Max-min rate computations.
-    message
-        One line summarising the run.
     """
 
+    status: SimStatus
+    message: str
     time_s: float
     algbw_GBps: float
     busbw_GBps: float
@@ -135,7 +144,11 @@ class SimResult:
     events: int
     steps: int
     rate_solves: int
-    message: str
+
+    @property
+    def success(self) -> bool:
+        """True when the simulation completed."""
+        return self.status is SimStatus.COMPLETED
 
 
 def _validate(nbytes: float, slices_per_chunk: int, rtol: float) -> None:
@@ -185,6 +198,8 @@ def _run(
         f"{run.events} events, {run.steps} slice transfers"
     )
     return SimResult(
+        status=SimStatus.COMPLETED,
+        message=message,
         time_s=run.time_s,
         algbw_GBps=algbw,
         busbw_GBps=busbw_GBps(schedule.collective, algbw, n),
@@ -195,7 +210,6 @@ def _run(
         events=run.events,
         steps=run.steps,
         rate_solves=run.rate_solves,
-        message=message,
     )
 
 

@@ -76,7 +76,7 @@ def test_parser_has_topo_and_bound() -> None:
 # -- bound ---------------------------------------------------------------------------------------
 
 
-BOUND_KEYS = {"collective", "topology", "nranks", "algbw_GBps", "busbw_GBps", "bottleneck"}
+BOUND_KEYS = {"collective", "topology", "nranks", "algbw_GBps", "busbw_GBps", "bottleneck", "status", "message"}
 
 
 @pytest.mark.parametrize(
@@ -101,6 +101,7 @@ def test_bound_json(capsys, collective: str, spec: str, algbw: float) -> None:
     factor = 2 if collective == "allreduce" else 1
     assert doc["busbw_GBps"] == pytest.approx(doc["algbw_GBps"] * factor * (n - 1) / n)
     assert doc["collective"] == collective
+    assert doc["status"] == "optimal" and doc["message"]
     topo = load_topology(spec)
     assert doc["topology"] == topo.name and n == topo.nranks
     assert doc["bottleneck"] and all(topo.has_link(a, b) for a, b in doc["bottleneck"])

@@ -13,7 +13,7 @@ from loopcoll.cli import main
 from msccl_xml import check, read
 from synth import load_topology, optimal_bound, read_schedule
 
-TREE_KEYS = {"collective", "topology", "nranks", "nchunks", "algbw_GBps", "optimal_algbw_GBps", "solve_seconds", "warm"}
+TREE_KEYS = {"collective", "topology", "nranks", "nchunks", "algbw_GBps", "optimal_algbw_GBps", "solve_time_s", "warm"}
 
 
 def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:

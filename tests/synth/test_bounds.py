@@ -25,7 +25,7 @@ from fractions import Fraction
 
 import pytest
 
-from synth import Bound, busbw_GBps, optimal_bound
+from synth import Bound, Status, busbw_GBps, optimal_bound
 from synth.bounds_allgather import cut_ratio_gbps
 from synth.errors import SolverError
 from synth.topologies import Link, Node, NodeKind, Topology, named_topology
@@ -207,8 +207,28 @@ def test_bound_fields_and_json_dict() -> None:
     assert b.busbw_GBps == pytest.approx(100.0 * 15 / 16)
     assert b.bottleneck and all(topo.link(*k).gbps > 0 for k in b.bottleneck)
     doc = b.to_json_dict()
-    assert list(doc) == ["collective", "topology", "nranks", "algbw_GBps", "busbw_GBps", "bottleneck"]
+    assert list(doc) == ["collective", "topology", "nranks", "algbw_GBps", "busbw_GBps", "bottleneck", "status",
+                         "message"]
     assert doc["bottleneck"] == [list(k) for k in b.bottleneck]
+    assert (doc["status"], b.success, doc["message"]) == ("optimal", True, b.message) and "LP optimum" in b.message
+
+
+@pytest.mark.parametrize("collective", ["allgather", "reducescatter", "allreduce"])
+def test_tree_bounds_are_proven(collective: str) -> None:
+    b = optimal_bound(collective, named_topology("ring:4"))  # type: ignore[arg-type]
+    assert b.status is Status.OPTIMAL and b.success and "exact cut bound" in b.message
+
+
+def test_alltoall_bound_time_limit_is_a_status_not_an_error() -> None:
+    """Column generation (above 32 GPUs) stopped at once: the best proven upper bound, TIME_LIMIT."""
+    topo = named_topology("hpn:1x8x8")
+    stopped = optimal_bound("alltoall", topo, time_limit_s=1e-6)
+    assert stopped.status is Status.TIME_LIMIT and not stopped.success
+    assert "time limit" in stopped.message and stopped.topology == topo.name
+    proven = optimal_bound("alltoall", topo)
+    assert proven.success
+    assert stopped.algbw_GBps >= proven.algbw_GBps * (1 - 1e-9)
+    assert stopped.to_json_dict()["status"] == "time_limit"
 
 
 def test_alltoall_bottleneck_on_hpn_is_the_nic_layer() -> None:

@@ -95,7 +95,7 @@ def test_max_steps_below_hop_diameter_raises_naming_it() -> None:
         ({"nchunks": 0}, r"nchunks must be an integer >= 1, got 0"),
         ({"nchunks": 2.5}, r"nchunks .* got 2\.5"),
         ({"solver": "gurobi"}, r"unknown LP solver 'gurobi'; allowed: highs, ortools"),
-        ({"time_limit": -1.0}, r"time_limit .* got -1\.0"),
+        ({"time_limit_s": -1.0}, r"time_limit_s .* got -1\.0"),
         ({"max_steps": 0}, r"max_steps .* got 0"),
         ({"warm_start": "old.json"}, r"warm_start must be .* got str"),
     ],
@@ -107,7 +107,7 @@ def test_bad_arguments_raise_solver_error(kwargs: dict[str, object], culprit: st
 
 def test_time_limit_returns_incumbent_with_certified_gap() -> None:
     topo = load_topology("hpn:1x4x8", ["fail3"])
-    res = synthesize_alltoall(topo, time_limit=1e-6)
+    res = synthesize_alltoall(topo, time_limit_s=1e-6)
     assert res.status in (Status.TIME_LIMIT, Status.OPTIMAL)
     assert res.schedule is not None
     res.schedule.validate(topo)
