@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from synth import LoopcollError
 
-__all__ = ["ProfileError", "RuntimeStateError", "StoreError", "TelemetryError"]
+__all__ = ["ProfileError", "RuntimeStateError", "StoreError", "TelemetryError", "WireError"]
 
 
 class TelemetryError(LoopcollError):
@@ -34,3 +34,13 @@ class StoreError(LoopcollError):
 
 class RuntimeStateError(LoopcollError):
     """A runtime component was used in a state that does not allow the call (closed, not started, timed out)."""
+
+
+class WireError(LoopcollError):
+    """The daemon's wire protocol failed: a malformed or over-long message, a refused token, a lost or
+    unreachable connection; ``reason`` is a short code (``too_large``, ``bad_json``, ``protocol``, ``auth``,
+    ``connect``, ``closed``, ``timeout``, ``remote``, ``listen``)."""
+
+    def __init__(self, message: str, *, reason: str = "protocol") -> None:
+        super().__init__(message)
+        self.reason = reason

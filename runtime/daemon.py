@@ -1,0 +1,637 @@
+"""The controller daemon: serves a :class:`~runtime.Controller` to executors and tools over TCP (wire protocol of
+``docs/telemetry.md`` §4).
+
+Design: one **asyncio** event loop on its own thread owns every socket. asyncio rather than selectors plus a
+thread per client because the daemon's work per message is small and the client count is moderate: one thread
+multiplexes them all, transports give per-connection write-buffer accounting (``pause_writing``) and read
+back-pressure (``pause_reading``) for free, and a dropped or garbage-sending client is one callback, not a
+thread to reap. Nothing slow runs on the loop:
+
+* ``samples`` batches go to a bounded **ingest queue** served by one ingest thread calling
+  ``controller.ingest``. The queue is bounded in message bytes; past its bound the daemon stops reading from
+  the clients that push (TCP back-pressure; an executor's :class:`~runtime.client.Client` then drops and
+  counts in its own bounded queue), so a flood cannot grow the daemon's memory.
+* ``controller.poll`` (detector + re-synthesis, possibly seconds) runs on a **poll thread** every
+  ``poll_interval_s``; newly published versions are handed to the loop, which pushes them to subscribers.
+* ``status`` requests run on a small thread pool (``controller.status`` may wait for a lock ``poll`` holds).
+
+Memory bounds: at most ``max_clients`` connections (more are refused with an ``error``), each holding at most
+one message (1 MiB) of unparsed input plus one socket read, at most ``max_pending_requests`` requests in flight,
+and at most ``client_write_limit_bytes`` of unsent output (a client that does not read is dropped); the ingest
+queue holds at most ``ingest_queue_bytes`` of messages. Every connection event and decision is one structured
+log record (a dict handed to ``log``; the CLI writes JSON lines).
+
+Examples
+--------
+>>> class Echo:   # any object with the Controller's methods will do for a smoke test
+...     def ingest(self, samples): return None
+...     def poll(self, now_s=None): return []
+...     def bootstrap(self): return []
+...     def latest(self, comm=None): return []
+...     def status(self): return {"versions": []}
+...     def prometheus(self): return ""
+>>> from runtime.client import Client
+>>> with serve(Echo(), token="t", log=lambda rec: None) as daemon:
+...     with Client(daemon.address, token="t") as client:
+...         client.status()["controller"]
+{'versions': []}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hmac
+import itertools
+import json
+import os
+import queue
+import sys
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from runtime.errors import WireError
+from runtime.wire import (CLIENT_TO_DAEMON, FILE_CHUNK_BYTES, MAX_MESSAGE_BYTES, PROTOCOL, LineFramer, decode,
+                          encode)
+
+__all__ = ["DaemonConfig", "DaemonHandle", "ControllerLike", "json_log", "serve"]
+
+
+class ControllerLike(Protocol):
+    """What the daemon calls on its controller (:class:`runtime.Controller` has these methods)."""
+
+    def ingest(self, samples: Iterable[Any]) -> Any: ...
+    def poll(self, now_s: float | None = None) -> list[Any]: ...
+    def bootstrap(self) -> list[Any]: ...
+    def latest(self, comm: str | None = None) -> list[Any]: ...
+    def status(self) -> dict[str, Any]: ...
+    def prometheus(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    """The daemon's bounds and intervals (defaults documented in ``docs/telemetry.md`` §4)."""
+
+    poll_interval_s: float = 0.05
+    max_clients: int = 64
+    ingest_queue_bytes: int = 4 << 20
+    client_write_limit_bytes: int = 8 << 20
+    max_pending_requests: int = 4
+    hello_timeout_s: float = 10.0
+    bootstrap: bool = True
+    shutdown_grace_s: float = 5.0
+
+
+_LOG_LOCK = threading.Lock()
+
+
+def json_log(stream: Any = None) -> Callable[[Mapping[str, Any]], None]:
+    """A log sink writing each record as one JSON line (keys sorted) to ``stream`` (default stderr)."""
+
+    def write(record: Mapping[str, Any]) -> None:
+        line = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str)
+        with _LOG_LOCK:
+            out = stream if stream is not None else sys.stderr
+            out.write(line + "\n")
+            out.flush()
+
+    return write
+
+
+def _entry_dict(entry: Any) -> dict[str, Any]:
+    return dict(entry.to_dict()) if hasattr(entry, "to_dict") else dict(entry)
+
+
+def _report_dict(report: Any) -> tuple[int, dict[str, int]]:
+    if report is None:
+        return 0, {}
+    if hasattr(report, "accepted"):
+        return int(report.accepted), {str(k): int(v) for k, v in dict(report.rejected).items()}
+    return int(report.get("accepted", 0)), dict(report.get("rejected", {}))
+
+
+def resolve_store_file(root: Path, relative: str, *, refuse: Iterable[Path] = ()) -> Path:
+    """The regular file ``relative`` names inside the store directory ``root``; refuses anything else.
+
+    Refused: absolute paths, ``..`` or hidden (``.``-prefixed) components, a path whose symlinks lead out
+    of the store, a file listed in ``refuse`` (the daemon's token file), a non-file.
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp()); _ = (root / "m.json").write_text("{}")
+    >>> resolve_store_file(root, "m.json").name
+    'm.json'
+    >>> resolve_store_file(root, "../etc/passwd")
+    Traceback (most recent call last):
+    ...
+    runtime.errors.WireError: get: path '../etc/passwd' is not a file of the store
+    """
+    bad = WireError(f"get: path {relative[:200]!r} is not a file of the store", reason="path")
+    parts = Path(relative).parts
+    if not parts or Path(relative).is_absolute() or any(p in ("..", ".") or p.startswith(".") for p in parts):
+        raise bad
+    base = root.resolve()
+    try:
+        target = (base / relative).resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise bad from None
+    if target == base or base not in target.parents or not target.is_file():
+        raise bad
+    for r in refuse:
+        try:
+            if target == Path(r).resolve():
+                raise bad
+        except OSError:
+            continue
+    return target
+
+
+class _Conn(asyncio.Protocol):
+    """One client connection (lives on the loop thread)."""
+
+    def __init__(self, daemon: _Daemon) -> None:
+        self.d = daemon
+        self.id = next(daemon.ids)
+        self.framer = LineFramer(MAX_MESSAGE_BYTES)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.authed = False
+        self.role = "?"
+        self.rank: int | None = None
+        self.comms: frozenset[str] = frozenset()
+        self.closed = False
+        self.pauses: set[str] = set()  # why reading is paused: "ingest", "write", "requests"
+        self.pending = 0
+        self.hello_timer: asyncio.TimerHandle | None = None
+
+    # --- asyncio callbacks ---------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        transport.set_write_buffer_limits(high=1 << 20)
+        d = self.d
+        if len(d.conns) >= d.config.max_clients:
+            d.counters["refused_full"] += 1
+            self.fail(f"too many clients (at most {d.config.max_clients})", "refused_full")
+            return
+        d.conns[self.id] = self
+        d.counters["connections"] += 1
+        d.log({"event": "connect", "client": self.id, "peer": self.peer, "clients": len(d.conns)})
+        self.hello_timer = d.loop.call_later(d.config.hello_timeout_s, self._hello_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.d.counters["bytes_in"] += len(data)
+        try:
+            lines = self.framer.feed(data)
+        except WireError as exc:
+            self.fail(str(exc), exc.reason)
+            return
+        for line in lines:
+            if self.closed:
+                return
+            try:
+                self.handle(decode(line, CLIENT_TO_DAEMON), len(line))
+            except WireError as exc:
+                self.fail(str(exc), exc.reason)
+                return
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        was_open = not self.closed
+        self.closed = True
+        if self.hello_timer is not None:
+            self.hello_timer.cancel()
+        if self.framer.pending:  # gone mid-message: the partial message is discarded
+            self.d.counters["truncated"] += 1
+            self.d.log({"event": "truncated", "client": self.id, "pending_bytes": self.framer.pending})
+        if self.d.conns.pop(self.id, None) is not None:
+            self.d.paused.pop(self.id, None)
+            self.d.log({"event": "disconnect", "client": self.id, "peer": self.peer, "role": self.role,
+                        "rank": self.rank, "clients": len(self.d.conns),
+                        **({"error": str(exc)[:200]} if exc is not None and was_open else {})})
+
+    def pause_writing(self) -> None:
+        self.pause("write")
+
+    def resume_writing(self) -> None:
+        self.resume("write")
+
+    # --- helpers ---------------------------------------------------------------------------------------
+    def pause(self, why: str) -> None:
+        if not self.pauses and self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+        self.pauses.add(why)
+
+    def resume(self, why: str) -> None:
+        if why not in self.pauses:
+            return
+        self.pauses.discard(why)
+        if not self.pauses and self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        if self.closed or self.transport is None:
+            return
+        try:
+            data = encode(message)
+        except WireError as exc:
+            data = encode({"type": "error", "message": str(exc), **({"id": message["id"]} if "id" in message
+                                                                     else {})})
+        if self.transport.get_write_buffer_size() + len(data) > self.d.config.client_write_limit_bytes:
+            self.fail("client does not read its messages", "slow_consumer", notify=False)
+            return
+        self.transport.write(data)
+        self.d.counters["messages_out"] += 1
+
+    def fail(self, message: str, reason: str, *, notify: bool = True) -> None:
+        """Send an error (when ``notify``) and drop the connection."""
+        if self.closed:
+            return
+        self.d.counters[f"dropped_{reason}"] += 1
+        self.d.log({"event": "drop", "client": self.id, "peer": self.peer, "reason": reason,
+                    "message": message[:200]})
+        if notify and self.transport is not None:
+            try:
+                self.transport.write(encode({"type": "error", "message": message, "fatal": True}))
+            except WireError:
+                pass
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def _hello_timeout(self) -> None:
+        if not self.authed:
+            self.fail(f"no hello within {self.d.config.hello_timeout_s} s", "hello_timeout")
+
+    # --- messages --------------------------------------------------------------------------------------
+    def handle(self, msg: dict[str, Any], size_bytes: int) -> None:
+        d = self.d
+        kind = msg["type"]
+        d.counters[f"messages_{kind}"] += 1
+        if not self.authed:
+            if kind != "hello":
+                self.fail("the first message must be hello", "no_hello")
+                return
+            self.hello(msg)
+            return
+        if kind == "hello":
+            self.fail("hello sent twice", "protocol")
+        elif kind == "samples":
+            d.enqueue_samples(self, msg, size_bytes)
+        elif kind == "get":
+            self.get(msg)
+        elif kind == "status":
+            d.status_request(self, msg)
+
+    def hello(self, msg: dict[str, Any]) -> None:
+        d = self.d
+        if not hmac.compare_digest(msg["token"].encode("utf-8"), d.token):
+            d.counters["refused_token"] += 1
+            self.fail("hello refused: wrong token", "auth")
+            return
+        if self.hello_timer is not None:
+            self.hello_timer.cancel()
+        self.authed = True
+        self.role, self.rank, self.comms = msg["role"], msg["rank"], frozenset(msg["comms"])
+        d.log({"event": "hello", "client": self.id, "peer": self.peer, "role": self.role, "rank": self.rank,
+               "comms": sorted(self.comms)})
+        self.send({"type": "hello", "protocol": PROTOCOL, "server": "loopcoll-daemon", "client": self.id,
+                   **({"id": msg["id"]} if "id" in msg else {})})
+        for (comm, _), entry in sorted(d.latest.items()):
+            if comm in self.comms:
+                self.send(_version_message(entry))
+                d.counters["versions_pushed"] += 1
+
+    def get(self, msg: dict[str, Any]) -> None:
+        d = self.d
+        reply_id = {"id": msg["id"]} if "id" in msg else {}
+        if d.store_dir is None:
+            self.send({"type": "error", "message": "get: this daemon serves no store", **reply_id})
+            return
+        try:
+            path = resolve_store_file(d.store_dir, msg["path"], refuse=d.refuse_files)
+            with open(path, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                fh.seek(min(msg["offset"], size))
+                chunk = fh.read(FILE_CHUNK_BYTES)
+        except WireError as exc:
+            d.counters["get_refused"] += 1
+            d.log({"event": "get_refused", "client": self.id, "path": msg["path"][:200]})
+            self.send({"type": "error", "message": str(exc), **reply_id})
+            return
+        except OSError as exc:
+            self.send({"type": "error", "message": f"get: cannot read {msg['path']!r}: {exc.strerror}",
+                       **reply_id})
+            return
+        eof = msg["offset"] + len(chunk) >= size
+        self.send({"type": "file", "path": msg["path"], "offset": msg["offset"], "size": size, "eof": eof,
+                   "data": base64.b64encode(chunk).decode("ascii"), **reply_id})
+
+
+def _version_message(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return {"type": "version", "comm": entry["comm"], "collective": entry["collective"],
+            "version": entry["version"], "manifest_entry": dict(entry)}
+
+
+_STOP = object()
+
+
+class _Daemon:
+    """State shared by the loop, ingest, poll and status threads (loop-owned unless noted)."""
+
+    def __init__(self, controller: ControllerLike, token: str, config: DaemonConfig, store_dir: Path | None,
+                 refuse_files: tuple[Path, ...], log: Callable[[Mapping[str, Any]], None]) -> None:
+        self.controller = controller
+        self.token = token.encode("utf-8")
+        self.config = config
+        self.store_dir = store_dir
+        self.refuse_files = refuse_files
+        self._log = log
+        self.ids = itertools.count(1)
+        self.conns: dict[int, _Conn] = {}
+        self.paused: dict[int, _Conn] = {}  # clients paused for the ingest queue
+        self.counters: Counter[str] = Counter()
+        self.latest: dict[tuple[str, str], dict[str, Any]] = {}
+        self.loop = asyncio.new_event_loop()
+        self.stop = threading.Event()
+        self.ingest_q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.q_lock = threading.Lock()
+        self.q_bytes = 0  # guarded by q_lock
+        self.ingest_totals: Counter[str] = Counter()  # guarded by q_lock
+        self.status_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="loopcoll-status")
+        self.started_s = time.time()
+        self.poll_stats: Counter[str] = Counter()
+        self.last_poll_s: float | None = None
+
+    def log(self, record: Mapping[str, Any]) -> None:
+        try:
+            self._log({"t_s": round(time.time(), 6), "source": "daemon", **record})
+        except Exception:  # a broken log sink must not take the daemon down
+            pass
+
+    # --- versions (loop thread) ------------------------------------------------------------------------
+    def remember(self, entries: Iterable[Any]) -> list[dict[str, Any]]:
+        fresh = []
+        for e in entries:
+            doc = _entry_dict(e)
+            key = (str(doc["comm"]), str(doc["collective"]))
+            old = self.latest.get(key)
+            if old is None or int(doc["version"]) > int(old["version"]):
+                self.latest[key] = doc
+                fresh.append(doc)
+        return fresh
+
+    def publish(self, entries: list[Any]) -> None:
+        for doc in self.remember(entries):
+            msg = _version_message(doc)
+            targets = [c for c in list(self.conns.values()) if c.authed and doc["comm"] in c.comms]
+            for conn in targets:
+                conn.send(msg)
+            self.counters["versions_pushed"] += len(targets)
+            self.log({"event": "publish", "comm": doc["comm"], "collective": doc["collective"],
+                      "version": doc["version"], "clients": len(targets)})
+
+    # --- ingest ----------------------------------------------------------------------------------------
+    def enqueue_samples(self, conn: _Conn, msg: dict[str, Any], nbytes: int) -> None:
+        with self.q_lock:
+            self.q_bytes += nbytes
+            over = self.q_bytes > self.config.ingest_queue_bytes
+        self.counters["samples_received"] += len(msg["samples"])
+        self.ingest_q.put((conn, msg, nbytes))
+        if over:
+            self.counters["ingest_pauses"] += 1
+            self.paused[conn.id] = conn
+            conn.pause("ingest")
+
+    def _resume_ingest(self) -> None:
+        with self.q_lock:
+            if self.q_bytes > self.config.ingest_queue_bytes // 2:
+                return
+        for conn in list(self.paused.values()):
+            conn.resume("ingest")
+        self.paused.clear()
+
+    def ingest_worker(self) -> None:
+        while True:
+            item = self.ingest_q.get()
+            if item is _STOP:
+                return
+            conn, msg, nbytes = item
+            try:
+                accepted, rejected = _report_dict(self.controller.ingest(msg["samples"]))
+            except Exception as exc:  # the controller promises not to raise; stay up if it does
+                accepted, rejected = 0, {"ingest_error": len(msg["samples"])}
+                self.log({"event": "ingest_error", "error": repr(exc)[:300]})
+            with self.q_lock:
+                self.q_bytes -= nbytes
+                low = self.q_bytes <= self.config.ingest_queue_bytes // 2
+                self.ingest_totals["accepted"] += accepted
+                for reason, n in rejected.items():
+                    self.ingest_totals[f"rejected_{reason}"] += n
+            if low or "id" in msg:
+                try:
+                    self.loop.call_soon_threadsafe(self._after_ingest, conn, msg.get("id"), accepted, rejected,
+                                                   low)
+                except RuntimeError:  # loop closed during shutdown
+                    return
+
+    def _after_ingest(self, conn: _Conn, rid: Any, accepted: int, rejected: dict[str, int], low: bool) -> None:
+        if rid is not None:
+            conn.send({"type": "samples", "id": rid, "accepted": accepted, "rejected": rejected})
+        if low and self.paused:
+            self._resume_ingest()
+
+    # --- poll ------------------------------------------------------------------------------------------
+    def poll_worker(self) -> None:
+        if self.config.bootstrap:
+            self._run_poll("bootstrap", self.controller.bootstrap)
+        while not self.stop.wait(self.config.poll_interval_s):
+            self._run_poll("poll", self.controller.poll)
+
+    def _run_poll(self, what: str, fn: Callable[[], list[Any]]) -> None:
+        t0 = time.perf_counter()
+        try:
+            entries = list(fn() or [])
+        except Exception as exc:  # keep serving: the detector or a synthesis failed this round
+            self.poll_stats[f"{what}_errors"] += 1
+            self.log({"event": f"{what}_error", "error": f"{type(exc).__name__}: {exc}"[:500],
+                      "trace": traceback.format_exc(limit=4)[-800:]})
+            return
+        self.poll_stats[what] += 1
+        self.last_poll_s = time.time()
+        if entries:
+            self.log({"event": what, "published": len(entries), "wall_s": round(time.perf_counter() - t0, 6)})
+            try:
+                self.loop.call_soon_threadsafe(self.publish, entries)
+            except RuntimeError:
+                pass
+
+    # --- status ----------------------------------------------------------------------------------------
+    def status_request(self, conn: _Conn, msg: dict[str, Any]) -> None:
+        conn.pending += 1
+        if conn.pending >= self.config.max_pending_requests:
+            conn.pause("requests")
+        fut = self.loop.run_in_executor(self.status_pool, self._status_doc, bool(msg["prometheus"]))
+
+        def done(f: asyncio.Future[Any]) -> None:
+            conn.pending -= 1
+            conn.resume("requests")
+            reply_id = {"id": msg["id"]} if "id" in msg else {}
+            try:
+                doc = f.result()
+            except Exception as exc:
+                conn.send({"type": "error", "message": f"status failed: {type(exc).__name__}: {exc}"[:500],
+                           **reply_id})
+                return
+            conn.send({"type": "status", **doc, **reply_id})
+
+        fut.add_done_callback(done)
+
+    def counters_doc(self) -> dict[str, Any]:
+        with self.q_lock:
+            queued = self.q_bytes
+            totals = dict(self.ingest_totals)
+        return {
+            "clients": len(self.conns),
+            "uptime_s": round(time.time() - self.started_s, 3),
+            "ingest_queue_bytes": queued,
+            "ingest_paused_clients": len(self.paused),
+            "counters": dict(sorted({**self.counters, **totals, **self.poll_stats}.items())),
+            "last_poll_t_s": self.last_poll_s,
+            "latest": [{"comm": c, "collective": k, "version": e["version"]}
+                       for (c, k), e in sorted(self.latest.items())],
+        }
+
+    def _status_doc(self, prometheus: bool) -> dict[str, Any]:
+        doc: dict[str, Any] = {"controller": self.controller.status(), "daemon": self.counters_doc()}
+        if prometheus:
+            doc["prometheus"] = self.controller.prometheus() + _daemon_prometheus(doc["daemon"])
+        return doc
+
+
+def _daemon_prometheus(daemon: Mapping[str, Any]) -> str:
+    lines = ["# HELP loopcoll_daemon_clients Connected clients.", "# TYPE loopcoll_daemon_clients gauge",
+             f"loopcoll_daemon_clients {daemon['clients']}",
+             "# HELP loopcoll_daemon_ingest_queue_bytes Estimated bytes of samples waiting for ingest.",
+             "# TYPE loopcoll_daemon_ingest_queue_bytes gauge",
+             f"loopcoll_daemon_ingest_queue_bytes {daemon['ingest_queue_bytes']}",
+             "# HELP loopcoll_daemon_events_total Daemon events by kind (connections, drops, messages, ...).",
+             "# TYPE loopcoll_daemon_events_total counter"]
+    for name, value in daemon["counters"].items():
+        lines.append(f'loopcoll_daemon_events_total{{event="{name}"}} {value}')
+    return "\n".join(lines) + "\n"
+
+
+class DaemonHandle:
+    """A running daemon (returned by :func:`serve`): its address, counters, and :meth:`close`."""
+
+    def __init__(self, daemon: _Daemon, server: asyncio.base_events.Server, threads: list[threading.Thread]) -> None:
+        self._d = daemon
+        self._server = server
+        self._threads = threads
+        sock = server.sockets[0].getsockname()
+        self.host: str = sock[0]
+        self.port: int = sock[1]
+        self._closed = False
+
+    @property
+    def address(self) -> str:
+        """``HOST:PORT`` the daemon listens on."""
+        return f"{self.host}:{self.port}"
+
+    def status(self) -> dict[str, Any]:
+        """The daemon's own counters (thread-safe snapshot)."""
+        fut = asyncio.run_coroutine_threadsafe(_call(self._d.counters_doc), self._d.loop)
+        return fut.result(timeout=10)
+
+    def close(self) -> None:
+        """Stop accepting, drop every client, stop the threads (waits up to ``shutdown_grace_s`` for a poll)."""
+        if self._closed:
+            return
+        self._closed = True
+        d = self._d
+        d.stop.set()
+
+        async def shutdown() -> None:
+            self._server.close()
+            for conn in list(d.conns.values()):
+                if conn.transport is not None:
+                    conn.closed = True
+                    conn.transport.close()
+            await self._server.wait_closed()
+
+        try:
+            asyncio.run_coroutine_threadsafe(shutdown(), d.loop).result(timeout=10)
+        except Exception:
+            pass
+        d.ingest_q.put(_STOP)
+        d.loop.call_soon_threadsafe(d.loop.stop)
+        for t in self._threads:
+            t.join(timeout=d.config.shutdown_grace_s)
+        d.status_pool.shutdown(wait=False, cancel_futures=True)
+        if not d.loop.is_running():
+            d.loop.close()
+        d.log({"event": "stopped", "counters": dict(d.counters)})
+
+    def __enter__(self) -> DaemonHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+async def _call(fn: Callable[[], Any]) -> Any:
+    return fn()
+
+
+def serve(
+    controller: ControllerLike,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    token: str,
+    store_dir: str | os.PathLike[str] | None = None,
+    refuse_files: Iterable[str | os.PathLike[str]] = (),
+    config: DaemonConfig = DaemonConfig(),
+    poll_interval_s: float | None = None,
+    log: Callable[[Mapping[str, Any]], None] | None = None,
+) -> DaemonHandle:
+    """Start the daemon on ``host:port`` (port 0: any free port) in background threads; returns its handle.
+
+    ``store_dir`` is the store directory ``get`` serves files from (none served when ``None``);
+    ``refuse_files`` are never served (the token file). The controller's latest versions are pushed to
+    executors right after their ``hello``; ``bootstrap`` then ``poll`` run on the poll thread. Raises
+    :class:`WireError` (reason ``listen``) when the address cannot be bound.
+    """
+    if not token:
+        raise WireError("daemon: the token must not be empty", reason="auth")
+    if poll_interval_s is not None:
+        config = DaemonConfig(**{**{f: getattr(config, f) for f in config.__dataclass_fields__},
+                                 "poll_interval_s": poll_interval_s})
+    d = _Daemon(controller, token, config, None if store_dir is None else Path(store_dir),
+                tuple(Path(p) for p in refuse_files), log or json_log())
+    d.remember(controller.latest())
+    try:
+        server = d.loop.run_until_complete(
+            d.loop.create_server(lambda: _Conn(d), host, port, reuse_address=True, backlog=128))
+    except OSError as exc:
+        d.loop.close()
+        raise WireError(f"daemon: cannot listen on {host}:{port}: {exc.strerror or exc}", reason="listen") from None
+    loop_thread = threading.Thread(target=d.loop.run_forever, name="loopcoll-daemon-loop", daemon=True)
+    ingest_thread = threading.Thread(target=d.ingest_worker, name="loopcoll-daemon-ingest", daemon=True)
+    poll_thread = threading.Thread(target=d.poll_worker, name="loopcoll-daemon-poll", daemon=True)
+    handle = DaemonHandle(d, server, [loop_thread, ingest_thread, poll_thread])
+    d.log({"event": "listen", "address": handle.address, "versions": len(d.latest),
+           "poll_interval_s": config.poll_interval_s, "max_clients": config.max_clients})
+    for t in (loop_thread, ingest_thread, poll_thread):
+        t.start()
+    return handle
