@@ -12,25 +12,39 @@ Examples
 
 from __future__ import annotations
 
+from runtime.controller import Controller, ControllerConfig
+from runtime.detector import Verdict, detect, verdict_for_schedule
 from runtime.errors import ProfileError, RuntimeStateError, StoreError, TelemetryError
+from runtime.estimator import LinkEstimator, ScheduleRouting
 from runtime.profile import CollectiveSpec, Communicator, JobProfile, load_profile, profile_from_dict
+from runtime.store import Band, VersionEntry, VersionStore
 from runtime.telemetry import IngestReport, Sample, SampleStore, parse_sample, read_jsonl, validate_samples, write_jsonl
 
 __all__ = [
+    "Band",
     "CollectiveSpec",
     "Communicator",
+    "Controller",
+    "ControllerConfig",
     "IngestReport",
     "JobProfile",
+    "LinkEstimator",
     "ProfileError",
     "RuntimeStateError",
     "Sample",
     "SampleStore",
+    "ScheduleRouting",
     "StoreError",
     "TelemetryError",
+    "Verdict",
+    "VersionEntry",
+    "VersionStore",
+    "detect",
     "load_profile",
     "parse_sample",
     "profile_from_dict",
     "read_jsonl",
     "validate_samples",
+    "verdict_for_schedule",
     "write_jsonl",
 ]

@@ -16,5 +16,7 @@ True
 from __future__ import annotations
 
 from synth.simulation.simulator import SimResult, SimStatus, auto_slices, simulate, simulate_sweep
+from synth.simulation.transfers import Transfer, TransferTimes, simulate_transfers
 
-__all__ = ["SimResult", "SimStatus", "auto_slices", "simulate", "simulate_sweep"]
+__all__ = ["SimResult", "SimStatus", "Transfer", "TransferTimes", "auto_slices", "simulate", "simulate_sweep",
+           "simulate_transfers"]

@@ -62,6 +62,9 @@ class EngineRun:
     events: int
     rate_solves: int
     steps: int
+    #: Per hop-flow: when its first slice went on the wire and when its last slice arrived (s).
+    flow_first_start_s: np.ndarray | None = None
+    flow_last_arrival_s: np.ndarray | None = None
 
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -112,6 +115,8 @@ class _Engine:
         self.arrived = np.zeros(f, dtype=np.int64)
         self.target = np.full(f, np.inf)
         self.stamp = np.zeros(f, dtype=np.int64)
+        self.first_start = np.full(f, np.inf)
+        self.last_arrival = np.zeros(f, dtype=np.float64)
         self.flow_lat = m.path_lat_s[m.flow_path]
         self.cls_size = np.bincount(m.flow_path, minlength=p).astype(np.int64)
         self.cls_ptr = np.zeros(p + 1, dtype=np.int64)
@@ -177,6 +182,7 @@ class _Engine:
         flows = cand[ok]
         if flows.size:
             paths = self.m.flow_path[flows]
+            np.minimum.at(self.first_start, flows, self.t)
             self.started[flows] += 1
             tgt = self.clock[paths] + self.s
             self.target[flows] = tgt
@@ -231,6 +237,7 @@ class _Engine:
     def land(self, flows: IntArray, t_done: np.ndarray) -> None:
         """Queue the arrival of slices whose last byte left at ``t_done``."""
         t_arr = t_done + self.flow_lat[flows]
+        np.maximum.at(self.last_arrival, flows, t_arr)
         order = t_arr.argsort(kind="stable")
         heapq.heappush(self.arrivals, (float(t_arr[order[0]]), self.seq, t_arr[order], flows[order]))
         self.seq += 1
@@ -329,7 +336,7 @@ class _Engine:
                     np.add.at(self.nact, a, 1)
                     self.solve_rates()
                     act = self.nact.nonzero()[0]
-        return EngineRun(self.t_last, self.events, self.rate_solves, total)
+        return EngineRun(self.t_last, self.events, self.rate_solves, total, self.first_start, self.last_arrival)
 
 
 def run_engine(m: FlowModel, slice_bytes: float, rtol: float) -> EngineRun:

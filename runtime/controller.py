@@ -1,0 +1,396 @@
+"""``runtime.Controller``: telemetry in, schedule versions out (the in-process face of the daemon).
+
+The controller validates samples (:mod:`runtime.telemetry`), groups them per collective, folds them
+into the link estimator (:mod:`runtime.estimator`), runs the detector (:mod:`runtime.detector`) on
+every deployed schedule and lets the manager (:mod:`runtime.manager`) re-synthesize and publish
+versions into the store (:mod:`runtime.store`). ``ingest`` and ``status`` are cheap and thread-safe
+while ``poll`` (which may run a synthesis) runs in another thread.
+
+Examples
+--------
+>>> import tempfile
+>>> from synth import load_topology
+>>> from runtime.profile import profile_from_dict
+>>> topo = load_topology("hpn:1x2x4")
+>>> prof = profile_from_dict({"format": "loopcoll.profile/1", "topology": "hpn:1x2x4", "communicators": [
+...     {"name": "world", "ranks": list(range(8)), "collectives": [{"collective": "allgather", "sizes": [1 << 24]}]}]})
+>>> ctl = Controller(topo, prof, tempfile.mkdtemp(), config=ControllerConfig(export_xml=False), clock=lambda: 0.0)
+>>> [(e.comm, e.collective, e.version) for e in ctl.bootstrap()]
+[('world', 'allgather', 1)]
+>>> ctl.ingest([{"kind": "pair"}]).rejected["missing_field"]
+1
+>>> ctl.poll()
+[]
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from synth import Schedule, Topology
+
+from runtime.detector import Verdict
+from runtime.errors import ProfileError, StoreError
+from runtime.estimator import LinkEstimator, ScheduleRouting
+from runtime.manager import ManagerConfig, ScheduleManager
+from runtime.profile import JobProfile
+from runtime.store import VersionEntry, VersionStore
+from runtime.telemetry import IngestReport, Sample, SampleStore, validate_samples
+
+__all__ = ["Controller", "ControllerConfig"]
+
+_LOG = logging.getLogger(__name__)
+_REDUCING = ("allreduce", "reducescatter", "reduce")
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """Every knob of the loop; ``docs/controller.md`` gives each default and why.
+
+    alpha, tau_s
+        EWMA weight per observation (MCCL: 0.012), or the time constant for irregular sampling.
+    gamma
+        Γ, the detector's threshold on the cut-slack deviation ``max δ_a``.
+    hysteresis
+        A pending re-synthesis is aborted when ``max δ`` falls to ``Γ·(1 − hysteresis)`` or below.
+    cooldown_s
+        No re-synthesis of a (comm, collective) within this long after its last swap (or kept decision).
+    time_limit_s, chunks, solver
+        Passed to :func:`synth.synthesize`.
+    min_gain
+        A new version must beat the current one by this fraction on the measured topology.
+    recovery_check_s
+        How often (at most) the predicted-vs-optimal recovery check runs per schedule (``None``: never).
+    slow_tolerance, pace_tolerance, snap
+        The estimator's tolerances (:class:`runtime.estimator.LinkEstimator`).
+    export_xml
+        Export MSCCL XML per band into the store.
+    max_samples_per_comm
+        Bound of the in-memory sample store (oldest dropped first).
+    max_pending_samples
+        Bound of the samples waiting for the next ``poll`` (oldest dropped and counted beyond it).
+    recent_verdicts
+        How many recent verdicts ``status`` keeps.
+    """
+
+    alpha: float = 0.012
+    tau_s: float | None = None
+    gamma: float = 0.1
+    hysteresis: float = 0.5
+    cooldown_s: float = 1.0
+    time_limit_s: float | None = 30.0
+    chunks: int | None = None
+    solver: str = "highs"
+    min_gain: float = 0.02
+    recovery_check_s: float | None = 5.0
+    slow_tolerance: float = 0.1
+    pace_tolerance: float = 0.1
+    snap: float = 0.02
+    export_xml: bool = True
+    max_samples_per_comm: int = 100_000
+    max_pending_samples: int = 1_000_000
+    recent_verdicts: int = 64
+
+    def manager_config(self) -> ManagerConfig:
+        return ManagerConfig(gamma=self.gamma, hysteresis=self.hysteresis, cooldown_s=self.cooldown_s,
+                             time_limit_s=self.time_limit_s, chunks=self.chunks, solver=self.solver,
+                             min_gain=self.min_gain, recovery_check_s=self.recovery_check_s,
+                             export_xml=self.export_xml)
+
+
+def _check_config(cfg: ControllerConfig) -> None:
+    def bad(name: str, rule: str) -> ProfileError:
+        return ProfileError(f"controller config: {name} must be {rule}, got {getattr(cfg, name)!r}")
+
+    if not 0 < cfg.alpha <= 1:
+        raise bad("alpha", "in (0, 1]")
+    if cfg.tau_s is not None and not (math.isfinite(cfg.tau_s) and cfg.tau_s > 0):
+        raise bad("tau_s", "a number > 0 or None")
+    for name in ("gamma", "cooldown_s", "min_gain", "slow_tolerance", "pace_tolerance", "snap"):
+        v = getattr(cfg, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise bad(name, "a finite number >= 0")
+    if not 0 <= cfg.hysteresis <= 1:
+        raise bad("hysteresis", "in [0, 1]")
+
+
+class Controller:
+    """The closed loop's controller over one nominal topology and job profile (docs/controller.md).
+
+    Parameters
+    ----------
+    topology
+        The nominal topology (capacities are the estimator's prior and upper bound).
+    profile
+        Communicators, collectives and sizes; every communicator must span all GPUs for now.
+    store
+        A :class:`VersionStore` or a directory for one; existing versions are reloaded (restart).
+    config
+        :class:`ControllerConfig`.
+    clock
+        Seconds; ``time.time`` by default. A simulated clock makes ``poll(now_s)`` hold a finished
+        synthesis until ``now_s`` passes its measured duration (closed-loop timeline).
+    log
+        Receives one structured dict per decision (``event`` names it).
+    """
+
+    def __init__(self, topology: Topology, profile: JobProfile, store: VersionStore | str | os.PathLike[str], *,
+                 config: ControllerConfig = ControllerConfig(), clock: Callable[[], float] = time.time,
+                 log: Callable[[dict[str, Any]], None] | None = None) -> None:
+        _check_config(config)
+        profile.check_topology(topology)
+        self.topology = topology
+        self.profile = profile
+        self.config = config
+        self._clock = clock
+        self._real_time = clock is time.time or clock is time.monotonic
+        self._user_log = log
+        self.store = store if isinstance(store, VersionStore) else VersionStore(Path(store))
+        self._lock = threading.RLock()
+        self._poll_lock = threading.Lock()
+        self._comms = profile.comm_ranks()
+        self._pending: deque[Sample] = deque()
+        self.samples = SampleStore(max_per_comm=config.max_samples_per_comm)
+        self._report = IngestReport(0)
+        self._skipped: Counter[str] = Counter()
+        self._verdicts: deque[dict[str, Any]] = deque(maxlen=config.recent_verdicts)
+        self._last_verdict: dict[tuple[str, str], Verdict] = {}
+        self._events: deque[dict[str, Any]] = deque(maxlen=256)
+        self._routing: dict[tuple[str, str, int], ScheduleRouting | None] = {}
+        self._held: dict[tuple[str, str, int, int], list[Sample]] = {}
+        self._newest_seq: dict[tuple[str, str], int] = {}
+        self.samples_since_publish = 0
+        self.estimator = LinkEstimator(topology, alpha=config.alpha, tau_s=config.tau_s,
+                                       slow_tolerance=config.slow_tolerance, pace_tolerance=config.pace_tolerance,
+                                       snap=config.snap)
+        self.manager = ScheduleManager(topology, profile, self.store, self.estimator, config.manager_config(),
+                                       self._log)
+
+    # -- logging ------------------------------------------------------------------------------
+    def _log(self, record: dict[str, Any]) -> None:
+        record = {"t_s": self._now(), **record}
+        self._events.append(record)
+        _LOG.info("%s", record.get("event"), extra={"loopcoll": record})
+        if self._user_log is not None:
+            try:
+                self._user_log(record)
+            except Exception:  # noqa: BLE001 - a broken log sink must not stop the loop
+                _LOG.exception("controller log callback failed")
+
+    def _now(self) -> float:
+        return float(self._clock())
+
+    # -- ingest -----------------------------------------------------------------------------
+    def ingest(self, samples: Iterable[Mapping[str, Any] | Sample | str]) -> IngestReport:
+        """Validate and queue samples; bad ones are counted by reason, never raised."""
+        try:
+            items = list(samples)
+        except TypeError:
+            items = [samples]  # type: ignore[list-item]
+        ok, report = validate_samples(items, comms=self._comms, nranks=self.topology.nranks)
+        with self._lock:
+            self._report = self._report.merged(report)
+            self.samples.add(ok)
+            self._pending.extend(ok)
+            while len(self._pending) > self.config.max_pending_samples:
+                self._pending.popleft()
+                self._skipped["pending_overflow"] += 1
+        if report.rejected_total:
+            self._log({"event": "samples_rejected", "rejected": dict(report.rejected),
+                       "first_error": report.first_error})
+        return report
+
+    # -- sample groups → estimator --------------------------------------------------------------
+    def _routing_for(self, comm: str, collective: str, version: int) -> ScheduleRouting | None:
+        key = (comm, collective, version)
+        if key not in self._routing:
+            sched: Schedule | None = None
+            try:
+                sched = self.manager.schedule_of(comm, collective, version)
+            except StoreError as exc:
+                self._log({"event": "store_error", "message": str(exc)})
+            self._routing[key] = None if sched is None else ScheduleRouting.build(sched, self.topology)
+        return self._routing[key]
+
+    def _expected(self, routing: ScheduleRouting) -> int:
+        injects = len(routing.inject_links)
+        return len(routing.pair_links) + injects
+
+    def _process_samples(self, *, flush: bool = False) -> int:
+        """Group pending samples per collective and fold complete groups into the estimator."""
+        with self._lock:
+            batch = list(self._pending)
+            self._pending.clear()
+            for s in batch:
+                if s.kind not in ("pair", "inject"):
+                    continue
+                if s.collective in _REDUCING:
+                    self._skipped["reduction_phase"] += 1
+                    continue
+                if s.version is None or s.collective is None:
+                    self._skipped["no_schedule_version"] += 1
+                    continue
+                seq = s.seq if s.seq is not None else -1 - len(self._held)
+                self._held.setdefault((s.comm, s.collective, s.version, seq), []).append(s)
+                ck = (s.comm, s.collective)
+                if s.seq is not None and s.seq > self._newest_seq.get(ck, -1):
+                    self._newest_seq[ck] = s.seq
+            done = 0
+            for gkey in sorted(self._held, key=lambda k: (k[0], k[1], k[3], k[2])):
+                comm, coll, version, seq = gkey
+                group = self._held[gkey]
+                routing = self._routing_for(comm, coll, version)
+                if routing is None:
+                    self._skipped["unknown_version"] += len(group)
+                    del self._held[gkey]
+                    continue
+                complete = len(group) >= self._expected(routing) or seq < 0 or \
+                    self._newest_seq.get((comm, coll), -1) > seq or flush
+                if not complete:
+                    continue
+                del self._held[gkey]
+                meas = [(s.kind, s.src, s.dst, float(s.bytes), s.busy_s) for s in group]
+                self.estimator.observe_group(routing, meas, t_s=max(s.t_s for s in group))
+                self.samples_since_publish += len(group)
+                done += 1
+            return done
+
+    # -- the loop ---------------------------------------------------------------------------
+    def bootstrap(self) -> list[VersionEntry]:
+        """Publish version 1 of every (comm, collective) of the profile that the store lacks."""
+        with self._poll_lock:
+            return self.manager.bootstrap(self._now())
+
+    def poll(self, now_s: float | None = None) -> list[VersionEntry]:
+        """Fold in the samples, run the detector, (re-)synthesize; returns the versions published now.
+
+        With ``now_s`` given (simulated time) a synthesis started here is ready ``its measured
+        duration`` later and is finished (published or aborted) by a later ``poll``; without it
+        (real time) it is finished before this call returns.
+        """
+        with self._poll_lock:
+            now = self._now() if now_s is None else float(now_s)
+            self._process_samples()
+            with self._lock:
+                trig = self.samples_since_publish
+            clock = self._clock if now_s is None else None
+            out = self.manager.step(now, clock, trig)
+            # samples that arrived during a synthesis count before its abort/publish decision
+            if out:
+                with self._lock:
+                    self.samples_since_publish = 0
+            with self._lock:
+                for key in sorted(self.manager.deployed):
+                    v = self.manager.verdict(key)
+                    prev = self._last_verdict.get(key)
+                    self._last_verdict[key] = v
+                    if prev is None or prev.flagged != v.flagged or v.flagged:
+                        self._verdicts.append({"t_s": now, "comm": key[0], "collective": key[1],
+                                               "version": self.manager.deployed[key].entry.version, **v.to_dict()})
+            return out
+
+    def finish_pending(self, now_s: float) -> list[VersionEntry]:
+        """Fold samples in and finish only the syntheses ready by ``now_s`` (no new ones started)."""
+        with self._poll_lock:
+            self._process_samples()
+            with self._lock:
+                trig = self.samples_since_publish
+            return [e for e in (self.manager._finish(k, now_s, trig) for k in sorted(self.manager.jobs)
+                                if self.manager.jobs[k].ready_t_s <= now_s) if e is not None]
+
+    # -- queries ----------------------------------------------------------------------------
+    def latest(self, comm: str | None = None) -> list[VersionEntry]:
+        """The newest version of every (comm, collective), optionally of one communicator."""
+        return self.store.latest(comm)
+
+    def deployed_schedule(self, comm: str, collective: str) -> tuple[VersionEntry, Schedule] | None:
+        """The newest version of ``(comm, collective)`` and its schedule, or ``None``."""
+        d = self.manager.deployed.get((comm, collective))
+        return None if d is None else (d.entry, d.schedule)
+
+    def status(self) -> dict[str, Any]:
+        """JSON-able figures: versions, link estimates, recent verdicts, counters."""
+        with self._lock:
+            rep = self._report
+            counters = {
+                "samples_accepted": rep.accepted, "samples_rejected": dict(rep.rejected),
+                "samples_skipped": dict(sorted(self._skipped.items())), "samples_dropped": self.samples.dropped,
+                "samples_pending": len(self._pending) + sum(len(g) for g in self._held.values()),
+                "groups": self.estimator.groups, **asdict(self.manager.counters),
+            }
+            counters.pop("extra", None)
+            return {
+                "format": "loopcoll.controller-status/1",
+                "t_s": self._now(),
+                "topology": self.topology.name,
+                "measured_fingerprint": self.estimator.measured_topology().fingerprint,
+                "versions": [e.to_dict() for e in self.store.latest()],
+                "links": [e.to_dict() for e in self.estimator.snapshot()],
+                "verdicts": list(self._verdicts),
+                "counters": counters,
+                "config": asdict(self.config),
+                **self.manager.status(),
+            }
+
+    def prometheus(self) -> str:
+        """The status figures in the Prometheus text exposition format (version 0.0.4)."""
+        st = self.status()
+        c = st["counters"]
+        lines: list[str] = []
+
+        def metric(name: str, kind: str, help_text: str, rows: list[tuple[dict[str, str], float]]) -> None:
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} {kind}")
+            for labels, value in rows:
+                lab = ",".join(f'{k}="{_esc(v)}"' for k, v in sorted(labels.items()))
+                lines.append(f"{name}{{{lab}}} {_num(value)}" if lab else f"{name} {_num(value)}")
+
+        metric("loopcoll_samples_accepted_total", "counter", "Telemetry samples accepted.",
+               [({}, c["samples_accepted"])])
+        metric("loopcoll_samples_rejected_total", "counter", "Telemetry samples rejected, by reason.",
+               [({"reason": r}, n) for r, n in sorted(c["samples_rejected"].items())])
+        metric("loopcoll_samples_skipped_total", "counter", "Valid samples not used for link estimates, by reason.",
+               [({"reason": r}, n) for r, n in sorted(c["samples_skipped"].items())])
+        for name in ("syntheses", "publications", "aborts", "no_gain", "deferred_cooldown", "failures"):
+            metric(f"loopcoll_{name}_total", "counter", f"Controller decisions: {name.replace('_', ' ')}.",
+                   [({}, c[name])])
+        metric("loopcoll_link_capacity_gbps", "gauge", "Smoothed link capacity estimate M_a (Gbit/s).",
+               [({"link": lk["link"]}, lk["estimate_gbps"]) for lk in st["links"]])
+        metric("loopcoll_link_nominal_gbps", "gauge", "Nominal link capacity (Gbit/s) of estimated links.",
+               [({"link": lk["link"]}, lk["nominal_gbps"]) for lk in st["links"]])
+        metric("loopcoll_schedule_version", "gauge", "Newest schedule version.",
+               [({"comm": v["comm"], "collective": v["collective"]}, v["version"]) for v in st["versions"]])
+        metric("loopcoll_schedule_algbw_GBps", "gauge", "Predicted algbw of the newest version when made (GB/s).",
+               [({"comm": v["comm"], "collective": v["collective"]}, v["algbw_GBps"]) for v in st["versions"]])
+        with self._lock:
+            last = sorted(self._last_verdict.items())
+        metric("loopcoll_detector_max_delta", "gauge", "Latest max cut-slack deviation (Algorithm 1).",
+               [({"comm": k[0], "collective": k[1]}, v.max_delta) for k, v in last])
+        metric("loopcoll_detector_flagged", "gauge", "Latest detector verdict (1 = flagged).",
+               [({"comm": k[0], "collective": k[1]}, 1.0 if v.flagged else 0.0) for k, v in last])
+        return "\n".join(lines) + "\n"
+
+
+def _esc(v: str) -> str:
+    return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _num(x: float) -> str:
+    if isinstance(x, bool):
+        return "1" if x else "0"
+    if isinstance(x, int):
+        return str(x)
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "+Inf" if x > 0 else "-Inf"
+    return repr(float(x))

@@ -1,0 +1,348 @@
+"""Link estimator: telemetry samples → per-link capacity estimates ``M_a`` → a measured topology.
+
+MCCL's hybrid metric (Section 3.2): a ``pair`` sample (bytes ``src`` sent to ``dst`` over the one
+path a peer-addressed executor uses) bounds the links of that path; an ``inject`` sample (bytes a GPU
+sent inside its host) bounds the GPU's host-fabric up-links. A sample measures *achieved throughput*
+``r``; with the running schedule's chunk counts it becomes an *implied capacity* per link
+
+    c_a = r · n_a / n_{m,a}
+
+(``n_a`` chunks of the schedule cross link ``a``, ``n_{m,a}`` of them belong to the measurement).
+``docs/controller.md`` §2 derives it and states the assumptions: while the measured transfers run,
+the flows on a saturated link share it in proportion to their chunks, so the measurement equals
+``M_a · n_{m,a} / n_a`` when ``a`` binds it and is lower otherwise; ``c_a`` is therefore a lower bound
+of ``M_a``, exact on the measurement's binding link.
+
+Per collective (samples grouped by ``(comm, collective, version, seq)``) a link's observation is
+
+* its **nominal** capacity when some informative measurement crossing it ran at its expected speed
+  (at least ``1 − slow_tolerance`` of its proportional share on the nominal topology): the link is
+  not what slows anything down;
+* otherwise the **largest implied capacity** over the slow measurements crossing it (every one of
+  them is slow: the link is implicated), clipped to the nominal capacity;
+* nothing when no informative measurement crosses it.
+
+A slow measurement whose sender was fed by a slow upstream transfer at the same per-chunk rate (a
+relay paced by its input, not by its own links) is *uninformative* and implicates nothing.
+Observations are smoothed per link by an EWMA (``alpha`` per observation, or ``1 − exp(−Δt/τ)``
+with a time constant ``tau_s`` for irregular sampling), starting from the nominal capacity.
+
+Examples
+--------
+>>> from synth import load_topology, synthesize
+>>> topo = load_topology("hpn:1x2x4")
+>>> sched = synthesize("allgather", topo).schedule
+>>> est = LinkEstimator(topo, alpha=1.0)
+>>> routing = ScheduleRouting.build(sched, topo)
+>>> routing.link_chunks[("gpu0", "tor0.0")] == routing.pair_chunks[(0, 4)]  # only 0->4 crosses it
+True
+>>> obs = est.observe_group(routing, [("pair", 0, 4, 30e9 / 8, 1.0)], t_s=0.0)  # 30 Gbit/s achieved
+>>> est.estimate_gbps(("gpu0", "tor0.0")), est.estimate_gbps(("gpu1", "tor0.1"))
+(30.0, 400.0)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict, deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from synth import Link, Schedule, Topology
+from synth.errors import LoopcollError
+
+__all__ = ["LinkEstimate", "LinkEstimator", "Measurement", "ScheduleRouting"]
+
+LinkKey = tuple[str, str]
+#: One measurement of a collective: (kind, src, dst or None, bytes, busy_s).
+Measurement = tuple[str, int, "int | None", float, float]
+
+
+def _route_path(topo: Topology, sched_paths: Mapping[tuple[int, int], set[tuple[str, ...]]],
+                u: int, v: int) -> tuple[str, ...] | None:
+    """The path the executor uses for u→v: the schedule's, when it uses exactly one; else switch_path."""
+    paths = sched_paths.get((u, v))
+    if paths is not None and len(paths) == 1:
+        return next(iter(paths))
+    from msccl_xml import switch_path
+
+    try:
+        return switch_path(topo, topo.gpu_id(u), topo.gpu_id(v))
+    except LoopcollError:
+        return None
+
+
+@dataclass(frozen=True)
+class ScheduleRouting:
+    """What the estimator needs from one running schedule: per-pair paths and chunk counts, ``n_a``.
+
+    ``pair_chunks[(u, v)]`` chunks go u→v in one collective; ``pair_links[(u, v)]`` is the path's links;
+    ``link_chunks[a]`` = ``n_a``; ``inject_links[u]`` maps each host-fabric up-link of ``u`` to the
+    chunks of ``u``'s intra-host sends crossing it; ``upstream[(u, v)]`` the pairs that feed ``u`` the
+    data it relays to ``v``; ``chunk_bytes_per_S`` is the chunk size per byte of ``S``.
+    """
+
+    pair_chunks: Mapping[tuple[int, int], int]
+    pair_links: Mapping[tuple[int, int], tuple[LinkKey, ...]]
+    link_chunks: Mapping[LinkKey, int]
+    inject_links: Mapping[int, Mapping[LinkKey, int]]
+    upstream: Mapping[tuple[int, int], frozenset[tuple[int, int]]]
+    host_of: Mapping[int, int | None]
+    nchunks_total: int = 1
+    meta: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    @classmethod
+    def build(cls, schedule: Schedule, topology: Topology) -> ScheduleRouting:
+        """Routing of ``schedule`` as a peer-addressed executor runs it on ``topology``.
+
+        Each GPU pair uses one path: the one the schedule's hops give it when they agree, else
+        :func:`msccl_xml.switch_path`. Loads ``n_a`` are recomputed from those paths.
+        """
+        chunks: dict[tuple[int, int], int] = defaultdict(int)
+        paths: dict[tuple[int, int], set[tuple[str, ...]]] = defaultdict(set)
+        upstream: dict[tuple[int, int], set[tuple[int, int]]] = defaultdict(set)
+        for route in schedule.routes:
+            into: dict[int, tuple[int, int]] = {}
+            for hop in route.hops:
+                chunks[(hop.src, hop.dst)] += route.chunks
+                paths[(hop.src, hop.dst)].add(hop.path)
+                into[hop.dst] = (hop.src, hop.dst)
+            for hop in route.hops:
+                parent = into.get(hop.src)
+                if parent is not None and route.kind.value != "in_tree":
+                    upstream[(hop.src, hop.dst)].add(parent)
+        pair_links: dict[tuple[int, int], tuple[LinkKey, ...]] = {}
+        link_chunks: dict[LinkKey, int] = defaultdict(int)
+        for pair in sorted(chunks):
+            path = _route_path(topology, paths, *pair)
+            if path is None:
+                continue
+            keys = tuple(zip(path[:-1], path[1:]))
+            pair_links[pair] = keys
+            for a in keys:
+                link_chunks[a] += chunks[pair]
+        host_of = {g.rank: g.host for g in topology.gpus if g.rank is not None}
+        inject: dict[int, dict[LinkKey, int]] = defaultdict(lambda: defaultdict(int))
+        for (u, v), keys in pair_links.items():
+            if host_of.get(u) is not None and host_of.get(u) == host_of.get(v) and keys:
+                inject[u][keys[0]] += chunks[(u, v)]
+        return cls(
+            pair_chunks=MappingProxyType(dict(chunks)),
+            pair_links=MappingProxyType(pair_links),
+            link_chunks=MappingProxyType(dict(sorted(link_chunks.items()))),
+            inject_links=MappingProxyType({u: MappingProxyType(dict(v)) for u, v in sorted(inject.items())}),
+            upstream=MappingProxyType({k: frozenset(v) for k, v in upstream.items()}),
+            host_of=MappingProxyType(host_of),
+            nchunks_total=schedule.nchunks * schedule.nranks,
+        )
+
+    def measured_links(self, kind: str, src: int, dst: int | None) -> dict[LinkKey, int] | None:
+        """Links a measurement bounds and its chunks on each (``None``: the schedule has no such flow)."""
+        if kind == "pair" and dst is not None:
+            keys = self.pair_links.get((src, dst))
+            if keys is None:
+                return None
+            n = self.pair_chunks[(src, dst)]
+            return {a: n for a in keys}
+        if kind == "inject":
+            links = self.inject_links.get(src)
+            return None if not links else dict(links)
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class LinkEstimate:
+    """The smoothed capacity ``M_a`` of one link and how it was reached."""
+
+    src: str
+    dst: str
+    nominal_gbps: float
+    estimate_gbps: float
+    observations: int
+    last_observation_gbps: float
+    last_t_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"link": f"{self.src}->{self.dst}", "nominal_gbps": self.nominal_gbps,
+                "estimate_gbps": self.estimate_gbps, "observations": self.observations,
+                "last_observation_gbps": self.last_observation_gbps, "last_t_s": self.last_t_s}
+
+
+class LinkEstimator:
+    """Per-link EWMA of capacity observations over a nominal topology (not thread-safe by itself).
+
+    Parameters
+    ----------
+    nominal
+        The topology whose capacities are the prior (and the upper bound) of every estimate.
+    alpha
+        EWMA weight of one observation (MCCL uses 0.012), used when ``tau_s`` is ``None``.
+    tau_s
+        Time constant for irregular sampling: an observation ``Δt`` seconds after the link's previous
+        one gets weight ``1 − exp(−Δt / tau_s)``.
+    slow_tolerance
+        A measurement is *slow* below ``1 − slow_tolerance`` of its expected (proportional-share,
+        nominal) throughput.
+    pace_tolerance
+        A slow relay is *paced* (uninformative) when an upstream transfer feeding it was slow with a
+        per-chunk rate at most ``1 + pace_tolerance`` times its own.
+    snap
+        Estimates within this relative distance of the nominal capacity count as nominal in
+        :meth:`measured_topology` (keeps the fingerprint stable while healthy).
+    """
+
+    def __init__(self, nominal: Topology, *, alpha: float = 0.012, tau_s: float | None = None,
+                 slow_tolerance: float = 0.1, pace_tolerance: float = 0.1, snap: float = 0.02,
+                 window: int = 8) -> None:
+        if not 0.0 < alpha <= 1.0:
+            raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
+        if tau_s is not None and not (math.isfinite(tau_s) and tau_s > 0):
+            raise ValueError(f"tau_s must be > 0, got {tau_s!r}")
+        self.nominal = nominal
+        self.alpha = float(alpha)
+        self.tau_s = tau_s
+        self.slow_tolerance = float(slow_tolerance)
+        self.pace_tolerance = float(pace_tolerance)
+        self.snap = float(snap)
+        self._nominal_gbps: dict[LinkKey, float] = {lk.key: lk.gbps for lk in nominal.links}
+        self._m: dict[LinkKey, float] = {}
+        self._count: dict[LinkKey, int] = defaultdict(int)
+        self._last: dict[LinkKey, tuple[float, float]] = {}
+        self._recent: dict[LinkKey, deque[float]] = {}
+        self.window = max(1, int(window))
+        self.groups = 0
+
+    # -- updates ----------------------------------------------------------------------------
+    def _weight(self, key: LinkKey, t_s: float) -> float:
+        if self.tau_s is None:
+            return self.alpha
+        last = self._last.get(key)
+        if last is None:
+            return self.alpha
+        dt = max(0.0, t_s - last[0])
+        return 1.0 - math.exp(-dt / self.tau_s)
+
+    def update(self, key: LinkKey, observation_gbps: float, t_s: float) -> None:
+        """Fold one capacity observation of link ``key`` into its EWMA."""
+        nominal = self._nominal_gbps[key]
+        obs = min(max(observation_gbps, 0.0), nominal)
+        a = self._weight(key, t_s)
+        prev = self._m.get(key, nominal)
+        self._m[key] = (1.0 - a) * prev + a * obs
+        self._count[key] += 1
+        self._last[key] = (t_s, obs)
+        self._recent.setdefault(key, deque(maxlen=self.window)).append(obs)
+
+    def observe_group(self, routing: ScheduleRouting, measurements: Iterable[Measurement], *, t_s: float) -> dict[
+            LinkKey, float]:
+        """Fold one collective's measurements in; returns the per-link observations made (Gbit/s)."""
+        slow: dict[LinkKey, float] = {}
+        healthy: set[LinkKey] = set()
+        rows = []
+        for kind, src, dst, nbytes, busy_s in measurements:
+            if busy_s <= 0 or nbytes <= 0:
+                continue
+            links = routing.measured_links(kind, src, dst)
+            if not links:
+                continue
+            rate = 8.0 * nbytes / busy_s / 1e9
+            chunks = max(links.values())
+            rows.append((kind, src, dst, rate, links, rate / chunks))
+        per_chunk = {(src, dst): pc for kind, src, dst, _, _, pc in rows if kind == "pair"}
+        slow_pairs: set[tuple[int, int]] = set()
+        verdicts = []
+        for kind, src, dst, rate, links, _pc in rows:
+            expected = min(self._nominal_gbps[a] * n / routing.link_chunks[a] for a, n in links.items())
+            is_slow = rate < (1.0 - self.slow_tolerance) * expected
+            verdicts.append(is_slow)
+            if is_slow and kind == "pair":
+                slow_pairs.add((src, dst))
+        for (kind, src, dst, rate, links, pc), is_slow in zip(rows, verdicts):
+            if not is_slow:
+                healthy.update(links)
+                continue
+            if self._paced(routing, kind, src, dst, pc, slow_pairs, per_chunk):
+                continue
+            for a, n in links.items():
+                implied = rate * routing.link_chunks[a] / n
+                slow[a] = max(slow.get(a, 0.0), implied)
+        out: dict[LinkKey, float] = {}
+        for a in sorted(healthy | set(slow)):
+            out[a] = self._nominal_gbps[a] if a in healthy else slow[a]
+            self.update(a, out[a], t_s)
+        self.groups += 1
+        return out
+
+    def _paced(self, routing: ScheduleRouting, kind: str, src: int, dst: int | None, per_chunk: float,
+               slow_pairs: set[tuple[int, int]], rates: Mapping[tuple[int, int], float]) -> bool:
+        if kind == "pair" and dst is not None:
+            feeders: Iterable[tuple[int, int]] = routing.upstream.get((src, dst), ())
+        else:
+            feeders = {f for (u, v), ups in routing.upstream.items() if u == src for f in ups}
+        limit = (1.0 + self.pace_tolerance) * per_chunk
+        return any(f in slow_pairs and rates.get(f, math.inf) <= limit for f in feeders)
+
+    # -- queries ----------------------------------------------------------------------------
+    def estimate_gbps(self, key: LinkKey) -> float:
+        """``M_a`` of link ``key`` (its nominal capacity while unobserved)."""
+        return self._m.get(key, self._nominal_gbps[key])
+
+    def capacities_gbps(self, keys: Iterable[LinkKey] | None = None) -> dict[LinkKey, float]:
+        """``M_a`` for the given links (default: every link of the topology)."""
+        ks = self._nominal_gbps.keys() if keys is None else keys
+        return {k: self.estimate_gbps(k) for k in ks}
+
+    def estimated_links(self) -> list[LinkKey]:
+        """Links with at least one observation, sorted."""
+        return sorted(self._m)
+
+    def snapshot(self) -> list[LinkEstimate]:
+        """Every observed link's estimate, sorted by link."""
+        return [LinkEstimate(a, b, self._nominal_gbps[(a, b)], self._m[(a, b)], self._count[(a, b)],
+                             self._last[(a, b)][1], self._last[(a, b)][0]) for a, b in sorted(self._m)]
+
+    def recent_gbps(self, key: LinkKey) -> float:
+        """The median of the link's last ``window`` observations (its EWMA until it has that many)."""
+        recent = self._recent.get(key)
+        if recent is None or len(recent) < self.window:
+            return self.estimate_gbps(key)
+        return float(sorted(recent)[len(recent) // 2])
+
+    def measured_topology(self, *, recent: bool = False) -> Topology:
+        """The nominal topology with estimated capacities (only observed links off nominal by > ``snap``).
+
+        ``recent`` uses each link's recent level (:meth:`recent_gbps`) instead of its EWMA: the
+        EWMA decides *whether* to act, the recent level *what for* (docs/controller.md §2).
+        """
+        links = []
+        changed = False
+        for lk in self.nominal.links:
+            m = self._m.get(lk.key)
+            if m is not None and recent:
+                m = self.recent_gbps(lk.key)
+            if m is not None and m < (1.0 - self.snap) * lk.gbps:
+                links.append(Link(lk.src, lk.dst, _round_gbps(m), lk.latency_us))
+                changed = True
+            else:
+                links.append(lk)
+        if not changed:
+            return self.nominal
+        return self.nominal.with_links(links, name=f"{self.nominal.name}+measured")
+
+    def reset(self, keys: Sequence[LinkKey] | None = None) -> None:
+        """Forget estimates (all, or of ``keys``)."""
+        for k in list(self._m) if keys is None else keys:
+            self._m.pop(k, None)
+            self._last.pop(k, None)
+            self._count.pop(k, None)
+            self._recent.pop(k, None)
+
+
+def _round_gbps(x: float) -> float:
+    """Estimates rounded to 4 significant digits: re-synthesis sees stable, exact-friendly decimals."""
+    if x <= 0:
+        return 0.0
+    digits = 3 - int(math.floor(math.log10(x)))
+    return round(x, max(digits, 0))

@@ -1,0 +1,354 @@
+"""Schedule manager: which deployed schedules to re-synthesize, when, and when to keep the current one.
+
+It holds the job profile and, per ``(comm, collective)``, the deployed version (its schedule and, when
+made in this process, its in-memory :class:`~synth.SynthResult` so a warm start keeps AllToAll's
+certified-repair state). On each :meth:`ScheduleManager.step` it runs the detector on every deployed
+schedule and
+
+* starts a **warm** re-synthesis of a flagged ``(comm, collective)`` on the measured topology (bounded
+  by ``time_limit_s``), unless its cool-down since the last swap is running;
+* when the result is ready (its measured synthesis time later on the caller's clock), **aborts** it
+  if the degradation cleared meanwhile (the current version's ``max δ`` fell below ``Γ·(1 − h)``,
+  the hysteresis band), keeps the current version when the new one is not better by ``min_gain`` on
+  the measured topology (and re-bases the current version's cut there), and otherwise publishes;
+* re-synthesizes **back** when capacity recovers: Algorithm 1 sees a recovery on the cut (slack
+  opens there); a recovery elsewhere is caught by a rate-limited check of the deployed schedule's
+  predicted algbw against the optimal bound on the measured topology.
+
+``docs/controller.md`` §4 documents the state machine, the defaults and why.
+
+Examples
+--------
+>>> size_bands([16777216, 134217728])
+[(1, 47453132, 0), (47453133, None, 1)]
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from synth import LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
+
+from runtime.detector import Verdict, detect
+from runtime.errors import ProfileError, RuntimeStateError
+from runtime.estimator import LinkEstimator
+from runtime.profile import JobProfile
+from runtime.store import VersionEntry, VersionStore
+
+__all__ = ["Deployed", "Job", "ManagerConfig", "ScheduleManager", "size_bands", "SYNTHESIZABLE"]
+
+#: Collectives the controller synthesizes (AllToAllv needs a demand matrix: not handled yet).
+SYNTHESIZABLE = ("allgather", "reducescatter", "allreduce", "alltoall")
+
+
+def size_bands(sizes_bytes: Sequence[int]) -> list[tuple[int, int | None, int]]:
+    """One band per profile size: ``(min_bytes, max_bytes, size index)``, split at geometric midpoints."""
+    sizes = sorted(set(int(s) for s in sizes_bytes))
+    out: list[tuple[int, int | None, int]] = []
+    lo = 1
+    for i, s in enumerate(sizes):
+        hi = None if i == len(sizes) - 1 else int(math.isqrt(s * sizes[i + 1]))
+        out.append((lo, hi, i))
+        lo = (hi or 0) + 1
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerConfig:
+    """The manager's knobs (``runtime.ControllerConfig`` carries them; docs/controller.md §4)."""
+
+    gamma: float = 0.1
+    hysteresis: float = 0.5
+    cooldown_s: float = 1.0
+    time_limit_s: float | None = 30.0
+    chunks: int | None = None
+    solver: str = "highs"
+    min_gain: float = 0.02
+    recovery_check_s: float | None = 5.0
+    export_xml: bool = True
+
+
+@dataclass
+class Deployed:
+    """The deployed version of one (comm, collective) and the manager's memory about it."""
+
+    entry: VersionEntry
+    schedule: Schedule
+    result: SynthResult | None
+    cut: tuple[tuple[str, str, float], ...]
+    swapped_t_s: float
+    last_recovery_check_t_s: float = -math.inf
+    deferred_logged: bool = False
+    samples_since: int = 0
+
+
+@dataclass
+class Job:
+    """A finished synthesis waiting for its ready time (its measured duration after it started)."""
+
+    key: tuple[str, str]
+    reason: str
+    verdict: Verdict | None
+    result: SynthResult
+    topology: Topology
+    started_t_s: float
+    ready_t_s: float
+    trigger_samples: int
+
+
+@dataclass
+class ManagerCounters:
+    syntheses: int = 0
+    publications: int = 0
+    aborts: int = 0
+    no_gain: int = 0
+    deferred_cooldown: int = 0
+    failures: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class ScheduleManager:
+    """Deployed schedules, re-synthesis jobs and their decisions (driven by ``runtime.Controller``)."""
+
+    def __init__(self, nominal: Topology, profile: JobProfile, store: VersionStore, estimator: LinkEstimator,
+                 config: ManagerConfig, log: Callable[[dict[str, Any]], None]) -> None:
+        self.nominal = nominal
+        self.profile = profile
+        self.store = store
+        self.estimator = estimator
+        self.config = config
+        self._log = log
+        self.deployed: dict[tuple[str, str], Deployed] = {}
+        self.jobs: dict[tuple[str, str], Job] = {}
+        self.schedules: dict[tuple[str, str, int], Schedule] = {}
+        self.counters = ManagerCounters()
+        self.sizes: dict[tuple[str, str], tuple[int, ...]] = {}
+        for comm in profile.communicators:
+            if sorted(comm.ranks) != list(range(nominal.nranks)):
+                raise ProfileError(
+                    f"communicator {comm.name!r}: communicator subsets need communicator sub-topologies, "
+                    f"which this controller does not have yet; ranks must be all {nominal.nranks} GPUs of "
+                    f"{nominal.name}")
+            for spec in comm.collectives:
+                self.sizes[(comm.name, spec.collective)] = spec.sizes_bytes
+        for entry in store.latest():
+            key = (entry.comm, entry.collective)
+            if key not in self.sizes:
+                continue
+            sched = store.load_schedule(entry)
+            self.schedules[(entry.comm, entry.collective, entry.version)] = sched
+            # a reloaded version starts no cool-down: the store's clock may not be this one's
+            self.deployed[key] = Deployed(entry, sched, None, entry.cut, -math.inf)
+
+    # -- lookups ----------------------------------------------------------------------------
+    def schedule_of(self, comm: str, collective: str, version: int) -> Schedule | None:
+        """The schedule of a version (loaded from the store on first use), or ``None``."""
+        key = (comm, collective, version)
+        if key not in self.schedules:
+            entry = next((e for e in self.store.entries()
+                          if e.comm == comm and e.collective == collective and e.version == version), None)
+            if entry is None:
+                return None
+            self.schedules[key] = self.store.load_schedule(entry)
+        return self.schedules[key]
+
+    def verdict(self, key: tuple[str, str]) -> Verdict:
+        """Algorithm 1 for the deployed version of ``key`` under the current estimates."""
+        d = self.deployed[key]
+        loads = d.schedule.link_loads()
+        caps = self.estimator.capacities_gbps(loads)
+        return detect(loads, d.cut, caps, gamma=self.config.gamma)
+
+    # -- synthesis ------------------------------------------------------------------------
+    def _synthesize(self, collective: str, topo: Topology, warm: SynthResult | Schedule | None) -> SynthResult:
+        try:
+            return synthesize(collective, topo, chunks=self.config.chunks, warm_from=warm,  # type: ignore[arg-type]
+                              solver=self.config.solver, time_limit_s=self.config.time_limit_s)
+        except LoopcollError as exc:
+            if warm is None:
+                raise
+            self._log({"event": "warm_failed", "collective": collective, "error": str(exc)[:300]})
+            return synthesize(collective, topo, chunks=self.config.chunks,  # type: ignore[arg-type]
+                              solver=self.config.solver, time_limit_s=self.config.time_limit_s)
+
+    def _publish(self, key: tuple[str, str], result: SynthResult, topo: Topology, reason: str,
+                 verdict: Verdict | None, trigger_samples: int, now: float) -> VersionEntry:
+        comm, coll = key
+        bands = [(lo, hi, result) for lo, hi, _ in size_bands(self.sizes[key])]
+        entry = self.store.publish(comm, coll, bands, reason=reason, topology=topo, nominal=self.nominal,
+                                   verdict=None if verdict is None else verdict.to_dict(),
+                                   trigger_samples=trigger_samples, created_t_s=now,
+                                   export_xml=self.config.export_xml)
+        assert result.schedule is not None
+        self.schedules[(comm, coll, entry.version)] = result.schedule
+        self.deployed[key] = Deployed(entry, result.schedule, result, entry.cut, now)
+        self.counters.publications += 1
+        self._log({"event": "publish", "t_s": now, "comm": comm, "collective": coll, "version": entry.version,
+                   "reason": reason, "algbw_GBps": entry.algbw_GBps, "warm_mode": entry.warm_mode,
+                   "synth_time_s": entry.synth_time_s,
+                   "xml": [b.xml for b in entry.bands], "xml_error": entry.bands[0].xml_error})
+        return entry
+
+    def bootstrap(self, now: float) -> list[VersionEntry]:
+        """Publish a first version of every synthesizable (comm, collective) the store lacks."""
+        out = []
+        topo = self.estimator.measured_topology()
+        for key in sorted(self.sizes):
+            if key in self.deployed:
+                continue
+            if key[1] not in SYNTHESIZABLE:
+                self._log({"event": "unsupported", "t_s": now, "comm": key[0], "collective": key[1],
+                           "message": f"{key[1]} schedules need a demand matrix; left to the native library"})
+                continue
+            t0 = time.perf_counter()
+            res = self._synthesize(key[1], topo, None)
+            self.counters.syntheses += 1
+            if res.schedule is None:
+                raise RuntimeStateError(f"{key[0]}/{key[1]}: bootstrap synthesis failed: {res.message}")
+            self._log({"event": "bootstrap", "t_s": now, "comm": key[0], "collective": key[1],
+                       "synth_time_s": time.perf_counter() - t0, "status": res.status.value})
+            out.append(self._publish(key, res, topo, "bootstrap", None, 0, now))
+            self.deployed[key].swapped_t_s = -math.inf  # no cool-down after a bootstrap
+        return out
+
+    def step(self, now: float, clock: Callable[[], float] | None, trigger_samples: int) -> list[VersionEntry]:
+        """Finish ready jobs, run the detector, start re-syntheses; returns the versions published.
+
+        ``clock`` (real time) lets a job finish in the same step; ``None`` (simulated time) makes
+        every job wait for a later step at ``now + synthesis time``.
+        """
+        out = [e for e in (self._finish_ready(now)) if e is not None]
+        for key in sorted(self.deployed):
+            if key in self.jobs:
+                continue
+            d = self.deployed[key]
+            v = self.verdict(key)
+            reason = None
+            if v.flagged:
+                reason = "detector: " + ", ".join(f"{a}->{b}" for a, b in v.deciding[:4]) if v.deciding \
+                    else "detector: " + v.message
+            elif self._recovery_due(key, now):
+                reason = self._recovery_reason(key, now)
+            if reason is None:
+                continue
+            if now - d.swapped_t_s < self.config.cooldown_s:
+                self.counters.deferred_cooldown += 1
+                if d.deferred_logged:
+                    continue
+                d.deferred_logged = True
+                self._log({"event": "cooldown", "t_s": now, "comm": key[0], "collective": key[1],
+                           "version": d.entry.version, "left_s": self.config.cooldown_s - (now - d.swapped_t_s),
+                           "verdict": v.to_dict()})
+                continue
+            topo = self.estimator.measured_topology(recent=True)
+            self._log({"event": "flag", "t_s": now, "comm": key[0], "collective": key[1],
+                       "version": d.entry.version, "reason": reason, "verdict": v.to_dict(),
+                       "measured_fingerprint": topo.fingerprint})
+            t0 = time.perf_counter()
+            try:
+                res = self._synthesize(key[1], topo, d.result if d.result is not None else d.schedule)
+            except LoopcollError as exc:
+                self.counters.failures += 1
+                d.swapped_t_s = now  # back off for a cool-down before trying again
+                self._log({"event": "synthesis_failed", "t_s": now, "comm": key[0], "collective": key[1],
+                           "error": str(exc)[:300]})
+                continue
+            took = time.perf_counter() - t0
+            self.counters.syntheses += 1
+            self._log({"event": "synthesized", "t_s": now, "comm": key[0], "collective": key[1],
+                       "synth_time_s": took, "status": res.status.value,
+                       "warm_mode": res.stats.get("warm_mode") if res.stats else None,
+                       "algbw_GBps": res.algbw_GBps})
+            ready = now + took if clock is None else max(now + took, clock())
+            self.jobs[key] = Job(key, reason, v if v.flagged else None, res, topo, now, ready, trigger_samples)
+            if clock is not None:
+                e = self._finish(key, clock(), trigger_samples)
+                if e is not None:
+                    out.append(e)
+        return out
+
+    def _finish_ready(self, now: float) -> list[VersionEntry | None]:
+        return [self._finish(k, now, self.jobs[k].trigger_samples) for k in sorted(self.jobs)
+                if self.jobs[k].ready_t_s <= now]
+
+    def _finish(self, key: tuple[str, str], now: float, trigger_samples: int) -> VersionEntry | None:
+        job = self.jobs.pop(key)
+        d = self.deployed[key]
+        comm, coll = key
+        res = job.result
+        if res.schedule is None:
+            self.counters.failures += 1
+            d.swapped_t_s = now
+            self._log({"event": "synthesis_failed", "t_s": now, "comm": comm, "collective": coll,
+                       "error": res.message})
+            return None
+        clear = self.config.gamma * (1.0 - self.config.hysteresis)
+        if job.verdict is not None:
+            v = self.verdict(key)
+            if v.max_delta <= clear:
+                self.counters.aborts += 1
+                self._log({"event": "abort", "t_s": now, "comm": comm, "collective": coll,
+                           "version": d.entry.version, "reason": "degradation cleared before the new schedule "
+                           f"was ready (max delta {v.max_delta:.4f} <= {clear:.4g})",
+                           "verdict": v.to_dict()})
+                return None
+        measured = self.estimator.measured_topology(recent=True)
+        try:
+            new_GBps = res.schedule.algbw_GBps(measured)
+            old_GBps = d.schedule.algbw_GBps(measured)
+        except LoopcollError:
+            new_GBps, old_GBps = res.algbw_GBps, 0.0
+        if new_GBps <= old_GBps * (1.0 + self.config.min_gain):
+            self.counters.no_gain += 1
+            try:
+                d.cut = tuple((c.src, c.dst, c.base_slack) for c in d.schedule.bottleneck_for(measured))
+            except LoopcollError:
+                pass
+            d.swapped_t_s = now
+            d.deferred_logged = False
+            self._log({"event": "no_gain", "t_s": now, "comm": comm, "collective": coll,
+                       "version": d.entry.version, "new_algbw_GBps": new_GBps, "current_algbw_GBps": old_GBps,
+                       "message": "kept the current version; its cut re-based on the measured topology"})
+            return None
+        return self._publish(key, res, job.topology, job.reason, job.verdict, trigger_samples, now)
+
+    # -- recovery -------------------------------------------------------------------------
+    def _recovery_due(self, key: tuple[str, str], now: float) -> bool:
+        every = self.config.recovery_check_s
+        d = self.deployed[key]
+        return every is not None and now - d.last_recovery_check_t_s >= every and \
+            now - d.swapped_t_s >= self.config.cooldown_s
+
+    def _recovery_reason(self, key: tuple[str, str], now: float) -> str | None:
+        """A reason when the deployed schedule is further from the optimum than it was when made."""
+        d = self.deployed[key]
+        d.last_recovery_check_t_s = now
+        measured = self.estimator.measured_topology(recent=True)
+        if measured.fingerprint == d.entry.topology_fingerprint:
+            return None
+        try:
+            pred = d.schedule.algbw_GBps(measured)
+            opt = optimal_bound(key[1], measured).algbw_GBps  # type: ignore[arg-type]
+        except LoopcollError:
+            return None
+        made = d.entry.algbw_GBps / d.entry.optimal_algbw_GBps if d.entry.optimal_algbw_GBps > 0 else 1.0
+        if opt > 0 and pred / opt < made * (1.0 - self.config.gamma):
+            return (f"recovery: predicted {pred:.4g} GB/s is {100 * (1 - pred / opt):.1f}% below the optimal "
+                    f"{opt:.4g} GB/s on the measured topology")
+        return None
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "deployed": {f"{k[0]}/{k[1]}": {"version": d.entry.version, "swapped_t_s": d.swapped_t_s,
+                                            "algbw_GBps": d.entry.algbw_GBps}
+                         for k, d in sorted(self.deployed.items())},
+            "pending": [{"comm": j.key[0], "collective": j.key[1], "ready_t_s": j.ready_t_s, "reason": j.reason}
+                        for j in self.jobs.values()],
+        }
+
+

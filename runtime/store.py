@@ -1,0 +1,372 @@
+"""The versioned schedule store (format ``loopcoll.store/1``): a directory and its one manifest.
+
+A deployed schedule is ``(comm, collective, version)``; versions count up from 1 per communicator and
+collective. A version holds one or more size bands, each with the schedule's JSON and, when the
+lowering succeeds, its MSCCL XML. Files are written first (each atomically, under a name no earlier
+version uses) and ``manifest.json`` is replaced atomically last, so a crash at any point leaves the
+previous manifest, and every file it names, intact. ``docs/controller.md`` §5 documents the layout.
+
+Examples
+--------
+>>> import tempfile
+>>> from synth import load_topology, synthesize
+>>> topo = load_topology("ring:4")
+>>> store = VersionStore(tempfile.mkdtemp())
+>>> res = synthesize("allgather", topo)
+>>> e = store.publish("world", "allgather", [(1, None, res)], reason="bootstrap", topology=topo)
+>>> e.version, e.bands[0].schedule, e.bands[0].xml
+(1, 'world/allgather/v1/b0.schedule.json', 'world/allgather/v1/b0.msccl.xml')
+>>> store.load_schedule(e) == res.schedule
+True
+>>> VersionStore(store.directory, create=False).latest() == [e]
+True
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from synth import LoopcollError, Schedule, SynthResult, Topology
+from synth.fileio import write_text_atomic
+
+from runtime.errors import StoreError
+
+__all__ = ["STORE_FORMAT", "Band", "VersionEntry", "VersionStore"]
+
+STORE_FORMAT = "loopcoll.store/1"
+_NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_MAX_MANIFEST_BYTES = 64 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """One size band of a version: sizes ``min_bytes <= S <= max_bytes`` (``None``: no upper end).
+
+    ``schedule`` and ``xml`` are paths relative to the store directory; ``xml`` is ``None`` when the
+    schedule does not lower to MSCCL XML, and ``xml_error`` then says why.
+    """
+
+    min_bytes: int
+    max_bytes: int | None
+    schedule: str
+    xml: str | None = None
+    xml_error: str | None = None
+
+    def covers(self, nbytes: int) -> bool:
+        """Whether a collective of ``nbytes`` bytes falls in this band."""
+        return self.min_bytes <= nbytes and (self.max_bytes is None or nbytes <= self.max_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"min_bytes": self.min_bytes, "max_bytes": self.max_bytes, "schedule": self.schedule,
+                "xml": self.xml, "xml_error": self.xml_error}
+
+
+@dataclass(frozen=True, slots=True)
+class VersionEntry:
+    """One published version: its bands, what it was made for, and why (the manifest entry)."""
+
+    comm: str
+    collective: str
+    version: int
+    bands: tuple[Band, ...]
+    topology_fingerprint: str
+    capacities_gbps: Mapping[str, float]
+    cut: tuple[tuple[str, str, float], ...]
+    algbw_GBps: float  # noqa: N815
+    optimal_algbw_GBps: float  # noqa: N815
+    reason: str
+    verdict: Mapping[str, Any] | None = None
+    trigger_samples: int = 0
+    created_t_s: float = 0.0
+    warm_mode: str | None = None
+    synth_time_s: float = 0.0
+    status: str = "optimal"
+    extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def band_for(self, nbytes: int) -> int:
+        """Index of the band covering ``nbytes`` (the nearest band when none covers it)."""
+        for i, b in enumerate(self.bands):
+            if b.covers(nbytes):
+                return i
+        return min(range(len(self.bands)), key=lambda i: abs(self.bands[i].min_bytes - nbytes))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest entry as JSON-able data (what the daemon pushes on the wire)."""
+        return {
+            "comm": self.comm, "collective": self.collective, "version": self.version,
+            "bands": [b.to_dict() for b in self.bands],
+            "topology_fingerprint": self.topology_fingerprint,
+            "capacities_gbps": dict(sorted(self.capacities_gbps.items())),
+            "cut": [{"src": a, "dst": b, "base_slack": s} for a, b, s in self.cut],
+            "algbw_GBps": self.algbw_GBps, "optimal_algbw_GBps": self.optimal_algbw_GBps,
+            "reason": self.reason, "verdict": None if self.verdict is None else dict(self.verdict),
+            "trigger_samples": self.trigger_samples, "created_t_s": self.created_t_s,
+            "warm_mode": self.warm_mode, "synth_time_s": self.synth_time_s, "status": self.status,
+            "extra": dict(self.extra),
+        }
+
+    @classmethod
+    def from_dict(cls, doc: Any, *, where: str = "manifest entry") -> VersionEntry:
+        """Read an entry back; :class:`StoreError` naming the field when it is malformed."""
+        if not isinstance(doc, Mapping):
+            raise StoreError(f"{where}: must be an object")
+        try:
+            bands = tuple(
+                Band(int(b["min_bytes"]), None if b.get("max_bytes") is None else int(b["max_bytes"]),
+                     str(b["schedule"]), None if b.get("xml") is None else str(b["xml"]),
+                     None if b.get("xml_error") is None else str(b["xml_error"]))
+                for b in doc["bands"])
+            cut = tuple((str(c["src"]), str(c["dst"]), float(c["base_slack"])) for c in doc.get("cut", ()))
+            verdict = doc.get("verdict")
+            entry = cls(
+                comm=str(doc["comm"]), collective=str(doc["collective"]), version=int(doc["version"]),
+                bands=bands, topology_fingerprint=str(doc["topology_fingerprint"]),
+                capacities_gbps=MappingProxyType({str(k): float(v) for k, v in doc["capacities_gbps"].items()}),
+                cut=cut, algbw_GBps=float(doc["algbw_GBps"]), optimal_algbw_GBps=float(doc["optimal_algbw_GBps"]),
+                reason=str(doc["reason"]),
+                verdict=None if verdict is None else MappingProxyType(dict(verdict)),
+                trigger_samples=int(doc.get("trigger_samples", 0)), created_t_s=float(doc.get("created_t_s", 0.0)),
+                warm_mode=None if doc.get("warm_mode") is None else str(doc["warm_mode"]),
+                synth_time_s=float(doc.get("synth_time_s", 0.0)), status=str(doc.get("status", "optimal")),
+                extra=MappingProxyType(dict(doc.get("extra") or {})),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise StoreError(f"{where}: malformed ({type(exc).__name__}: {str(exc)[:120]})") from None
+        if not bands:
+            raise StoreError(f"{where}: has no bands")
+        return entry
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, VersionEntry):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _check_name(value: str, what: str) -> str:
+    if not isinstance(value, str) or not _NAME_OK.match(value):
+        raise StoreError(f"{what} {str(value)[:60]!r} cannot name a store directory "
+                         "(letters, digits, '.', '_', '-'; at most 128 characters)")
+    return value
+
+
+def _finite(x: float) -> float:
+    return float(x) if math.isfinite(x) else 0.0
+
+
+class VersionStore:
+    """A store directory: ``manifest.json`` plus ``<comm>/<collective>/v<N>/`` per version.
+
+    Thread-safe: publishing holds a lock, so a daemon may publish and serve reads concurrently.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, create: bool = True) -> None:
+        self.directory = Path(directory)
+        self._lock = threading.RLock()
+        self._entries: list[VersionEntry] = []
+        if not self.directory.is_dir():
+            if not create:
+                raise StoreError(f"store directory {str(self.directory)!r} does not exist")
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"store directory {str(self.directory)!r}: cannot create: "
+                                 f"{exc.strerror or exc}") from exc
+        if create and not os.access(self.directory, os.W_OK | os.X_OK):
+            raise StoreError(f"store directory {str(self.directory)!r} is not writable")
+        self._entries = self._read_manifest()
+
+    # -- manifest ---------------------------------------------------------------------------
+    @property
+    def manifest_path(self) -> Path:
+        return self.directory / "manifest.json"
+
+    def _read_manifest(self) -> list[VersionEntry]:
+        p = self.manifest_path
+        if not p.exists():
+            return []
+        try:
+            if p.stat().st_size > _MAX_MANIFEST_BYTES:
+                raise StoreError(f"{p}: larger than {_MAX_MANIFEST_BYTES} bytes")
+            doc = json.loads(p.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise StoreError(f"{p}: cannot read: {exc.strerror or exc}") from exc
+        except ValueError as exc:
+            raise StoreError(f"{p}: not valid JSON ({str(exc)[:80]})") from None
+        if not isinstance(doc, Mapping) or doc.get("format") != STORE_FORMAT:
+            got = doc.get("format") if isinstance(doc, Mapping) else type(doc).__name__
+            raise StoreError(f"{p}: format must be {STORE_FORMAT!r}, got {str(got)[:60]!r}")
+        raw = doc.get("versions")
+        if not isinstance(raw, list):
+            raise StoreError(f"{p}: 'versions' must be a list")
+        return [VersionEntry.from_dict(e, where=f"{p}: versions[{i}]") for i, e in enumerate(raw)]
+
+    def _write_manifest(self, entries: Sequence[VersionEntry]) -> None:
+        doc = {"format": STORE_FORMAT, "versions": [e.to_dict() for e in entries]}
+        try:
+            write_text_atomic(self.manifest_path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        except LoopcollError as exc:
+            raise StoreError(f"store {str(self.directory)!r}: cannot write manifest: {exc}") from exc
+
+    def reload(self) -> list[VersionEntry]:
+        """Re-read the manifest from disk (another process may have published)."""
+        with self._lock:
+            self._entries = self._read_manifest()
+            return list(self._entries)
+
+    # -- queries ----------------------------------------------------------------------------
+    def entries(self) -> list[VersionEntry]:
+        """Every version, in publication order."""
+        with self._lock:
+            return list(self._entries)
+
+    def latest(self, comm: str | None = None, collective: str | None = None) -> list[VersionEntry]:
+        """The newest version of each (comm, collective), sorted by name; optionally filtered."""
+        best: dict[tuple[str, str], VersionEntry] = {}
+        for e in self.entries():
+            if (comm is None or e.comm == comm) and (collective is None or e.collective == collective):
+                key = (e.comm, e.collective)
+                if key not in best or e.version > best[key].version:
+                    best[key] = e
+        return [best[k] for k in sorted(best)]
+
+    def next_version(self, comm: str, collective: str) -> int:
+        return max((e.version for e in self.entries() if e.comm == comm and e.collective == collective),
+                   default=0) + 1
+
+    def path(self, relative: str) -> Path:
+        """The absolute path of a store file; refuses paths that would leave the directory."""
+        if not isinstance(relative, str) or not relative or "\x00" in relative or Path(relative).is_absolute():
+            raise StoreError(f"store path {str(relative)[:80]!r} is not a relative path")
+        root = self.directory.resolve()
+        full = (root / relative).resolve()
+        if full != root and root not in full.parents:
+            raise StoreError(f"store path {relative[:80]!r} leaves the store directory")
+        return full
+
+    def load_schedule(self, entry: VersionEntry, band_index: int = 0) -> Schedule:
+        """The schedule of one band of ``entry``."""
+        if not 0 <= band_index < len(entry.bands):
+            raise StoreError(f"{entry.comm}/{entry.collective} v{entry.version}: no band {band_index}")
+        p = self.path(entry.bands[band_index].schedule)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise StoreError(f"{p}: cannot read schedule: {exc.strerror or exc}") from exc
+        try:
+            return Schedule.from_json(text, source=str(p))
+        except LoopcollError as exc:
+            raise StoreError(str(exc)) from exc
+
+    # -- publishing -------------------------------------------------------------------------
+    def publish(
+        self,
+        comm: str,
+        collective: str,
+        results_by_band: Sequence[tuple[int, int | None, SynthResult | Schedule]],
+        *,
+        reason: str,
+        topology: Topology,
+        nominal: Topology | None = None,
+        verdict: Mapping[str, Any] | None = None,
+        trigger_samples: int = 0,
+        created_t_s: float = 0.0,
+        export_xml: bool = True,
+        extra: Mapping[str, Any] | None = None,
+        _fail_before_manifest: bool = False,
+    ) -> VersionEntry:
+        """Write a new version (files first, then the manifest) and return its entry.
+
+        ``results_by_band`` lists ``(min_bytes, max_bytes, result)``; ``topology`` is the (measured)
+        topology the schedules were made for: its capacities go into the entry (only the links that
+        differ from ``nominal`` when that is given). MSCCL XML is exported per band when
+        ``export_xml``; an export error is recorded in the band (``xml_error``), the schedule is still
+        published. ``_fail_before_manifest`` raises after the files are written (crash tests).
+        """
+        _check_name(comm, "communicator")
+        _check_name(collective, "collective")
+        if not results_by_band:
+            raise StoreError(f"{comm}/{collective}: nothing to publish (no bands)")
+        with self._lock:
+            version = self.next_version(comm, collective)
+            rel_dir = f"{comm}/{collective}/v{version}"
+            try:
+                self.path(rel_dir).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"store {str(self.directory)!r}: cannot create {rel_dir}: "
+                                 f"{exc.strerror or exc}") from exc
+            bands: list[Band] = []
+            first: SynthResult | Schedule | None = None
+            written: dict[int, Band] = {}  # a result shared by several bands is written once
+            for i, (lo, hi, res) in enumerate(results_by_band):
+                sched = res.schedule if isinstance(res, SynthResult) else res
+                if sched is None:
+                    raise StoreError(f"{comm}/{collective} band {i}: the synthesis produced no schedule")
+                first = first or res
+                if id(res) in written:
+                    same = written[id(res)]
+                    bands.append(Band(int(lo), None if hi is None else int(hi), same.schedule, same.xml,
+                                      same.xml_error))
+                    continue
+                rel = f"{rel_dir}/b{i}.schedule.json"
+                try:
+                    write_text_atomic(self.path(rel), sched.to_json())
+                except LoopcollError as exc:
+                    raise StoreError(f"store {str(self.directory)!r}: cannot write {rel}: {exc}") from exc
+                xml_rel: str | None = None
+                xml_err: str | None = None
+                if export_xml:
+                    xml_rel, xml_err = self._export(sched, topology, f"{rel_dir}/b{i}.msccl.xml")
+                bands.append(Band(int(lo), None if hi is None else int(hi), rel, xml_rel, xml_err))
+                written[id(res)] = bands[-1]
+            assert first is not None
+            sched0 = first.schedule if isinstance(first, SynthResult) else first
+            assert sched0 is not None
+            if isinstance(first, SynthResult):
+                algbw, optimal = first.algbw_GBps, first.optimal_algbw_GBps
+                warm_mode = first.stats.get("warm_mode") if first.stats else None
+                synth_s, status = first.solve_time_s, first.status.value
+            else:
+                algbw = sched0.algbw_GBps(topology)
+                optimal = float(sched0.meta.get("optimal_algbw_GBps", algbw))
+                warm_mode, synth_s, status = None, 0.0, "given"
+            caps = {f"{lk.src}->{lk.dst}": lk.gbps for lk in topology.links}
+            if nominal is not None:
+                nom = {f"{lk.src}->{lk.dst}": lk.gbps for lk in nominal.links}
+                caps = {k: v for k, v in caps.items() if nom.get(k) != v}
+            entry = VersionEntry(
+                comm=comm, collective=collective, version=version, bands=tuple(bands),
+                topology_fingerprint=topology.fingerprint, capacities_gbps=MappingProxyType(dict(sorted(caps.items()))),
+                cut=tuple((c.src, c.dst, c.base_slack) for c in sched0.bottleneck),
+                algbw_GBps=_finite(algbw), optimal_algbw_GBps=_finite(optimal), reason=str(reason),
+                verdict=None if verdict is None else MappingProxyType(json.loads(json.dumps(dict(verdict)))),
+                trigger_samples=int(trigger_samples), created_t_s=float(created_t_s),
+                warm_mode=None if warm_mode is None else str(warm_mode), synth_time_s=float(synth_s),
+                status=status, extra=MappingProxyType(dict(extra or {})),
+            )
+            if _fail_before_manifest:
+                raise StoreError(f"{comm}/{collective} v{version}: injected failure before the manifest write")
+            self._write_manifest([*self._entries, entry])
+            self._entries.append(entry)
+            return entry
+
+    def _export(self, sched: Schedule, topology: Topology, rel: str) -> tuple[str | None, str | None]:
+        from msccl_xml import export
+
+        try:
+            export(sched, topology, str(self.path(rel)))
+        except LoopcollError as exc:
+            return None, str(exc)[:500]
+        except (OSError, ValueError, RecursionError) as exc:
+            return None, f"{type(exc).__name__}: {str(exc)[:400]}"
+        return rel, None

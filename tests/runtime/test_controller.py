@@ -1,0 +1,136 @@
+"""runtime.Controller: bootstrap, restart, bad input, status and Prometheus text, thread safety."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime import Controller, ControllerConfig, ProfileError, StoreError, profile_from_dict
+from synth import load_topology
+
+TOPO = "hpn:1x2x4"
+
+
+def _profile(ranks: list[int] | None = None, colls: tuple[str, ...] = ("allgather",)) -> Any:
+    return profile_from_dict({"format": "loopcoll.profile/1", "topology": TOPO, "communicators": [
+        {"name": "world", "ranks": list(range(8)) if ranks is None else ranks,
+         "collectives": [{"collective": c, "sizes": [1 << 24, 1 << 27]} for c in colls]}]})
+
+
+def _sample(**over: Any) -> dict[str, Any]:
+    s = {"format": "loopcoll.telemetry/1", "t_s": 1.0, "comm": "world", "seq": 1, "version": 1, "kind": "pair",
+         "src": 0, "dst": 4, "bytes": 1 << 20, "busy_s": 1e-3, "collective": "allgather", "origin": "executor"}
+    s.update(over)
+    return s
+
+
+@pytest.fixture()
+def ctl(tmp_path: Path) -> Controller:
+    logs: list[dict[str, Any]] = []
+    c = Controller(load_topology(TOPO), _profile(), tmp_path / "store",
+                   config=ControllerConfig(export_xml=False), clock=lambda: 5.0, log=logs.append)
+    c.logs = logs  # type: ignore[attr-defined]
+    return c
+
+
+def test_bootstrap_publishes_one_version_with_a_band_per_size(ctl: Controller) -> None:
+    (e,) = ctl.bootstrap()
+    assert (e.comm, e.collective, e.version, e.reason) == ("world", "allgather", 1, "bootstrap")
+    assert [(b.min_bytes, b.max_bytes) for b in e.bands] == [(1, 47453132), (47453133, None)]
+    assert ctl.bootstrap() == []  # nothing missing any more
+    assert ctl.latest() == [e] and ctl.latest("other") == []
+    assert [r["event"] for r in ctl.logs] == ["bootstrap", "publish"]  # type: ignore[attr-defined]
+
+
+def test_restart_reloads_the_store(tmp_path: Path) -> None:
+    c1 = Controller(load_topology(TOPO), _profile(), tmp_path, config=ControllerConfig(export_xml=False))
+    (e,) = c1.bootstrap()
+    c2 = Controller(load_topology(TOPO), _profile(), tmp_path, config=ControllerConfig(export_xml=False))
+    assert c2.bootstrap() == [] and c2.latest() == [e]
+    assert c2.deployed_schedule("world", "allgather")[1] == c1.deployed_schedule("world", "allgather")[1]
+
+
+def test_bad_samples_are_counted_never_raised(ctl: Controller) -> None:
+    ctl.bootstrap()
+    rep = ctl.ingest([_sample(), _sample(src=99), _sample(comm="nope"), _sample(busy_s=0), "{", 17,
+                      _sample(kind="pair", dst=None)])
+    assert rep.accepted == 1
+    assert dict(rep.rejected) == {"bad_json": 1, "dst": 1, "nonpositive_busy": 1, "type": 1, "unknown_comm": 1,
+                                  "unknown_rank": 1}
+    assert ctl.ingest(None).accepted == 0  # type: ignore[arg-type]
+    st = ctl.status()
+    assert st["counters"]["samples_rejected"]["unknown_rank"] == 1
+    assert any(r["event"] == "samples_rejected" for r in ctl.logs)  # type: ignore[attr-defined]
+
+
+def test_samples_of_unknown_versions_and_reductions_are_skipped(ctl: Controller) -> None:
+    ctl.bootstrap()
+    ctl.ingest([_sample(version=7), _sample(collective="allreduce"), _sample(version=None)])
+    ctl.poll()
+    assert ctl.status()["counters"]["samples_skipped"] == {"no_schedule_version": 1, "reduction_phase": 1,
+                                                           "unknown_version": 1}
+
+
+def test_communicator_subsets_are_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match="communicator 'world': communicator subsets need"):
+        Controller(load_topology(TOPO), _profile(ranks=[0, 4]), tmp_path)
+
+
+def test_profile_rank_outside_topology_and_bad_config(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match="rank 9 is not a GPU"):
+        Controller(load_topology(TOPO), _profile(ranks=list(range(8)) + [9]), tmp_path)
+    with pytest.raises(ProfileError, match="alpha must be in"):
+        Controller(load_topology(TOPO), _profile(), tmp_path, config=ControllerConfig(alpha=0.0))
+
+
+def test_unusable_store_is_a_store_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StoreError, match="file"):
+        Controller(load_topology(TOPO), _profile(), tmp_path / "file" / "store")
+
+
+def test_status_and_prometheus_carry_the_same_figures(ctl: Controller) -> None:
+    ctl.bootstrap()
+    ctl.ingest([_sample(), _sample(src=99)])
+    ctl.poll()
+    st = ctl.status()
+    assert st["format"] == "loopcoll.controller-status/1"
+    assert [v["version"] for v in st["versions"]] == [1]
+    text = ctl.prometheus()
+    assert "# TYPE loopcoll_samples_accepted_total counter" in text
+    assert "loopcoll_samples_accepted_total 1\n" in text
+    assert 'loopcoll_samples_rejected_total{reason="unknown_rank"} 1\n' in text
+    assert 'loopcoll_schedule_version{collective="allgather",comm="world"} 1\n' in text
+    assert 'loopcoll_detector_flagged{collective="allgather",comm="world"} 0.0\n' in text
+    for line in text.splitlines():
+        assert line.startswith("#") or len(line.rsplit(" ", 1)) == 2
+
+
+def test_ingest_and_status_run_while_poll_synthesizes(tmp_path: Path) -> None:
+    ctl = Controller(load_topology(TOPO), _profile(colls=("allgather", "alltoall")), tmp_path,
+                     config=ControllerConfig(export_xml=False))
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def feeder() -> None:
+        try:
+            while not stop.is_set():
+                ctl.ingest([_sample()] * 20)
+                ctl.status()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    th = threading.Thread(target=feeder)
+    th.start()
+    try:
+        ctl.bootstrap()
+        for _ in range(5):
+            ctl.poll()
+    finally:
+        stop.set()
+        th.join(timeout=30)
+    assert not errors
+    assert ctl.status()["counters"]["samples_accepted"] >= 20
