@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 from synth import LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
