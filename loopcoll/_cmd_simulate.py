@@ -90,7 +90,7 @@ def _plot(path: str, title: str, sizes: list[int], series: dict[str, list[float]
         raise LoopcollError("--plot needs matplotlib: pip install 'loopcoll[plot]'") from exc
     from io import BytesIO
 
-    from synth._atomic import write_bytes_atomic
+    from synth.fileio import write_bytes_atomic
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for name, values in series.items():

@@ -56,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     show.add_argument("--json", action="store_true", help="print the topology JSON instead")
     show.set_defaults(func=_show)
     export = tsub.add_parser(
-        "export", help="write a topology as JSON", description="Write a topology in the JSON format of spec/topology.md."
+        "export", help="write a topology as JSON", description="Write a topology in the JSON format of docs/topology.md."
     )
     add_topology_args(export)
     export.add_argument("-o", "--output", metavar="FILE", required=True, help="output JSON file (written atomically)")

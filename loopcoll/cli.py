@@ -46,12 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in _COMMANDS:
+        # A subcommand that cannot be imported is a broken install: fail loudly, never hide it.
+        # (Subcommands that need optional packages such as torch import them inside their handlers.)
         try:
             module = importlib.import_module(f"loopcoll.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"loopcoll.{name}":
-                raise
-            continue
+        except ImportError as exc:
+            raise ImportError(f"loopcoll: subcommand module loopcoll.{name} cannot be imported: {exc}") from exc
         module.register(sub)
     return parser
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from synth._atomic import write_text_atomic
+from synth.fileio import write_text_atomic
 from synth.errors import XmlError
 from synth.schedule import Schedule
 from synth.topologies.model import Topology

@@ -1,4 +1,4 @@
-"""Buffer layouts, initial contents and postconditions of the collectives (reference §7).
+"""Buffer layouts, initial contents and postconditions of the collectives.
 
 A chunk's symbolic value is a sorted tuple of contributions ``(origin rank, origin input index)``
 with multiplicity, so a reduction that counts a rank twice or misses one is visible; ``None`` is

@@ -1,4 +1,4 @@
-"""Static FIFO matching of sends and receives per (sender, receiver, channel) (reference §4).
+"""Static FIFO matching of sends and receives per (sender, receiver, channel).
 
 The k-th send-type step from A to B on channel c pairs with the k-th receive-type step at B from A
 on c, and both must move the same ``cnt``.

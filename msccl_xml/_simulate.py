@@ -1,6 +1,6 @@
 """Symbolic execution of an MSCCL program: progress, data races and chunk contents.
 
-Model (reference §4, §6):
+Model:
 
 * every threadblock runs its steps in order; a step with ``depid=d, deps=k`` waits until tb ``d``
   of the same GPU has published a flag ``>= k`` (flags are written only by ``hasdep=1`` steps);

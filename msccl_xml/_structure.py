@@ -1,4 +1,4 @@
-"""Structural and runtime-limit rules of an MSCCL program (reference §3, §5, §6, §9).
+"""Structural and runtime-limit rules of an MSCCL program.
 
 Every rule is checked on the model, not the text; lexical rules live in :mod:`msccl_xml.lint`.
 Messages start with the place: ``algo``, ``gpu G``, ``gpu G tb T`` or ``gpu G tb T step S``.
@@ -14,7 +14,7 @@ from .program import BufferKind, Gpu, Program, Step, StepType, Threadblock
 
 __all__ = ["rank_xml_nodes", "structural_problems"]
 
-# Fields the executor bounds-checks per step type (reference §4, msccl_parser.cc).
+# Fields the executor bounds-checks per step type (msccl_parser.cc).
 _CHECK_SRC = frozenset(
     {StepType.SEND, StepType.RECV_REDUCE_SEND, StepType.RECV_REDUCE_COPY_SEND,
      StepType.LOCAL_COPY, StepType.REDUCE}

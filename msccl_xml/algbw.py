@@ -2,7 +2,7 @@
 
 Every send-type step moves ``cnt`` chunks from its GPU to its threadblock's send peer. One chunk
 is ``S / nchunksperloop`` bytes, where ``S`` is the algbw numerator of the collective (reference
-§7.1 and ``spec/topology.md``): the AllGather output, the ReduceScatter input, the AllToAll
+§7.1 and ``docs/topology.md``): the AllGather output, the ReduceScatter input, the AllToAll
 per-rank buffer, the AllReduce buffer; this is exactly the byte count the runtime divides into
 ``nchunksperloop`` chunks. A transfer follows the minimum-hop path whose intermediate nodes are
 all switches, over links with capacity > 0; ties go to the path whose node-id sequence is
@@ -76,7 +76,7 @@ def program_phase_loads(program: Program, topology: Topology) -> dict[str, dict[
     For an allreduce that runs cleanly, each transferred chunk is classed by its symbolic value:
     a full sum of all ranks' contributions is a copy, anything else a partial sum. Otherwise a
     send is classed by the receive it pairs with (the k-th send on a connection pairs with the
-    k-th receive, reference §4): a reducing receive makes it a reduce; an unmatched send counts as
+    k-th receive): a reducing receive makes it a reduce; an unmatched send counts as
     a copy.
     """
     if topology.nranks != program.ngpus:

@@ -1,6 +1,6 @@
 """Check an MSCCL program against a runtime's rules and its collective's postcondition.
 
-:func:`check` runs, in order: the structural and limit rules (reference §3, §5, §6, §9), static
+:func:`check` runs, in order: the structural and limit rules, static
 FIFO matching of sends and receives per (sender, receiver, channel) with equal ``cnt``, and a
 symbolic execution (:mod:`msccl_xml._simulate`) that finds deadlocks, data races between
 threadblocks, out-of-bounds accesses and postcondition failures of allgather, reducescatter,

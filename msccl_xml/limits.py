@@ -1,4 +1,4 @@
-"""Per-runtime limits and vocabularies of the MSCCL runtimes (reference §3, §5).
+"""Per-runtime limits and vocabularies of the MSCCL runtimes.
 
 Examples
 --------
@@ -136,7 +136,7 @@ RUNTIMES: dict[str, RuntimeLimits] = {
         required_algo_attrs=_LEGACY_REQUIRED,
     ),
 }
-"""The runtimes of reference §2: the current NVIDIA executor, RCCL, and old microsoft/msccl."""
+"""The runtimes: current NVIDIA executor, RCCL, and old microsoft/msccl."""
 
 
 def runtime_limits(runtime: str) -> RuntimeLimits:

@@ -1,4 +1,4 @@
-"""Lexical rules of the runtimes' hand-written XML reader (reference §1, rules 1-3).
+"""Lexical rules of the runtimes' hand-written XML reader (msccl-executor-nccl's ``msccl_parser.cc``).
 
 Standard XML allows things ``msccl_parser.cc`` does not: an XML declaration, tabs, start tags over
 several lines, single quotes, entities, leading zeros (read by ``strtol(.., 0)`` as octal).

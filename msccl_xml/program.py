@@ -1,6 +1,6 @@
 """MSCCL program model: one frozen dataclass per XML element, fields named like the attributes.
 
-The model mirrors the schema of ``reference/msccl_xml.md`` §3 exactly, including its ``-1``
+The model mirrors the schema of the runtimes' XML exactly, including its ``-1``
 conventions (``depid="-1"`` means "no dependency"), so that every file the runtimes accept can be
 represented and written back unchanged. Attributes the schema does not know (TE-CCL's ``redop``,
 RCCL's ``nthreadblocks``, ...) are kept in ``extra`` in document order. Unknown child elements
@@ -52,7 +52,7 @@ class BufferKind(str, Enum):
 
 
 class StepType(str, Enum):
-    """``<step type>``; values are the XML tokens (reference §4)."""
+    """``<step type>``; values are the XML tokens."""
 
     SEND = "s"
     RECV = "r"
@@ -141,7 +141,7 @@ _WRITES_DST = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """``<step>``: one instruction of a threadblock (all ten attributes, reference §3.2).
+    """``<step>``: one instruction of a threadblock (all ten attributes).
 
     ``s`` is the step's index in its threadblock (0, 1, ... in document order). Offsets and
     ``cnt`` are in chunks of ``1/nchunksperloop`` of the collective's buffer. ``depid``/``deps``

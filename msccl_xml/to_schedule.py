@@ -39,7 +39,7 @@ from collections.abc import Callable
 from itertools import pairwise
 from typing import cast
 
-from synth._types import Collective
+from synth import Collective
 from synth.errors import XmlError
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.topologies import Topology

@@ -2,7 +2,7 @@
 
 The form is msccl-tools' (lxml ``ET.indent(space="  ")`` then ``ET.tostring``): no XML
 declaration, one start tag per line, two spaces of indentation per level, attributes in schema
-order (reference §3.1) separated by one space, values in double quotes, integers as plain
+order separated by one space, values in double quotes, integers as plain
 decimals, ``LF`` line ends including one after ``</algo>``. Elements without children are
 self-closing. The output depends only on the program, byte for byte.
 

@@ -4,7 +4,7 @@ Stable API (other test modules import it; extend compatibly):
 
 * :func:`random_topologies` -- valid random :class:`~synth.topologies.Topology` objects.
 * :data:`BAD_TOPOLOGY_CASES` -- ``(case id, JSON text, culprit regex)`` for every validation rule
-  of ``spec/topology.md``; a reader must reject the text with a message matching the regex.
+  of ``docs/topology.md``; a reader must reject the text with a message matching the regex.
 * :func:`topology_doc` -- a small valid topology document (2 GPUs, 1 switch) to mutate.
 """
 

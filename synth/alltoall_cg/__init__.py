@@ -1,6 +1,6 @@
 """AllToAll by column generation on a maximum-concurrent-flow LP, warm-started, with deep-dive rounding.
 
-MCCL §4.2 and reference/alltoall_cg.md: T-form restricted master over per-source tree columns,
+MCCL §4.2: T-form restricted master over per-source tree columns,
 vectorised shortest-path-tree pricing on the time-expanded graph (≤ ``max_steps`` GPU hops),
 warm start from a previous result's column pool and basis (or a schedule's paths), and deep-dive
 rounding to at most ``nchunks`` chunks per block. After capacity drops, a warm start from a

@@ -1,4 +1,4 @@
-"""The T-form restricted master LP over per-source tree columns (reference §2.3, §2.5).
+"""The T-form restricted master LP over per-source tree columns.
 
 Rows: one convexity row per source (``Σ_τ λ_{s,τ} = 1``, dual μ_s), one capacity row per link
 (``Σ load_e(τ)·λ − c_e·T ≤ 0``, dual π_e ≤ 0). Column 0 is T (minimised; T = 1/z, the time to

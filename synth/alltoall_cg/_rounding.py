@@ -1,9 +1,9 @@
 """Deep-dive rounding of the LP optimum to whole chunks per (source, destination) block.
 
-The tree solution is first disaggregated into path flows in chunk units, ``y_p = K·Σ_{τ∋p} λ_τ``
-(reference §2.5). Every path keeps ``floor(y_p)`` chunks for good; the commodities left with a
+The tree solution is first disaggregated into path flows in chunk units, ``y_p = K·Σ_{τ∋p} λ_τ``.
+Every path keeps ``floor(y_p)`` chunks for good; the commodities left with a
 remainder ``r_k = K − Σ floor`` form a *residual* T-form path LP whose capacity rows carry the
-fixed loads on their right-hand side. That LP is then dived (reference §5.3, after Sadykov et al.
+fixed loads on their right-hand side. That LP is then dived (after Sadykov et al.
 2019, "Primal heuristics for branch-and-price: the assets of diving methods", INFORMS JoC 31(2)):
 
 1. solve, then price paths for the unfinished commodities until none has negative reduced cost;

@@ -4,7 +4,7 @@
 was made for, the path and tree pools, the master's basis and the step bound. A later synthesis
 on a topology with the same nodes and links (capacities may differ, links may be down) rebuilds
 the master from the pool with the new capacities, installs the old basis, runs dual simplex once
-(the basis stays dual feasible after a capacity change; reference §2.7) and continues column
+(the basis stays dual feasible after a capacity change) and continues column
 generation with primal simplex. Trees through a dead link are kept but bounded to zero. Nothing
 in the state is modified, so one state can seed several syntheses.
 

@@ -234,7 +234,7 @@ def synthesize_alltoall(
 
     References
     ----------
-    MCCL §4.2 (column generation, time-expanded pricing); reference/alltoall_cg.md §2, §5.
+    MCCL §4.2 (column generation, time-expanded pricing).
     """
     _validate_args(topology, nchunks, max_steps, solver, time_limit_s, warm_start)
     start = time.perf_counter()

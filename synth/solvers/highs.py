@@ -2,7 +2,7 @@
 
 Primal simplex (``simplex_strategy=4``) re-solves a column-generation master from its basis far
 faster than the default dual simplex once columns have been added; dual simplex is right after a
-capacity change, when the old basis stays dual feasible (see reference/alltoall_cg.md §2.7, §3.1).
+capacity change, when the old basis stays dual feasible.
 
 Examples
 --------

@@ -1,4 +1,4 @@
-"""Same input, same bytes: CLI output must not depend on PYTHONHASHSEED (STYLE §10).
+"""Same input, same bytes: CLI output must not depend on PYTHONHASHSEED.
 
 One subprocess per seed runs a batch of commands (exports and ``bound --json``) and the bytes of
 every output are compared across seeds.

@@ -1,4 +1,4 @@
-"""Shared fixtures of the msccl_xml tests: vector location, tiny programs, schedule builders."""
+"""Shared fixtures of the msccl_xml tests: vendored vector location, tiny programs, schedule builders."""
 
 from __future__ import annotations
 
@@ -6,19 +6,19 @@ import random
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
 from msccl_xml import BufferKind, Gpu, Program, Protocol, Step, StepType, Threadblock, switch_path
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.topologies import Topology
 
-VECTORS = Path(__file__).resolve().parents[2] / ".." / "shared" / "msccl_examples"
+VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "msccl"
 
 
 def vector_files() -> list[Path]:
-    """Every external XML vector, sorted; skips the calling test if the directory is absent."""
-    if not VECTORS.is_dir():
-        pytest.skip(f"external MSCCL vectors not found at {VECTORS} (shared/ beside the repo)")
+    """Every vendored MSCCL XML vector (tests/vectors/msccl, see its MANIFEST.md), sorted.
+
+    They are part of the repository, so a missing directory is an error, not a skip.
+    """
+    assert VECTORS.is_dir(), f"vendored MSCCL vectors missing at {VECTORS}: the checkout is incomplete"
     return sorted(VECTORS.rglob("*.xml"))
 
 

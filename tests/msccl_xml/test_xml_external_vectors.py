@@ -1,4 +1,4 @@
-"""Acceptance tests on the external vectors in ../shared/msccl_examples (see its MANIFEST.md)."""
+"""Acceptance tests on the external vectors vendored in tests/vectors/msccl (see its MANIFEST.md)."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ def test_allgather_rate_equals_exact_bound(spec: str, failures: list[str]) -> No
 @pytest.mark.parametrize(
     ("spec", "algbw", "k"),
     [
-        ("dgx-a100:2", Fraction(1040, 3), 13),  # reference §5: 16·325/15 = 346.667, k = 13
+        ("dgx-a100:2", Fraction(1040, 3), 13),  # 16·325/15 = 346.667, k = 13
         ("dgx-a100:4", Fraction(800, 3), 1),  # 200·4/3 = 266.667, k = 1
         ("torus:4x4", Fraction(16 * 4 * 50, 15), 4),  # 16·4/15 unit links (50 GB/s), k = 4
         ("torus:3x3", Fraction(9 * 4 * 50, 8), 1),

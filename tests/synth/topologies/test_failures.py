@@ -1,6 +1,6 @@
 """Failure scenarios of the MCCL paper, Sec. 6.1 (synth/topologies/failures.py).
 
-Each scenario must change exactly the links spec/topology.md names, in both directions, and
+Each scenario must change exactly the links docs/topology.md names, in both directions, and
 nothing else.
 """
 

@@ -1,4 +1,4 @@
-"""JSON I/O of topologies (synth/topologies/io.py): the public file format of spec/topology.md."""
+"""JSON I/O of topologies (synth/topologies/io.py): the public file format of docs/topology.md."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def test_to_dict_has_exactly_the_spec_fields() -> None:
 
 
 def test_spec_example_document_is_accepted() -> None:
-    # The example of spec/topology.md, completed to a valid topology (a second GPU).
+    # The example of docs/topology.md, completed to a valid topology (a second GPU).
     text = """{
       "name": "hpn-1x2x8",
       "nodes": [

@@ -1,4 +1,4 @@
-"""Named topology specs (synth/topologies/named.py) against the table of spec/topology.md.
+"""Named topology specs (synth/topologies/named.py) against the table of docs/topology.md.
 
 Expected node and link sets are rebuilt here from the spec's words, independently of the builders.
 """

@@ -1,4 +1,4 @@
-"""Every validation rule of spec/topology.md, fed as bad input; the error must name the culprit.
+"""Every validation rule of docs/topology.md, fed as bad input; the error must name the culprit.
 
 The catalogue of bad documents lives in :data:`tests.strategies.BAD_TOPOLOGY_CASES`, shared with
 the CLI tests (which check the same inputs exit 2 with one ``loopcoll: error:`` line).
