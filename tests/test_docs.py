@@ -57,4 +57,4 @@ def test_index_lists_every_document() -> None:
     index = (DOCS / "README.md").read_text(encoding="utf-8")
     for doc in sorted(DOCS.glob("*.md")):
         if doc.name != "README.md":
-            assert f"]({doc.name})" in index, doc.name
+            assert f"]({doc.name})" in index, f"add docs/{doc.name} to the index table of docs/README.md"
