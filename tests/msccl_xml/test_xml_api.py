@@ -7,7 +7,7 @@ import msccl_xml
 
 def test_public_api_is_pinned() -> None:
     assert sorted(msccl_xml.__all__) == sorted([
-        "RUNTIMES", "BufferKind", "CheckResult", "Gpu", "Program", "Protocol", "RuntimeLimits",
+        "RUNTIMES", "BufferKind", "CheckResult", "CheckStatus", "Gpu", "Program", "Protocol", "RuntimeLimits",
         "Step", "StepType", "Threadblock", "check", "check_file", "check_text", "export", "lint_text",
         "lower", "nop", "parse", "program_algbw_GBps", "program_link_loads", "program_to_schedule",
         "read",
