@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from synth.maxflow import FlowNetwork
 
-__all__ = ["TreeClass", "pack"]
+__all__ = ["TreeClass", "pack", "pack_with_figures"]
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +64,23 @@ def pack(
     n: int,
     k: int,
     prefs: dict[int, list[list[tuple[int, int]]]] | None = None,
-    stats: dict[str, object] | None = None,
     initial: list[tuple[int, int]] | list[tuple[int, int, list[tuple[int, int]]]] | None = None,
 ) -> list[TreeClass]:
+    """The classes of :func:`pack_with_figures`, without its figures."""
+    return pack_with_figures(arcs, n, k, prefs=prefs, initial=initial)[0]
+
+
+def pack_with_figures(
+    arcs: dict[tuple[int, int], int],
+    n: int,
+    k: int,
+    prefs: dict[int, list[list[tuple[int, int]]]] | None = None,
+    initial: list[tuple[int, int]] | list[tuple[int, int, list[tuple[int, int]]]] | None = None,
+) -> tuple[list[TreeClass], dict[str, int]]:
     """Grow k spanning out-trees per root 0..n-1 within integer arc capacities ``arcs``.
 
     Returns the finished classes (multiplicities per root sum to k), deterministic for equal
-    input. ``initial`` replaces the starting classes ``(root, multiplicity[, partial tree edges])``
+    input, and the packing's figures (``pack_maxflows``, ``pack_skipped``, ``tree_classes``). ``initial`` replaces the starting classes ``(root, multiplicity[, partial tree edges])``
     (default: k per root with no edges), for a warm start whose other trees are already fixed;
     it must satisfy Lovász's condition. Raises :class:`PackingError` if a class cannot grow (the input violated Edmonds'
     condition).
@@ -247,8 +257,4 @@ def pack(
         finished.append(c)
         if len(finished) % 64 == 0:
             log.info("phase 3: %d tree classes done, %d queued, %d max-flows", len(finished), len(queue) - head + len(clones), flows)
-    if stats is not None:
-        stats["pack_maxflows"] = flows
-        stats["pack_skipped"] = skipped
-        stats["tree_classes"] = len(finished)
-    return finished
+    return finished, {"pack_maxflows": flows, "pack_skipped": skipped, "tree_classes": len(finished)}

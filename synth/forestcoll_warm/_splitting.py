@@ -46,7 +46,8 @@ Examples
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
@@ -80,14 +81,14 @@ class SplitHint:
     incident: dict[str, list[tuple[str, str, Fraction]]]
 
 
-@dataclass
+@dataclass(frozen=True)
 class SplitResult:
     arcs: dict[tuple[int, int], int]  # GPU->GPU logical arcs with integer tree capacity
     pools: dict[tuple[int, int], Pool]  # the physical paths behind each arc
     record: dict[str, list[tuple[str, str, Fraction]]]  # per switch: (u, t, gbps) split amounts
     incident: dict[str, list[tuple[str, str, Fraction]]]
     order: list[str]
-    stats: dict[str, object] = field(default_factory=dict)
+    stats: Mapping[str, object] = field(default_factory=dict)  # figures of the splitting, its tier included
 
 
 VIRTUAL = "$virtual"
@@ -461,8 +462,7 @@ def split_switches(graph: IntGraph, opt: Optimum, hint: SplitHint | None = None)
                 raise
             res = None
         if res is not None:
-            res.stats["split_mode"] = mode
-            return res
+            return replace(res, stats={**res.stats, "split_mode": mode})
         log.info("phase 2: %s splitting failed its check; falling back", mode)
     raise AssertionError("the checked splitting always returns")
 

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
 from synth.errors import ScheduleError, SolverError
 from synth.forestcoll_warm._mapback import to_routes
 from synth.forestcoll_warm._optimum import IntGraph, Optimum, _dinkelbach, exact_optimum, fixed_k_optimum
-from synth.forestcoll_warm._packing import PackingError, TreeClass, pack
+from synth.forestcoll_warm._packing import PackingError, TreeClass, pack_with_figures
 from synth.forestcoll_warm._splitting import SplitStuck, split_switches
 from synth.forestcoll_warm.warm import accept_old_trees, hint_from_meta, hint_to_meta, old_trees
 from synth.result import Status, SynthResult
@@ -34,18 +35,18 @@ log = logging.getLogger(__name__)
 META_KEY = "forestcoll"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Solved:
     """One direction's trees (out-trees on the topology it was solved on) and its figures."""
 
-    routes: list[Route]
+    routes: tuple[Route, ...]
     k: int
     U: Fraction  # noqa: N815
     rate_gbps: Fraction  # per source, of the schedule
     bound_gbps: Fraction  # exact cut bound per source
     cut: frozenset[str]
-    hint_meta: dict[str, Any]
-    stats: dict[str, Any] = field(default_factory=dict)
+    hint_meta: Mapping[str, Any]
+    stats: Mapping[str, Any] = field(default_factory=dict)
     message: str = ""
 
 
@@ -62,17 +63,20 @@ def _validate_args(topology: Topology, max_chunks: int | None, warm_start: Sched
         )
 
 
-def _choose_k(graph: IntGraph, opt: Optimum, max_chunks: int | None, stats: dict[str, Any]) -> Optimum:
+def _choose_k(graph: IntGraph, opt: Optimum, max_chunks: int | None) -> tuple[Optimum, dict[str, int]]:
+    """The optimum with at most ``max_chunks`` trees per root, and the search's figures
+    (``fixed_k_maxflows`` when a fixed-k search ran)."""
     if max_chunks is None or opt.k <= max_chunks:
-        return opt
+        return opt, {}
     best: Optimum | None = None
+    maxflows = 0
     for k in range(1, max_chunks + 1):
         cand = fixed_k_optimum(graph, k, Fraction(k) / opt.rate_units)
-        stats["fixed_k_maxflows"] = stats.get("fixed_k_maxflows", 0) + cand.maxflows
+        maxflows += cand.maxflows
         if best is None or cand.rate_units > best.rate_units:
             best = cand
     assert best is not None
-    return best
+    return best, {"fixed_k_maxflows": maxflows}
 
 
 def _rebalanced(topo: Topology) -> Topology:
@@ -117,7 +121,6 @@ def solve_out_trees(
     Where a switch has no exact splitting, ``rebalance`` solves once more on the rebalanced topology
     (:func:`_rebalanced`); that second solve does not rebalance again.
     """
-    stats: dict[str, Any] = {}
     t0 = time.perf_counter()
     graph = IntGraph.from_topology(topo)
     split_hint = hint_from_meta(hint_doc) if isinstance(hint_doc, dict) else None
@@ -126,10 +129,8 @@ def solve_out_trees(
     else:
         opt = exact_optimum(graph, topo)
     bound = opt.rate_units * graph.unit_gbps
-    stats["phase1_maxflows"] = opt.maxflows
-    chosen = _choose_k(graph, opt, max_chunks, stats)
+    chosen, k_figures = _choose_k(graph, opt, max_chunks)
     t1 = time.perf_counter()
-    stats["phase1_s"] = t1 - t0
     log.info("phase 1: %s optimum k=%d U=%s (%.3f s)", topo.name, chosen.k, chosen.U, t1 - t0)
     try:
         split = split_switches(graph, chosen, split_hint)
@@ -138,47 +139,52 @@ def solve_out_trees(
             raise SolverError(f"switch {exc.switch!r} of {topo.name!r} cannot be split even after rebalancing") from exc
         log.info("phase 2: switch %s has no exact splitting; rebalancing non-Eulerian switches", exc.switch)
         inner = solve_out_trees(_rebalanced(topo), max_chunks=max_chunks, rebalance=False)
-        inner.bound_gbps = bound
-        inner.stats["bound_attained"] = inner.rate_gbps == bound
-        inner.message = (
-            f"switch {exc.switch!r} is not Eulerian and cannot be split exactly: switches do not replicate, "
-            f"so the cut bound is not attainable by trees; solved on the rebalanced topology"
+        return replace(
+            inner,
+            bound_gbps=bound,
+            stats={**inner.stats, "bound_attained": inner.rate_gbps == bound},
+            message=(
+                f"switch {exc.switch!r} is not Eulerian and cannot be split exactly: switches do not replicate, "
+                f"so the cut bound is not attainable by trees; solved on the rebalanced topology"
+            ),
         )
-        return inner
     t2 = time.perf_counter()
-    stats["phase2_s"] = t2 - t1
-    stats.update(split.stats)
-    stats["logical_arcs"] = len(split.arcs)
     n = graph.n_gpus
     prefs = None
     kept: list[TreeClass] = []
     arcs = split.arcs
     initial = None
     previous = old_trees(prev, prev_kind) if prev is not None else {}
+    warm_figures: dict[str, Any] = {}
     if previous:
         prefs = {r: [edges for edges, _ in previous.get(r, [])] for r in range(n)}
         k_old = prev.nchunks if prev is not None else chosen.k
-        accepted = accept_old_trees(split.arcs, n, chosen.k, previous, k_old, stats)
+        accepted, warm_figures = accept_old_trees(split.arcs, n, chosen.k, previous, k_old)
         if accepted is not None:
             arcs, kept, initial = accepted
     try:
-        grown = pack(arcs, n, chosen.k, prefs=prefs, stats=stats, initial=initial) if initial != [] else []
+        grown, pack_figures = pack_with_figures(arcs, n, chosen.k, prefs=prefs, initial=initial) \
+            if initial != [] else ([], {})
     except PackingError as exc:
         raise SolverError(f"{topo.name}: {exc}") from exc
     classes = kept + grown
     t3 = time.perf_counter()
-    stats["phase3_s"] = t3 - t2
     routes = to_routes(classes, split.pools)
-    stats["mapback_s"] = time.perf_counter() - t3
-    stats["k"] = chosen.k
-    stats["trees"] = len(routes)
-    stats["kept_tree_units"] = sum(c.mult for c in kept)
+    t4 = time.perf_counter()
+    # The one place this direction's figures are assembled (the parts return theirs).
+    stats: dict[str, Any] = {
+        "phase1_maxflows": opt.maxflows, **k_figures, "phase1_s": t1 - t0,
+        "phase2_s": t2 - t1, **split.stats, "logical_arcs": len(split.arcs),
+        **warm_figures, **pack_figures, "phase3_s": t3 - t2, "mapback_s": t4 - t3,
+        "k": chosen.k, "trees": len(routes), "kept_tree_units": sum(c.mult for c in kept),
+    }
     if previous:
         old_edges = {r: {e for edges, _ in previous.get(r, []) for e in edges} for r in range(n)}
         same = sum(c.mult * len(old_edges[c.root].intersection(c.edges)) for c in classes)
         stats["reused_edges_frac"] = same / (n * chosen.k * (n - 1))
     hint = hint_to_meta(opt.cut, split.order, split.record)
-    return Solved(routes, chosen.k, chosen.U, chosen.rate_units * graph.unit_gbps, bound, opt.cut, hint, stats)
+    return Solved(tuple(routes), chosen.k, chosen.U, chosen.rate_units * graph.unit_gbps, bound, opt.cut, hint,
+                  stats)
 
 
 def _cut_links(topo: Topology, cut: frozenset[str]) -> list[tuple[str, str]]:
@@ -188,7 +194,7 @@ def _cut_links(topo: Topology, cut: frozenset[str]) -> list[tuple[str, str]]:
 def finish(
     topo: Topology,
     collective: str,
-    routes: list[Route],
+    routes: Sequence[Route],
     solved: list[Solved],
     cut_links: list[tuple[str, str]] | None,
     optimal_GBps: float,  # noqa: N803
@@ -196,8 +202,11 @@ def finish(
     start: float,
     warm: bool,
     meta_extra: dict[str, Any],
+    *,
+    stats: Mapping[str, Any],
+    u_meta: str | list[str],
 ) -> SynthResult:
-    """Validate, attach the bottleneck and meta, and build the result."""
+    """Validate, attach the bottleneck and meta, and build the result with ``stats`` as its figures."""
     k = solved[0].k
     sched = Schedule(collective, topo.nranks, k, tuple(routes))  # type: ignore[arg-type]
     try:
@@ -210,12 +219,9 @@ def finish(
     rate = sched.rate_GBps(topo)
     algbw = float(topo.nranks * rate)
     solve_s = time.perf_counter() - start
-    stats = {key: v for s in solved for key, v in s.stats.items()} if len(solved) == 1 else {
-        name: s.stats for name, s in zip(("reducescatter", "allgather"), solved)
-    }
     meta = {
         "synthesizer": "forestcoll",
-        "U": str(solved[0].U) if len(solved) == 1 else [str(s.U) for s in solved],
+        "U": u_meta,
         "k": str(k),
         "solve_time_s": solve_s,
         "optimal_algbw_GBps": optimal_GBps,
@@ -294,4 +300,5 @@ def synthesize_allgather(
     )
     optimal = float(topology.nranks * solved.bound_gbps / 8)
     return finish(topology, "allgather", solved.routes, [solved], _cut_links(topology, solved.cut), optimal,
-                  solved.bound_gbps / 8, start, warm_start is not None, {"out": solved.hint_meta})
+                  solved.bound_gbps / 8, start, warm_start is not None, {"out": solved.hint_meta},
+                  stats=solved.stats, u_meta=str(solved.U))

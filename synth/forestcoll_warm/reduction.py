@@ -16,6 +16,7 @@ True
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 import time
 from fractions import Fraction
 
@@ -35,7 +36,7 @@ from synth.topologies.model import Topology
 __all__ = ["synthesize_allgather", "synthesize_allreduce", "synthesize_reducescatter"]
 
 
-def _in_trees(routes: list[Route]) -> list[Route]:
+def _in_trees(routes: Sequence[Route]) -> list[Route]:
     return [
         Route(RouteKind.IN_TREE, r.root, r.chunks, tuple(Hop(h.dst, h.src, tuple(reversed(h.path))) for h in reversed(r.hops)))
         for r in routes
@@ -77,7 +78,7 @@ def synthesize_reducescatter(
     optimal = float(topology.nranks * solved.bound_gbps / 8)
     return finish(topology, "reducescatter", _in_trees(solved.routes), [solved],
                   _rs_cut_links(topology, solved.cut), optimal, solved.bound_gbps / 8, start,
-                  warm_start is not None, {"in": solved.hint_meta})
+                  warm_start is not None, {"in": solved.hint_meta}, stats=solved.stats, u_meta=str(solved.U))
 
 
 def _scale(routes: list[Route], factor: int) -> list[Route]:
@@ -112,18 +113,13 @@ def synthesize_allreduce(
     bound = 1 / (1 / rs.bound_gbps + 1 / ag.bound_gbps) / 8
     optimal = float(topology.nranks * bound)
     cut = sorted(set(_cut_links(topology, ag.cut)) | set(_rs_cut_links(topology, rs.cut)))
-    merged = Solved(routes, common, ag.U, 1 / (1 / rs.rate_gbps + 1 / ag.rate_gbps), 1 / (1 / rs.bound_gbps + 1 / ag.bound_gbps),
-                    ag.cut, {}, {}, "; ".join(m for m in (rs.message, ag.message) if m))
-    res = finish(topology, "allreduce", routes, [merged], cut, optimal, Fraction(bound), start,
-                 warm_start is not None, {"in": rs.hint_meta, "out": ag.hint_meta})
-    if res.schedule is None:
-        return res
-    stats = {"reducescatter": rs.stats, "allgather": ag.stats, "k": common,
-             "trees": len(routes)}
-    meta_u = [str(rs.U), str(ag.U)]
-    sched = res.schedule.with_meta(U=meta_u)
-    return SynthResult(res.status, res.message, sched, res.algbw_GBps, res.optimal_algbw_GBps, res.gap_pct,
-                       res.solve_time_s, res.warm, stats)
+    merged = Solved(tuple(routes), common, ag.U, 1 / (1 / rs.rate_gbps + 1 / ag.rate_gbps),
+                    1 / (1 / rs.bound_gbps + 1 / ag.bound_gbps), ag.cut, {}, {},
+                    "; ".join(m for m in (rs.message, ag.message) if m))
+    stats = {"reducescatter": rs.stats, "allgather": ag.stats, "k": common, "trees": len(routes)}
+    return finish(topology, "allreduce", routes, [merged], cut, optimal, Fraction(bound), start,
+                  warm_start is not None, {"in": rs.hint_meta, "out": ag.hint_meta},
+                  stats=stats, u_meta=[str(rs.U), str(ag.U)])
 
 
 

@@ -27,10 +27,13 @@ from synth.forestcoll_warm._splitting import SplitHint
 from synth.maxflow import FlowNetwork
 from synth.schedule import RouteKind, Schedule
 
-__all__ = ["WarmHint", "accept_old_trees", "hint_from_meta", "hint_to_meta", "old_trees"]
+__all__ = ["Accepted", "WarmHint", "accept_old_trees", "hint_from_meta", "hint_to_meta", "old_trees"]
+
+#: What :func:`accept_old_trees` keeps: residual capacities, finished classes, classes to grow.
+Accepted = tuple[dict[tuple[int, int], int], list[TreeClass], list[tuple[int, int, list[tuple[int, int]]]]]
 
 
-@dataclass
+@dataclass(frozen=True)
 class WarmHint:
     cut: frozenset[str]
     split: SplitHint
@@ -175,13 +178,15 @@ def accept_old_trees(
     k: int,
     trees: Mapping[int, list[tuple[list[tuple[int, int]], int]]],
     k_old: int,
-    stats: dict[str, Any],
-) -> tuple[dict[tuple[int, int], int], list[TreeClass], list[tuple[int, int, list[tuple[int, int]]]]] | None:
+) -> tuple[Accepted | None, dict[str, Any]]:
     """Keep previous trees that still fit, with k units per root (``k_old`` is informational).
 
-    Returns residual capacities, the kept (finished) classes and the classes still to grow as
-    ``(root, units, edges of the kept partial tree)``; ``None`` when no kept set passes Lovász's
-    check (the caller then packs from scratch, still guided by the previous trees).
+    Returns the accepted set and the figures of the attempt. The set is residual capacities, the
+    kept (finished) classes and the classes still to grow as ``(root, units, edges of the kept
+    partial tree)``; ``None`` when no kept set passes Lovász's check (the caller then packs from
+    scratch, still guided by the previous trees). The figures: ``warm_check_maxflows`` (when a
+    check ran) and, for an accepted set, ``warm_accept`` (the attempt), ``reused_edges_frac`` and
+    ``reused_tree_units``.
 
     Attempts, each verified by Lovász's condition (one max-flow per GPU): ``repair`` is
     ``partial`` where a node whose old in-edge does not fit may hang from another tree node by
@@ -199,6 +204,7 @@ def accept_old_trees(
     for a, b in sorted(arcs):
         ins.setdefault(b, []).append(a)
         outs.setdefault(a, []).append(b)
+    figures: dict[str, Any] = {}
     for attempt in ("repair", "partial", "all", "none"):
         cap = dict(arcs)
         kept: list[TreeClass] = []
@@ -239,11 +245,11 @@ def accept_old_trees(
                 todo.append((r, left, []))
         if todo and (kept or any(part for _, _, part in todo)):
             ok, flows = _lovasz_ok(cap, n, [(r, m, [r] + [y for _, y in part]) for r, m, part in todo])
-            stats["warm_check_maxflows"] = stats.get("warm_check_maxflows", 0) + flows
+            figures["warm_check_maxflows"] = figures.get("warm_check_maxflows", 0) + flows
             if not ok:
                 continue
-        stats["warm_accept"] = attempt
-        stats["reused_edges_frac"] = reused / edges_total if edges_total else 0.0
-        stats["reused_tree_units"] = sum(c.mult for c in kept)
-        return cap, kept, sorted(todo, key=lambda t: (t[0], len(t[2]) == 0))
-    return None
+        figures["warm_accept"] = attempt
+        figures["reused_edges_frac"] = reused / edges_total if edges_total else 0.0
+        figures["reused_tree_units"] = sum(c.mult for c in kept)
+        return (cap, kept, sorted(todo, key=lambda t: (t[0], len(t[2]) == 0))), figures
+    return None, figures

@@ -153,11 +153,11 @@ def test_accept_old_trees_repairs_a_tree_around_a_lost_edge() -> None:
     # 2→0→1. Root 0 re-hangs 2 from 0 and then 1 from 2; root 2 hangs 1 from itself.
     arcs = {(a, b): 2 for a in range(3) for b in range(3) if a != b and (a, b) != (0, 1)}
     trees = {0: [([(0, 1), (1, 2)], 1)], 1: [([(1, 2), (2, 0)], 1)], 2: [([(2, 0), (0, 1)], 1)]}
-    stats: dict[str, object] = {}
-    got = accept_old_trees(arcs, 3, 1, trees, 1, stats)
+    got, figures = accept_old_trees(arcs, 3, 1, trees, 1)
     assert got is not None
     cap, kept, todo = got
-    assert stats["warm_accept"] == "repair" and todo == []
+    assert figures["warm_accept"] == "repair" and todo == []
+    assert figures["reused_tree_units"] == sum(c.mult for c in kept)
     assert all(v >= 0 for v in cap.values())
     assert {c.root: c.edges for c in kept} == {0: [(0, 2), (2, 1)], 1: [(1, 2), (2, 0)], 2: [(2, 0), (2, 1)]}
 
