@@ -2,8 +2,13 @@
 
 On ``hpn:1x2x8`` (two 8-GPU hosts, rail-optimised): synthesize AllGather and AllToAll on the
 healthy fabric, apply ``fail2`` (rank 0's NIC drops to 50 Gbit/s), re-synthesize warm from the
-healthy schedules (and cold, to compare solve times), lower to MSCCL XML, check the XML, and print
+healthy results (and cold, to compare solve times), lower to MSCCL XML, check the XML, and print
 optimal / NCCL / static / re-synthesized algbw with speedups.
+
+The warm start passes the healthy :class:`~synth.SynthResult` itself, so AllToAll keeps its
+in-memory warm state and takes the certified local repair where it applies; the ``warm mode``
+column says what the warm start did (AllToAll's ``warm_mode``: ``repair``, ``state``, ...; for
+AllGather, how its previous trees were accepted: ``repair``, ``partial``, ``all``, ``none``).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import time
 from pathlib import Path
 
 from loopcoll._cmd_synth import configure_progress
+from loopcoll._common import print_json
 from msccl_xml import export
 from synth import synthesize
 from synth import load_topology, optimal_bound, write_schedule
@@ -55,6 +61,7 @@ def run_demo(spec: str, failures: list[str], out_dir: Path, chunks: int | None) 
             "speedup_vs_nccl": resynth / nccl,
             "speedup_vs_static": resynth / static_bw,
             "nccl_baseline": baseline.meta["baseline"],
+            "warm_mode": warm.stats.get("warm_mode", warm.stats.get("warm_accept")),
             "cold_s": cold_s,
             "warm_s": warm_s,
             "xml": str(xml_path),
@@ -63,19 +70,22 @@ def run_demo(spec: str, failures: list[str], out_dir: Path, chunks: int | None) 
 
 
 def _run(args: argparse.Namespace) -> int:
-    configure_progress(args.quiet)
+    configure_progress(args.quiet or args.json)
     failures = args.fail or ["fail2"]
     rows = run_demo(args.topology, failures, Path(args.out_dir), args.chunks)
+    if args.json:
+        print_json({"topology": args.topology, "failures": failures, "rows": rows})
+        return 0
     print(f"loopcoll demo: {args.topology} with {'+'.join(failures)} (bandwidth-term algbw, GB/s)")
     head = (f"{'collective':<10} {'optimal':>8} {'NCCL':>8} {'static':>8} {'re-synth':>9} "
-            f"{'vs NCCL':>8} {'vs static':>9} {'cold s':>7} {'warm s':>7}")
+            f"{'vs NCCL':>8} {'vs static':>9} {'cold s':>7} {'warm s':>7} {'warm mode':>9}")
     print(head)
     print("-" * len(head))
     for r in rows:
         print(
             f"{r['collective']:<10} {r['optimal_GBps']:>8.2f} {r['nccl_GBps']:>8.2f} {r['static_GBps']:>8.2f} "
             f"{r['resynth_GBps']:>9.2f} {r['speedup_vs_nccl']:>7.2f}x {r['speedup_vs_static']:>8.2f}x "
-            f"{r['cold_s']:>7.3f} {r['warm_s']:>7.3f}"
+            f"{r['cold_s']:>7.3f} {r['warm_s']:>7.3f} {r['warm_mode']!s:>9}"
         )
     print("NCCL = NCCL-like baseline: " + ", ".join(f"{r['collective']} {r['nccl_baseline']}" for r in rows))
     print(f"checked MSCCL XML and schedules written to {args.out_dir}/")
@@ -95,4 +105,5 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--out-dir", default="loopcoll-demo", metavar="DIR", help="where XML and schedules go (default ./loopcoll-demo)")
     p.add_argument("--chunks", type=int, default=None, metavar="C", help="chunks per source (AllToAll default 10)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--json", action="store_true", help="print the rows as one JSON object")
     p.set_defaults(func=_run)

@@ -22,6 +22,9 @@ def test_demo_reproduces_the_fail2_speedups(tmp_path: Path) -> None:
     assert ag["speedup_vs_nccl"] == pytest.approx(390.6667 / 53.3333, rel=1e-4)
     assert a2a["resynth_GBps"] >= 0.99 * a2a["optimal_GBps"]
     assert a2a["speedup_vs_nccl"] > 7.0
+    # The warm start takes AllToAll's certified local repair (the healthy SynthResult is passed).
+    assert a2a["warm_mode"] == "repair"
+    assert ag["warm_mode"] in ("repair", "partial", "all", "none")
     for r in rows.values():
         assert r["static_GBps"] < 0.2 * r["optimal_GBps"]  # static schedules collapse
         program = read(r["xml"])
@@ -32,7 +35,16 @@ def test_demo_cli_prints_the_table(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["demo", "--out-dir", str(tmp_path / "out"), "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "allgather" in out and "alltoall" in out and "vs NCCL" in out
+    a2a_line = next(line for line in out.splitlines() if line.startswith("alltoall"))
+    assert "warm mode" in out and a2a_line.split()[-1] == "repair"
     assert sorted(p.suffix for p in (tmp_path / "out").iterdir()) == [".json", ".json", ".xml", ".xml"]
+
+
+def test_demo_json_reports_the_warm_mode(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--out-dir", str(tmp_path / "out"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["failures"] == ["fail2"]
+    assert {r["collective"]: r["warm_mode"] for r in doc["rows"]}["alltoall"] == "repair"
 
 
 def test_simulate_json_compares_schedules(capsys: pytest.CaptureFixture[str]) -> None:
