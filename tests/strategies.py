@@ -214,6 +214,10 @@ BAD_TOPOLOGY_CASES: tuple[tuple[str, str, str], ...] = (
     ("rank_float", _mutated(_set(_g1, "rank", 1.0)), r"node 'gpu1': a gpu needs an integer rank, got 1\.0"),
     ("rank_bool", _mutated(_set(_g1, "rank", True)), r"node 'gpu1': a gpu needs an integer rank, got True"),
     ("rank_on_switch", _mutated(_set(_s0, "rank", 2)), r"node 'sw0': a switch has no rank, got rank 2"),
+    # switch roles (docs/topology.md: a closed set, switches only)
+    ("role_unknown", _mutated(_set(_s0, "role", "router")), r"node 'sw0': unknown role 'router' \(switch roles: nvswitch"),
+    ("role_not_a_string", _mutated(_set(_s0, "role", 7)), r"node 'sw0': unknown role 7"),
+    ("role_on_gpu", _mutated(_set(_g0, "role", "nic")), r"node 'gpu0': a gpu has no role"),
     # reachability over live links
     ("gpu_isolated", _mutated(_gpu1_links(None)), r"gpu 'gpu1' \(rank 1\).*cannot reach each other"),
     ("gpu_only_down_links", _mutated(_gpu1_links(0.0)), r"gpu 'gpu1' \(rank 1\).*cannot reach each other"),
