@@ -57,6 +57,7 @@ from typing import Any, Protocol
 
 from runtime._connection import Connection, resolve_store_file, version_message
 from runtime.errors import WireError
+from runtime.wire import json_safe
 
 __all__ = ["ControllerLike", "DaemonConfig", "DaemonHandle", "json_log", "resolve_store_file", "serve"]
 
@@ -103,7 +104,7 @@ def json_log(stream: Any = None) -> Callable[[Mapping[str, Any]], None]:
 
 
 def _entry_dict(entry: Any) -> dict[str, Any]:
-    return dict(entry.to_dict()) if hasattr(entry, "to_dict") else dict(entry)
+    return json_safe(dict(entry.to_dict()) if hasattr(entry, "to_dict") else dict(entry))
 
 
 def _report_dict(report: Any) -> tuple[int, dict[str, int]]:
@@ -284,7 +285,7 @@ class _Daemon:
         }
 
     def _status_doc(self, prometheus: bool) -> dict[str, Any]:
-        doc: dict[str, Any] = {"controller": self.controller.status(), "daemon": self.counters_doc()}
+        doc: dict[str, Any] = {"controller": json_safe(self.controller.status()), "daemon": self.counters_doc()}
         if prometheus:
             doc["prometheus"] = self.controller.prometheus() + _daemon_prometheus(doc["daemon"])
         return doc

@@ -24,6 +24,7 @@ b'{"message":"bad token","type":"error"}\\n'
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -39,6 +40,7 @@ __all__ = [
     "LineFramer",
     "decode",
     "encode",
+    "json_safe",
 ]
 
 #: Protocol version sent in the daemon's ``hello`` reply.
@@ -123,6 +125,21 @@ def encode(message: Mapping[str, Any]) -> bytes:
         raise WireError(f"message of type {message.get('type')!r} is {len(data)} bytes, over the "
                         f"{MAX_MESSAGE_BYTES}-byte limit", reason="too_large")
     return data
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float (inf, nan) replaced by ``None`` and tuples made lists (JSON has neither).
+
+    >>> json_safe({"x_min_gbps": float("inf"), "links": ({"m": 1.5},)})
+    {'x_min_gbps': None, 'links': [{'m': 1.5}]}
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def _fail(message: str) -> WireError:
