@@ -108,7 +108,7 @@ def _check_store_dir(store: str) -> Path:
 def _controller_config(path: str | None) -> Any:
     import dataclasses
 
-    from runtime.controller import ControllerConfig
+    from runtime import ControllerConfig
 
     if path is None:
         return ControllerConfig()
@@ -132,8 +132,7 @@ def _controller_config(path: str | None) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from runtime import load_profile
-    from runtime.controller import Controller
+    from runtime import Controller, load_profile
     from runtime.daemon import DaemonConfig, json_log, serve
     from synth.topologies import load_topology
 

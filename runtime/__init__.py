@@ -12,9 +12,11 @@ Examples
 
 from __future__ import annotations
 
+from runtime.client import Client
 from runtime.controller import Controller, ControllerConfig
+from runtime.daemon import DaemonConfig, DaemonHandle, serve
 from runtime.detector import Verdict, detect, verdict_for_schedule
-from runtime.errors import ProfileError, RuntimeStateError, StoreError, TelemetryError
+from runtime.errors import ProfileError, RuntimeStateError, StoreError, TelemetryError, WireError
 from runtime.estimator import LinkEstimator, ScheduleRouting
 from runtime.profile import CollectiveSpec, Communicator, JobProfile, load_profile, profile_from_dict
 from runtime.store import Band, VersionEntry, VersionStore
@@ -22,10 +24,13 @@ from runtime.telemetry import IngestReport, Sample, SampleStore, parse_sample, r
 
 __all__ = [
     "Band",
+    "Client",
     "CollectiveSpec",
     "Communicator",
     "Controller",
     "ControllerConfig",
+    "DaemonConfig",
+    "DaemonHandle",
     "IngestReport",
     "JobProfile",
     "LinkEstimator",
@@ -39,11 +44,13 @@ __all__ = [
     "Verdict",
     "VersionEntry",
     "VersionStore",
+    "WireError",
     "detect",
     "load_profile",
     "parse_sample",
     "profile_from_dict",
     "read_jsonl",
+    "serve",
     "validate_samples",
     "verdict_for_schedule",
     "write_jsonl",

@@ -23,18 +23,19 @@ log record (a dict handed to ``log``; the CLI writes JSON lines).
 
 Examples
 --------
->>> class Echo:   # any object with the Controller's methods will do for a smoke test
-...     def ingest(self, samples): return None
-...     def poll(self, now_s=None): return []
-...     def bootstrap(self): return []
-...     def latest(self, comm=None): return []
-...     def status(self): return {"versions": []}
-...     def prometheus(self): return ""
->>> from runtime.client import Client
->>> with serve(Echo(), token="t", log=lambda rec: None) as daemon:
-...     with Client(daemon.address, token="t") as client:
-...         client.status()["controller"]
-{'versions': []}
+>>> import tempfile
+>>> from runtime import Client, Controller, ControllerConfig, profile_from_dict
+>>> from synth import load_topology
+>>> profile = profile_from_dict({"format": "loopcoll.profile/1", "topology": "ring:4", "communicators": [
+...     {"name": "world", "ranks": [0, 1, 2, 3], "collectives": [{"collective": "allgather", "sizes": [1 << 20]}]}]})
+>>> ctl = Controller(load_topology("ring:4"), profile, tempfile.mkdtemp(), config=ControllerConfig(export_xml=False))
+>>> with serve(ctl, token="t", log=lambda rec: None) as daemon:
+...     with Client(daemon.address, token="t", role="executor", comms=["world"]) as client:
+...         entry = client.wait_version("world", "allgather", timeout_s=60)   # bootstrap version, pushed
+...         report = client.push_samples([{"kind": "pair"}])                  # the controller validates
+...         counters = client.status()["controller"]["counters"]
+>>> entry["version"], report["rejected"], counters["samples_rejected"]
+(1, {'missing_field': 1}, {'missing_field': 1})
 """
 
 from __future__ import annotations

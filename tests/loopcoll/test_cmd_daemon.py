@@ -45,6 +45,13 @@ def test_run_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str], monke
         port = busy.getsockname()[1]
         assert "cannot listen" in _error(capsys, ["daemon", "run", "--profile", str(good), "--store", store,
                                                   "--port", str(port)])
+    config = tmp_path / "config.json"
+    config.write_text('{"gamma": 0.2, "gamma_typo": 1}')
+    assert "gamma_typo" in _error(capsys, ["daemon", "run", "--profile", str(good), "--store", store,
+                                           "--config", str(config)])
+    config.write_text('{"alpha": 2.0}')
+    assert "alpha" in _error(capsys, ["daemon", "run", "--profile", str(good), "--store", store,
+                                      "--config", str(config)])
     monkeypatch.delenv("LOOPCOLL_TOKEN")
     assert "no token" in _error(capsys, ["daemon", "run", "--profile", str(good), "--store", store])
 
