@@ -267,10 +267,16 @@ def render_status(doc: dict[str, Any], *, max_rows: int = 20) -> str:
                        f"({share:.0%}), {lk.get('observations', 0)} observations")
     verdicts = [v for v in c.get("verdicts", []) if isinstance(v, dict)]
     if verdicts:
-        out.append("recent verdicts:")
-        for v in verdicts[-max_rows:]:
+        out.append("recent verdicts (newest last):")
+        rows: list[list[Any]] = []  # consecutive repeats of one verdict are shown once, with their count
+        for v in verdicts:
             state = "FLAGGED" if v.get("flagged") else "ok"
-            out.append(f"  {v.get('comm')}/{v.get('collective')} v{v.get('version')} {state}: {v.get('message', '')}")
+            line = f"  {v.get('comm')}/{v.get('collective')} v{v.get('version')} {state}: {v.get('message', '')}"
+            if rows and rows[-1][0] == line:
+                rows[-1][1] += 1
+            else:
+                rows.append([line, 1])
+        out += [line if n == 1 else f"{line} (x{n})" for line, n in rows[-max_rows:]]
     counters = {**(c.get("counters") or {}), **(d.get("counters") or {})}
     if counters:
         out.append("counters: " + ", ".join(f"{k} {_fmt(v)}" for k, v in sorted(counters.items())))

@@ -72,3 +72,6 @@ def test_render_status_lists_versions_and_counters() -> None:
                           "controller": {"versions": [{"comm": "world", "collective": "allgather", "version": 2,
                                                        "reason": "drift"}]}})
     assert "world/allgather v2" in text and "reason drift" in text and "connections 4" in text
+    verdict = {"comm": "world", "collective": "allgather", "version": 2, "flagged": True, "message": "max delta"}
+    text = render_status({"controller": {"verdicts": [verdict] * 3 + [{**verdict, "flagged": False}]}})
+    assert text.splitlines()[-2:] == ["  world/allgather v2 FLAGGED: max delta (x3)", "  world/allgather v2 ok: max delta"]
