@@ -133,4 +133,7 @@ def connect(path: str | os.PathLike[str] | None = None, *, threads: int | None =
             con.close()
             raise ObserveError(f"{target}: database schema version {row[0]}, this loopcoll reads {SCHEMA_VERSION}")
         con.execute(_VIEWS)
+        from runtime.observe.analyze import select_window
+
+        select_window(con)
     return con
