@@ -65,14 +65,16 @@ def _dicts(con: Any, sql: str, params: Sequence[Any] | None = None) -> list[dict
 
 
 def select_window(con: Any, since_s: float | None = None, until_s: float | None = None) -> None:
-    """(Re)define the temporary views every analysis reads: ``w_coll`` (records with ``since_s <= t_s <=
-    until_s``), ``w_ops`` (those records joined per collective) and ``w_lateness`` (per record: how much
+    """(Re)define the temporary views every analysis reads: ``w_coll`` and ``w_p2p`` (records with
+    ``since_s <= t_s <= until_s``), ``w_ops`` (those records joined per collective) and ``w_lateness`` (per record: how much
     later than the collective's median rank it arrived, as a fraction of the median exec time)."""
     lo = -math.inf if since_s is None else float(since_s)
     hi = math.inf if until_s is None else float(until_s)
     con.execute(f"""
         CREATE OR REPLACE TEMP VIEW w_coll AS
             SELECT * FROM coll_records WHERE t_s >= '{lo!r}'::DOUBLE AND t_s <= '{hi!r}'::DOUBLE;
+        CREATE OR REPLACE TEMP VIEW w_p2p AS
+            SELECT * FROM p2p_records WHERE t_s >= '{lo!r}'::DOUBLE AND t_s <= '{hi!r}'::DOUBLE;
         CREATE OR REPLACE TEMP VIEW w_ops AS
             SELECT comm_id, coll, coll_sn, any_value(comm_name) AS comm_name, max(n_ranks) AS n_ranks,
                    min(msg_size_bytes) AS msg_size_bytes, any_value(size_bucket) AS size_bucket,
@@ -135,19 +137,34 @@ def timeline(con: Any, bin_s: float, *, signal: str = "median") -> list[dict[str
     if signal not in _SIGNALS:
         raise ObserveError(f"unknown signal {signal!r}: choose from {', '.join(_SIGNALS)}")
     col = _SIGNALS[signal]
-    return _dicts(con, f"""
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE w_series_ops AS
         WITH ops AS (SELECT *, {col} AS busbw_gbs FROM w_ops),
              base AS (SELECT comm_id, coll, msg_size_bytes, median(busbw_gbs) AS base_gbs
                       FROM ops WHERE busbw_gbs > 0 GROUP BY ALL),
-             t0 AS (SELECT min(t_s) AS t0 FROM ops),
-             x AS (SELECT o.comm_id, o.coll, o.msg_size_bytes, o.size_bucket, o.t_s, o.busbw_gbs,
-                          o.busbw_gbs / b.base_gbs AS rel, b.base_gbs,
-                          CAST(floor((o.t_s - t0.t0) / {float(bin_s)!r}) AS BIGINT) AS bin
-                   FROM ops o JOIN base b USING (comm_id, coll, msg_size_bytes), t0)
+             t0 AS (SELECT min(t_s) AS t0 FROM ops)
+        SELECT o.comm_id, o.coll, o.msg_size_bytes, o.size_bucket, o.t_s, o.busbw_gbs,
+               o.busbw_gbs / b.base_gbs AS rel, b.base_gbs,
+               CAST(floor((o.t_s - t0.t0) / {float(bin_s)!r}) AS BIGINT) AS bin
+        FROM ops o JOIN base b USING (comm_id, coll, msg_size_bytes), t0""")
+    return _dicts(con, """
         SELECT comm_id, coll, msg_size_bytes, any_value(size_bucket) AS size_bucket, bin,
                min(t_s) AS t_first_s, max(t_s) AS t_last_s, median(t_s) AS t_s, count(*) AS ops,
                median(rel) AS rel, median(busbw_gbs) AS busbw_gbs, any_value(base_gbs) AS base_gbs
-        FROM x GROUP BY comm_id, coll, msg_size_bytes, bin ORDER BY comm_id, coll, msg_size_bytes, bin""")
+        FROM w_series_ops GROUP BY comm_id, coll, msg_size_bytes, bin
+        ORDER BY comm_id, coll, msg_size_bytes, bin""")
+
+
+def _refine(con: Any, comm: str, coll: str, size: int, lo: float, hi: float, mid: float, start: bool) -> float | None:
+    """A boundary to the collective: within [lo, hi] the op time that maximises the CUSUM of ``mid − rel``
+    over the ops after it (a start) or up to it (an end) — the least-squares split between the two levels."""
+    order = "DESC" if start else "ASC"
+    row = con.execute(f"""
+        SELECT arg_max(t_s, s) FROM (
+            SELECT t_s, sum({float(mid)!r} - rel) OVER (ORDER BY t_s {order} ROWS UNBOUNDED PRECEDING) AS s
+            FROM w_series_ops WHERE comm_id = ? AND coll = ? AND msg_size_bytes = ? AND t_s BETWEEN ? AND ?)""",
+                      [comm, coll, size, lo, hi]).fetchone()
+    return float(row[0]) if row and row[0] is not None else None
 
 
 def cusum_segments(x: Sequence[float], *, min_drop: float = 0.1, h: float = 5.0, sigma_floor: float = 0.01,
@@ -233,13 +250,25 @@ def slow_periods(con: Any, *, bin_s: float | None = None, min_drop: float = 0.1,
     for r in rows:
         series.setdefault((r["comm_id"], r["coll"], int(r["msg_size_bytes"])), []).append(r)
     found: dict[str, list[tuple[float, float, int, float, str]]] = {}
-    for (comm, coll, _size), ser in sorted(series.items()):
+    for (comm, coll, size), ser in sorted(series.items()):
         for a, b in cusum_segments([float(r["rel"]) for r in ser], min_drop=min_drop, h=h, min_bins=min_bins):
             seg = ser[a: b + 1]
             rel = sorted(float(r["rel"]) for r in seg)
-            found.setdefault(comm, []).append((float(seg[0]["t_first_s"]), float(seg[-1]["t_last_s"]),
-                                               sum(int(r["ops"]) for r in seg), rel[len(rel) // 2],
-                                               f"{coll}:{seg[0]['size_bucket']}"))
+            med = rel[len(rel) // 2]
+            mid = 0.5 * (1.0 + med)
+            # Refine within the boundary bin and its neighbour outside the period, unless an idle gap of more
+            # than a bin separates them (a boundary never moves across a pause in the workload).
+            lo = float(seg[0]["t_first_s"])
+            if a > 0 and lo - float(ser[a - 1]["t_last_s"]) < bw:
+                lo = float(ser[a - 1]["t_first_s"])
+            t_start = _refine(con, comm, coll, size, lo, float(seg[0]["t_last_s"]), mid, True)
+            hi = float(seg[-1]["t_last_s"])
+            if b + 1 < len(ser) and float(ser[b + 1]["t_first_s"]) - hi < bw:
+                hi = float(ser[b + 1]["t_last_s"])
+            t_end = _refine(con, comm, coll, size, float(seg[-1]["t_first_s"]), hi, mid, False)
+            found.setdefault(comm, []).append((t_start if t_start is not None else float(seg[0]["t_first_s"]),
+                                               t_end if t_end is not None else float(seg[-1]["t_last_s"]),
+                                               sum(int(r["ops"]) for r in seg), med, f"{coll}:{seg[0]['size_bucket']}"))
     out: list[SlowPeriod] = []
     for comm in sorted(found):
         cur: list[Any] | None = None

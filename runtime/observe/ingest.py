@@ -62,18 +62,21 @@ _LINE_T = (f'{{"header":{_HEADER_T},"metadata":{_META_T},"coll_perf":{_COLL_T},"
            '"dump_stats":"JSON","proxy_trace":"JSON"}')
 _MARK_T = f'{{"header":{_HEADER_T},"metadata":{_META_T}}}'
 
-# One batch: split into numbered lines and parse each once (`try(json_transform(...))` is NULL for text that is
-# not JSON). `$1` text, `$2` number of the line before the batch. v4.3 bare bodies take the header/metadata of the
-# last `dump_stats` marker before them (`$3`/`$4`: the marker carried over from the previous batch, text and line
-# number, or NULL); batches without markers skip that window (the common v4.0 case).
+# One batch holds complete lines of one or more files: split into numbered lines, parse each once
+# (`try(json_transform(...))` is NULL for text that is not JSON). `$1` file ids, `$2` the number of the line
+# before each text, `$3` the texts. v4.3 bare bodies take the header/metadata of their file's last `dump_stats`
+# marker before them (markers carried over from an earlier batch are staged with `carried`); batches without
+# markers skip that window (the common v4.0 case).
 _STAGE_SQL = f"""
 CREATE OR REPLACE TEMP TABLE _stage AS
-SELECT $2 + i AS line_no, line, try(json_transform(line, '{_LINE_T}')) AS r
-FROM unnest(string_split($1, chr(10))) WITH ORDINALITY AS t(line, i)
-WHERE trim(line) <> ''
+WITH f AS (SELECT unnest($1::INTEGER[]) AS fid, unnest($2::BIGINT[]) AS base, unnest($3::VARCHAR[]) AS txt),
+     g AS (SELECT fid, base, string_split(txt, chr(10)) AS ls FROM f),
+     l AS (SELECT fid AS file_id, base + generate_subscripts(ls, 1) AS line_no, unnest(ls) AS line FROM g)
+SELECT file_id, line_no, line, try(json_transform(line, '{_LINE_T}')) AS r, FALSE AS carried
+FROM l WHERE trim(line) <> ''
 """
 _MARKER_STAGE_SQL = f"""
-INSERT INTO _stage SELECT $2::BIGINT, $1::VARCHAR, try(json_transform($1::VARCHAR, '{_LINE_T}'))
+INSERT INTO _stage SELECT ?, ?, ?, try(json_transform(?, '{_LINE_T}')), TRUE
 """
 _CONTEXT_PLAIN = "SELECT *, r.header AS h, r.metadata AS md, r.dump_stats IS NOT NULL AS is_marker FROM _stage"
 _CONTEXT_MARKERS = f"""
@@ -85,12 +88,12 @@ FROM (SELECT *, r.dump_stats IS NOT NULL AS is_marker,
              CASE WHEN r.dump_stats IS NOT NULL
                   THEN coalesce(r.metadata, json_transform(r.dump_stats, '{_MARK_T}').metadata) END AS m_meta
       FROM _stage)
-WINDOW w AS (ORDER BY line_no ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+WINDOW w AS (PARTITION BY file_id ORDER BY line_no ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 """
 _CLASSIFY_SQL = """
 CREATE OR REPLACE TEMP TABLE _parsed AS
 WITH c AS ({context})
-SELECT line_no, is_marker, h, md, r.coll_perf AS cp, r.p2p_perf AS pp, cls,
+SELECT file_id, line_no, is_marker, h, md, r.coll_perf AS cp, r.p2p_perf AS pp, cls,
        CASE WHEN cls NOT IN ('coll', 'p2p') THEN line END AS line
 FROM (SELECT *,
     CASE
@@ -111,7 +114,7 @@ FROM (SELECT *,
       WHEN NOT isfinite(r.p2p_perf.p2p_exec_time_us) OR r.p2p_perf.p2p_exec_time_us <= 0
            OR r.p2p_perf.p2p_msg_size_bytes < 0 OR h.rank < 0 OR r.p2p_perf.p2p_peer < 0 THEN 'range'
       ELSE 'p2p' END AS cls
-    FROM c WHERE line_no > {after})
+    FROM c WHERE NOT carried)
 """
 
 # Bandwidths as the Inspector defines them, used where a record's own value is missing or "nan":
@@ -123,7 +126,7 @@ _BUSF = ("(CASE WHEN cp.coll = 'AllReduce' THEN 2.0 * (coalesce(h.n_ranks, 1) - 
          "WHEN cp.coll IN ('AllGather','AllGatherV','ReduceScatter') THEN (coalesce(h.n_ranks, 1) - 1.0) / "
          "coalesce(h.n_ranks, 1) ELSE 1.0 END)")
 
-_HDR_SELECT = """$1, line_no, h.id, h.comm_name, h.rank, h.n_ranks, h.nnodes,
+_HDR_SELECT = """file_id, line_no, h.id, h.comm_name, h.rank, h.n_ranks, h.nnodes,
     md.inspector_output_format_version, md.git_rev, md.rec_mechanism, md.hostname, md.pid, md.dump_timestamp_us"""
 
 _INSERT_COLL = f"""
@@ -273,6 +276,98 @@ class _Tail(Exception):
         self.nbytes = nbytes
 
 
+class _Flusher:
+    """Collects complete-line batches of Inspector files and hands them to DuckDB together (many small
+    per-rank files cost one query, not one each); file bookkeeping is written in the same transaction."""
+
+    def __init__(self, con: Any, records: Counter[str], rejected: Counter[str], ignored: Counter[str],
+                 first_error: list[str]) -> None:
+        self.con, self.records, self.rejected, self.ignored, self.first_error = con, records, rejected, ignored, first_error
+        self.fids: list[int] = []
+        self.bases: list[int] = []
+        self.texts: list[str] = []
+        self.nbytes = 0
+        self.carry: dict[int, tuple[str, int]] = {}
+        self.state: dict[int, list[Any]] = {}
+        self.paths: dict[int, Path] = {}
+        self.new_files: list[tuple[int, str, str]] = []
+
+    def add(self, fid: int, base: int, text: str) -> None:
+        self.fids.append(fid)
+        self.bases.append(base)
+        self.texts.append(text)
+        self.nbytes += len(text)
+
+    def settle(self, fid: int, state: list[Any]) -> None:
+        """Record a file's new bookkeeping ``[consumed, sha, lines, size, mtime]`` (written at the next flush)."""
+        self.state[fid] = state
+        if self.nbytes >= BATCH_BYTES or len(self.state) >= 4096:
+            self.flush()
+
+    def flush(self) -> None:
+        con = self.con
+        counts: dict[int, tuple[int, int]] = {}
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if self.texts:
+                con.execute(_STAGE_SQL, [self.fids, self.bases, self.texts])
+                markers = any('"dump_stats"' in t for t in self.texts) or any(f in self.carry for f in set(self.fids))
+                if markers:
+                    for fid in sorted(set(self.fids) & set(self.carry)):
+                        line, no = self.carry[fid]
+                        con.execute(_MARKER_STAGE_SQL, [fid, no, line, line])
+                con.execute(_CLASSIFY_SQL.format(context=_CONTEXT_MARKERS if markers else _CONTEXT_PLAIN))
+                self.records["coll"] += con.execute(_INSERT_COLL).fetchone()[0]
+                self.records["p2p"] += con.execute(_INSERT_P2P).fetchone()[0]
+                rows = con.execute("SELECT file_id, cls, count(*), min(line_no), arg_min(left(line, 200), line_no) "
+                                   "FROM _parsed WHERE cls NOT IN ('coll', 'p2p') GROUP BY file_id, cls "
+                                   "ORDER BY file_id, min(line_no)").fetchall()
+                for fid, cls, n, first_line, example in rows:
+                    if cls in _IGNORED:
+                        self.ignored[cls] += n
+                        continue
+                    self.rejected[cls] += n
+                    if not self.first_error:
+                        self.first_error.append(f"{self.paths.get(fid)}: line {first_line}: {cls}: {example[:120]}")
+                    con.execute("INSERT INTO ingest_errors VALUES (?, ?, ?, ?, ?) ON CONFLICT (file_id, reason) "
+                                "DO UPDATE SET count = count + excluded.count", [fid, cls, n, first_line, example])
+                for fid, good, bad in con.execute(
+                        "SELECT file_id, count(*) FILTER (cls IN ('coll', 'p2p')), count(*) FILTER (cls IN "
+                        f"({', '.join(repr(r) for r in _ERROR_REASONS)})) FROM _parsed GROUP BY file_id").fetchall():
+                    counts[fid] = (good, bad)
+                if markers:
+                    for fid, line, no in con.execute("SELECT file_id, arg_max(line, line_no), max(line_no) FROM _parsed "
+                                                     "WHERE is_marker GROUP BY file_id").fetchall():
+                        self.carry[fid] = (line, no)
+            if self.new_files:
+                ids, paths, kinds = zip(*self.new_files)
+                con.execute("INSERT INTO files SELECT unnest(?::INTEGER[]), unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), "
+                            "0, 0, 0, NULL, 0, 0, 0, NULL, NULL", [list(ids), list(paths), list(kinds)])
+                self.new_files = []
+            if self.state:
+                upd = sorted(self.state.items())
+                cols: list[list[Any]] = [[] for _ in range(10)]
+                for fid, (consumed, sha, lines, size, mtime) in upd:
+                    good, bad = counts.get(fid, (0, 0))
+                    line, no = self.carry.get(fid, (None, None))
+                    for col, v in zip(cols, (fid, consumed, sha, lines, size, mtime, good, bad, line, no)):
+                        col.append(v)
+                con.execute("""
+                    UPDATE files SET consumed_bytes = u.consumed, consumed_sha256 = u.sha, lines = u.lines,
+                           size_bytes = u.size, mtime_ns = u.mtime, records = files.records + u.good,
+                           rejected = files.rejected + u.bad, last_marker = u.line, last_marker_line = u.no
+                    FROM (SELECT unnest(?::INTEGER[]) AS fid, unnest(?::BIGINT[]) AS consumed,
+                                 unnest(?::VARCHAR[]) AS sha, unnest(?::BIGINT[]) AS lines, unnest(?::BIGINT[]) AS size,
+                                 unnest(?::BIGINT[]) AS mtime, unnest(?::BIGINT[]) AS good, unnest(?::BIGINT[]) AS bad,
+                                 unnest(?::VARCHAR[]) AS line, unnest(?::BIGINT[]) AS no) u
+                    WHERE files.file_id = u.fid""", cols)
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+        self.fids, self.bases, self.texts, self.nbytes, self.state = [], [], [], 0, {}
+
+
 def ingest(con: Any, inputs: Iterable[str | os.PathLike[str]], *, kind: str | None = None) -> IngestSummary:
     """Ingest every file named by ``inputs`` into the database ``con`` (see :func:`runtime.observe.connect`).
 
@@ -287,110 +382,82 @@ def ingest(con: Any, inputs: Iterable[str | os.PathLike[str]], *, kind: str | No
     ignored: Counter[str] = Counter()
     first_error: list[str] = []
     read = skipped = replaced = 0
+    known = {r[1]: r for r in con.execute(
+        "SELECT file_id, path, size_bytes, mtime_ns, consumed_bytes, consumed_sha256, lines, last_marker, "
+        "last_marker_line, kind FROM files").fetchall()}
+    next_id = max((r[0] for r in known.values()), default=0) + 1
+    flusher = _Flusher(con, records, rejected, ignored, first_error)
     for path in discover(inputs):
         try:
             st = path.stat()
         except OSError as exc:
             raise ObserveError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        row = con.execute("SELECT file_id, size_bytes, mtime_ns, consumed_bytes, consumed_sha256, lines, "
-                          "last_marker, last_marker_line, kind FROM files WHERE path = ?", [str(path)]).fetchone()
-        if row is not None and row[1] == st.st_size and row[2] == st.st_mtime_ns:
+        row = known.get(str(path))
+        if row is not None and row[2] == st.st_size and row[3] == st.st_mtime_ns:
             skipped += 1
             continue
         read += 1
-        fkind = kind or (row[8] if row is not None else _sniff_kind(path))
+        fkind = kind or (row[9] if row is not None else _sniff_kind(path))
         if row is None:
-            fid = con.execute("SELECT coalesce(max(file_id), 0) + 1 FROM files").fetchone()[0]
-            con.execute("INSERT INTO files VALUES (?, ?, ?, 0, 0, 0, NULL, 0, 0, 0, NULL, NULL)", [fid, str(path), fkind])
-            state = (0, None, 0, None, None)
+            fid = next_id
+            next_id += 1
+            flusher.new_files.append((fid, str(path), fkind))
+            state: tuple[Any, ...] = (0, None, 0)
         else:
             fid = row[0]
-            state = (row[3], row[4], row[5], row[6], row[7])
+            state = (row[4], row[5], row[6])
+            if row[7] is not None:
+                flusher.carry[fid] = (row[7], row[8])
+        flusher.paths[fid] = path
+        if fkind == "telemetry":
+            flusher.flush()  # the file's row must exist before telemetry rows and counts are written
         try:
-            done = _ingest_file(con, path, fid, fkind, state, records, rejected, ignored, first_error)
+            _ingest_file(flusher, path, fid, fkind, state, st)
         except _Replaced:
             replaced += 1
+            flusher.flush()
             for table in ("coll", "p2p", "telemetry", "ingest_errors"):
                 con.execute(f"DELETE FROM {table} WHERE file_id = ?", [fid])
-            con.execute("UPDATE files SET records = 0, rejected = 0 WHERE file_id = ?", [fid])
-            done = _ingest_file(con, path, fid, fkind, (0, None, 0, None, None), records, rejected, ignored,
-                                first_error)
-        con.execute("UPDATE files SET size_bytes = ?, mtime_ns = ? WHERE file_id = ?",
-                    [st.st_size if done else -1, st.st_mtime_ns, fid])
+            con.execute("UPDATE files SET records = 0, rejected = 0, last_marker = NULL, last_marker_line = NULL "
+                        "WHERE file_id = ?", [fid])
+            flusher.carry.pop(fid, None)
+            _ingest_file(flusher, path, fid, fkind, (0, None, 0), st)
+    flusher.flush()
     return IngestSummary(read, skipped, replaced, MappingProxyType(dict(records)),
                          MappingProxyType(dict(sorted(rejected.items()))), MappingProxyType(dict(sorted(ignored.items()))),
                          time.perf_counter() - t0, first_error[0] if first_error else None)
 
 
-def _ingest_file(con: Any, path: Path, fid: int, kind: str, state: tuple[Any, ...], records: Counter[str],
-                 rejected: Counter[str], ignored: Counter[str], first_error: list[str]) -> bool:
-    """Read the new complete lines of one file. Returns False when the file ended in a partial line or a
-    truncated gzip stream (so the next run looks at it again even if size and mtime do not change)."""
-    consumed, sha, lines, marker, marker_line = state
+def _ingest_file(flusher: _Flusher, path: Path, fid: int, kind: str, state: tuple[Any, ...], st: os.stat_result) -> None:
+    """Queue the new complete lines of one file. A file that ends in a partial line or a truncated gzip stream
+    is recorded with size -1, so the next run looks at it again even if its size and mtime do not change."""
+    consumed, sha, lines = state
     stream = _Stream(path)
     complete = True
+    digest = sha
     try:
         for batch, h in _batches(stream, consumed, sha):
             if batch:
                 text = batch.decode("utf-8", errors="replace")
                 if kind == "telemetry":
-                    _telemetry_batch(con, fid, text, lines, records, rejected, first_error, path)
+                    _telemetry_batch(flusher.con, fid, text, lines, flusher.records, flusher.rejected,
+                                     flusher.first_error, path)
                 else:
-                    marker, marker_line = _inspector_batch(con, fid, text, lines, marker, marker_line, records,
-                                                           rejected, ignored, first_error, path)
+                    flusher.add(fid, lines, text)
                 lines += batch.count(b"\n")
                 consumed += len(batch)
-            con.execute("UPDATE files SET consumed_bytes = ?, consumed_sha256 = ?, lines = ?, last_marker = ?, "
-                        "last_marker_line = ? WHERE file_id = ?", [consumed, h.hexdigest(), lines, marker,
-                                                                   marker_line, fid])
+            digest = h.hexdigest()
     except _Tail:
-        rejected["truncated_tail"] += 1
-        first_error.append(f"{path}: line {lines + 1}: unterminated last line (left for the next run)")
+        flusher.rejected["truncated_tail"] += 1
+        flusher.first_error.append(f"{path}: line {lines + 1}: unterminated last line (left for the next run)")
         complete = False
     finally:
         stream.close()
     if stream.truncated:
-        rejected["truncated_gzip"] += 1
-        first_error.append(f"{path}: truncated gzip stream")
+        flusher.rejected["truncated_gzip"] += 1
+        flusher.first_error.append(f"{path}: truncated gzip stream")
         complete = False
-    return complete
-
-
-def _inspector_batch(con: Any, fid: int, text: str, base: int, marker: str | None, marker_line: int | None,
-                     records: Counter[str], rejected: Counter[str], ignored: Counter[str],
-                     first_error: list[str], path: Path) -> tuple[str | None, int | None]:
-    con.execute(_STAGE_SQL, [text, base])
-    markers = marker is not None or '"dump_stats"' in text
-    if marker is not None:
-        con.execute(_MARKER_STAGE_SQL, [marker, marker_line])
-    con.execute(_CLASSIFY_SQL.format(context=_CONTEXT_MARKERS if markers else _CONTEXT_PLAIN, after=int(base)))
-    con.execute("BEGIN TRANSACTION")
-    try:
-        n_coll = con.execute(_INSERT_COLL, [fid]).fetchone()[0]
-        n_p2p = con.execute(_INSERT_P2P, [fid]).fetchone()[0]
-        counts = con.execute("SELECT cls, count(*), min(line_no), arg_min(left(line, 200), line_no) FROM _parsed "
-                             "WHERE cls NOT IN ('coll', 'p2p') GROUP BY cls ORDER BY min(line_no)").fetchall()
-        bad = 0
-        for cls, n, first_line, example in counts:
-            if cls in _IGNORED:
-                ignored[cls] += n
-                continue
-            bad += n
-            rejected[cls] += n
-            if not first_error:
-                first_error.append(f"{path}: line {first_line}: {cls}: {example[:120]}")
-            con.execute("INSERT INTO ingest_errors VALUES (?, ?, ?, ?, ?) ON CONFLICT (file_id, reason) DO UPDATE "
-                        "SET count = count + excluded.count", [fid, cls, n, first_line, example])
-        con.execute("UPDATE files SET records = records + ?, rejected = rejected + ? WHERE file_id = ?",
-                    [n_coll + n_p2p, bad, fid])
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
-    records["coll"] += n_coll
-    records["p2p"] += n_p2p
-    last = con.execute("SELECT line, line_no FROM _parsed WHERE is_marker ORDER BY line_no DESC LIMIT 1").fetchone() if markers else None
-    return (last[0], last[1]) if last is not None else (marker, marker_line)
+    flusher.settle(fid, [consumed, digest, lines, st.st_size if complete else -1, st.st_mtime_ns])
 
 
 def _telemetry_batch(con: Any, fid: int, text: str, base: int, records: Counter[str], rejected: Counter[str],

@@ -27,7 +27,7 @@ import numpy as np
 
 from runtime.observe.errors import ObserveError
 
-__all__ = ["SyntheticSpec", "SyntheticTruth", "write_logs"]
+__all__ = ["SyntheticSpec", "SyntheticTruth", "random_spec", "write_logs"]
 
 _TRAFFIC_N = ("AllGather", "ReduceScatter", "AllGatherV")
 
@@ -183,3 +183,30 @@ def write_logs(directory: str | os.PathLike[str], spec: SyntheticSpec) -> Synthe
         files.append(str(name))
     periods = tuple((spec.t0_s + a, spec.t0_s + b, f) for a, b, f in spec.slow_periods)
     return SyntheticTruth(spec.t0_s, periods, tuple(sorted(spec.stragglers)), tuple(files), records)
+
+
+def random_spec(seed: int, *, nranks: int = 512, ncolls: int = 240, iter_s: float = 0.5, max_periods: int = 3,
+                max_stragglers: int = 8, fmt: str = "v4.0") -> SyntheticSpec:
+    """A seeded scenario for benchmarks: 1..``max_periods`` non-overlapping slow periods of 8–20 s with busbw
+    drops of 20–50 % (at least 6 s apart and away from the ends), and 1..``max_stragglers`` straggler ranks
+    late by 20–50 % of the transfer time in 90 % of their collectives.
+
+    >>> s = random_spec(3, nranks=32, ncolls=200)
+    >>> 1 <= len(s.slow_periods) <= 3 and 1 <= len(s.stragglers) <= 8
+    True
+    """
+    rng = np.random.default_rng(seed)
+    span = ncolls * iter_s
+    periods: list[tuple[float, float, float]] = []
+    for _ in range(50):
+        if len(periods) >= int(rng.integers(1, max_periods + 1)):
+            break
+        dur = float(rng.uniform(8.0, 20.0))
+        a = float(rng.uniform(0.1 * span, 0.9 * span - dur))
+        if all(a > q + 6.0 or a + dur < p - 6.0 for p, q, _ in periods):
+            periods.append((round(a, 3), round(a + dur, 3), round(float(rng.uniform(0.5, 0.8)), 3)))
+    k = int(rng.integers(1, max_stragglers + 1))
+    strag = tuple(sorted(int(r) for r in rng.choice(nranks, size=k, replace=False)))
+    return SyntheticSpec(nranks=nranks, ncolls=ncolls, iter_s=iter_s, stragglers=strag,
+                         straggler_delay=float(rng.uniform(0.2, 0.5)), slow_periods=tuple(sorted(periods)),
+                         fmt=fmt, seed=seed)
