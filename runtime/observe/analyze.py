@@ -316,7 +316,8 @@ class SegmentRow:
 
 def segments(con: Any) -> list[SegmentRow]:
     """Split each communicator's window at its stored slow periods (see :func:`slow_periods`) into
-    alternating normal/slow segments and give per-rank and joined medians per segment (one SQL query)."""
+    alternating normal/slow segments and give per-rank and joined medians per segment (one SQL query).
+    A record belongs to the segment of its collective's time (the median over ranks of the dump times)."""
     con.execute("CREATE TEMP TABLE IF NOT EXISTS slow_periods (period INTEGER, comm_id VARCHAR, start_s DOUBLE, "
                 "end_s DOUBLE, rel_busbw DOUBLE, drop DOUBLE)")
     rows = _dicts(con, """
@@ -330,12 +331,14 @@ def segments(con: Any) -> list[SegmentRow]:
                    seg_start, kind, kind = 1 AS slow,
                    lead(seg_start) OVER (PARTITION BY comm_id ORDER BY seg_start, kind) AS seg_next
             FROM cuts),
+        rec AS (SELECT r.*, coalesce(o.t_s, r.t_s) AS op_t
+                FROM w_coll r LEFT JOIN w_ops o USING (comm_id, coll, coll_sn)),
         tagged AS (
             SELECT r.*, g.segment, g.slow
-            FROM w_coll r JOIN segs g ON r.comm_id = g.comm_id AND r.t_s >= g.seg_start
-                 AND (g.kind <> 2 OR r.t_s > g.seg_start)
-                 AND (g.seg_next IS NULL OR (g.kind = 1 AND r.t_s <= g.seg_next)
-                      OR (g.kind <> 1 AND r.t_s < g.seg_next))),
+            FROM rec r JOIN segs g ON r.comm_id = g.comm_id AND r.op_t >= g.seg_start
+                 AND (g.kind <> 2 OR r.op_t > g.seg_start)
+                 AND (g.seg_next IS NULL OR (g.kind = 1 AND r.op_t <= g.seg_next)
+                      OR (g.kind <> 1 AND r.op_t < g.seg_next))),
         joined AS (
             SELECT comm_id, segment, coll, size_bucket, median(busbw) AS joined
             FROM (SELECT comm_id, segment, coll, coll_sn, any_value(size_bucket) AS size_bucket,
