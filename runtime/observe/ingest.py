@@ -207,19 +207,44 @@ def _is_gzip(path: Path) -> bool:
 
 
 class _Stream:
-    """Decompressed bytes of a file, read in pieces; a truncated gzip stream ends it (flagged)."""
+    """Decompressed bytes of a file, read in pieces. gzip (multi-member too) is inflated incrementally, so a
+    truncated or corrupt stream keeps everything before the damage and is flagged ``truncated``."""
+
+    _PIECE = 1 << 20
 
     def __init__(self, path: Path) -> None:
         self.gz = _is_gzip(path)
-        self.fh: Any = gzip.open(path, "rb") if self.gz else open(path, "rb")
+        self.fh: Any = open(path, "rb")
         self.truncated = False
+        self._z: Any = zlib.decompressobj(wbits=31) if self.gz else None
+        self._buf = bytearray()
+        self._eof = False
 
     def read(self, n: int) -> bytes:
-        try:
+        if not self.gz:
             return self.fh.read(n)
-        except (EOFError, zlib.error, gzip.BadGzipFile):
-            self.truncated = True
-            return b""
+        while len(self._buf) < n and not self._eof:
+            raw = self.fh.read(self._PIECE)
+            try:
+                if not raw:
+                    self._eof = True
+                    if not self._z.eof and (self._z.unconsumed_tail or self._started()):
+                        self.truncated = True
+                    break
+                self._buf += self._z.decompress(raw)
+                while self._z.eof and self._z.unused_data:
+                    rest = self._z.unused_data
+                    self._z = zlib.decompressobj(wbits=31)
+                    self._buf += self._z.decompress(rest)
+            except zlib.error:
+                self.truncated = True
+                self._eof = True
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
+        return out
+
+    def _started(self) -> bool:
+        return self.fh.tell() > 0
 
     def close(self) -> None:
         self.fh.close()
