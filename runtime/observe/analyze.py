@@ -115,12 +115,16 @@ def dump_tick_s(con: Any) -> float:
     return float(row[0]) if row and row[0] is not None else 0.0
 
 
-def auto_bin_s(con: Any) -> float:
-    """Default bin width: the largest of 2.5 dump ticks, 1/200 of the window's span and 0.1 s (at most 60 s),
-    so that every bin holds at least two ticks of every process."""
-    row = con.execute("SELECT max(t_s) - min(t_s) FROM w_coll").fetchone()
+def auto_bin_s(con: Any, *, min_ops: int = 5) -> float:
+    """Default bin width: the largest of 2.5 dump ticks (every bin holds two ticks of every process),
+    ``min_ops`` collectives of the median (communicator, collective, size) series, 1/200 of the window's span
+    and 0.1 s; at most 60 s."""
+    row = con.execute("""
+        WITH s AS (SELECT count(*) AS n, max(t_s) - min(t_s) AS span FROM w_ops GROUP BY comm_id, coll, msg_size_bytes)
+        SELECT (SELECT max(t_s) - min(t_s) FROM w_coll), median(span / greatest(n - 1, 1)) FROM s""").fetchone()
     span = float(row[0] or 0.0)
-    return min(60.0, max(0.1, span / 200.0, 2.5 * dump_tick_s(con)))
+    per_op = float(row[1] or 0.0)
+    return min(60.0, max(0.1, span / 200.0, 2.5 * dump_tick_s(con), min_ops * per_op))
 
 
 _SIGNALS = {"median": "busbw_median_gbs", "max": "busbw_max_gbs", "min": "busbw_min_gbs"}
@@ -272,17 +276,17 @@ def slow_periods(con: Any, *, bin_s: float | None = None, min_drop: float = 0.1,
     out: list[SlowPeriod] = []
     for comm in sorted(found):
         cur: list[Any] | None = None
-        for lo, hi, ops, rel, name in sorted(found[comm]) + [(math.inf, math.inf, 0, 1.0, "")]:
-            if cur is not None and lo <= cur[1]:
-                cur[1] = max(cur[1], hi)
-                cur[2] += ops
-                cur[3] = min(cur[3], rel)
-                cur[4].add(name)
+        for p_lo, p_hi, p_ops, p_rel, p_name in sorted(found[comm]) + [(math.inf, math.inf, 0, 1.0, "")]:
+            if cur is not None and p_lo <= cur[1]:
+                cur[1] = max(cur[1], p_hi)
+                cur[2] += p_ops
+                cur[3] = min(cur[3], p_rel)
+                cur[4].add(p_name)
                 continue
             if cur is not None:
                 out.append(SlowPeriod(comm, names.get(comm), cur[0], cur[1], cur[2], cur[3], 1.0 - cur[3],
                                       tuple(sorted(cur[4]))))
-            cur = [lo, hi, ops, rel, {name}]
+            cur = [p_lo, p_hi, p_ops, p_rel, {p_name}]
     if store:
         con.execute("CREATE OR REPLACE TEMP TABLE slow_periods (period INTEGER, comm_id VARCHAR, start_s DOUBLE, "
                     "end_s DOUBLE, rel_busbw DOUBLE, drop DOUBLE)")

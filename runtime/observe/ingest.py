@@ -29,14 +29,13 @@ Tolerant: a bad line is counted under a reason code (``bad_json``, ``no_header``
 from __future__ import annotations
 
 import glob
-import gzip
 import hashlib
 import os
 import time
 import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -374,8 +373,8 @@ class _Flusher:
                 cols: list[list[Any]] = [[] for _ in range(10)]
                 for fid, (consumed, sha, lines, size, mtime) in upd:
                     good, bad = counts.get(fid, (0, 0))
-                    line, no = self.carry.get(fid, (None, None))
-                    for col, v in zip(cols, (fid, consumed, sha, lines, size, mtime, good, bad, line, no)):
+                    carried: tuple[str | None, int | None] = self.carry.get(fid, (None, None))
+                    for col, v in zip(cols, (fid, consumed, sha, lines, size, mtime, good, bad, *carried)):
                         col.append(v)
                 con.execute("""
                     UPDATE files SET consumed_bytes = u.consumed, consumed_sha256 = u.sha, lines = u.lines,
