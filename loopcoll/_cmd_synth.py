@@ -85,6 +85,8 @@ def result_json(collective: str, topo_name: str, nranks: int, result: SynthResul
     if collective == "alltoall":
         doc["lp_algbw_GBps"] = result.stats.get("lp_algbw_GBps", result.optimal_algbw_GBps)
         doc["gap"] = result.stats.get("gap", result.gap_pct / 100.0)
+    if sched is not None and "global_ranks" in sched.meta:  # a communicator (--ranks)
+        doc["global_ranks"] = list(sched.meta["global_ranks"])
     return doc
 
 
