@@ -63,18 +63,30 @@ WarmStart = SynthResult | WarmState | Schedule | None
 
 @dataclass(frozen=True, slots=True)
 class AllToAllBound:
-    """LP optimum of AllToAll by column generation (exact when ``optimal``, else an upper bound).
+    """LP optimum of AllToAll by column generation: ``OPTIMAL``, or ``TIME_LIMIT`` with the best
+    proven (Farley) upper bound.
 
     ``rate_GBps`` is per ordered pair, ``algbw_GBps = N · rate_GBps``; ``saturated`` lists the links
     whose capacity constraint has a nonzero dual at the optimum.
     """
 
+    status: Status
+    message: str
     algbw_GBps: float  # noqa: N815
     rate_GBps: float  # noqa: N815
     saturated: tuple[tuple[str, str], ...]
-    optimal: bool
     cg_iterations: int
     solve_time_s: float
+
+    @property
+    def success(self) -> bool:
+        """True when the LP optimum is proven."""
+        return self.status is Status.OPTIMAL
+
+    @property
+    def optimal(self) -> bool:
+        """Same as :attr:`success`: ``algbw_GBps`` is the LP optimum, not only an upper bound."""
+        return self.status is Status.OPTIMAL
 
 
 def _validate_args(topology: object, nchunks: object, max_steps: object, solver: object, time_limit_s: object,
@@ -400,4 +412,7 @@ def alltoall_lp_bound(topology: Topology, *, solver: str = "highs", time_limit_s
         top = float(w.max()) if len(w) else 0.0
         saturated = tuple(sorted(net.link_keys[e] for e in np.flatnonzero(w > 1e-7 * max(top, 1e-300))))
     algbw = n / t if t > 0 else math.inf
-    return AllToAllBound(algbw, algbw / n, saturated, run.converged, run.iterations, time.perf_counter() - start)
+    status, message = (Status.OPTIMAL, f"LP optimum after {run.iterations} CG iterations ({solver} {run.native})") \
+        if run.converged else (Status.TIME_LIMIT, f"time limit after {run.iterations} CG iterations: {algbw:.6g} "
+                               f"GB/s is the best proven upper bound ({solver} {run.native})")
+    return AllToAllBound(status, message, algbw, algbw / n, saturated, run.iterations, time.perf_counter() - start)

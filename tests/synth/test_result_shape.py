@@ -10,6 +10,7 @@ import pytest
 
 from msccl_xml import CheckResult, CheckStatus, check, lower
 from synth import Bound, Status, SynthResult, optimal_bound, synthesize
+from synth.alltoall_cg import AllToAllBound, alltoall_lp_bound
 from synth.result import Outcome
 from synth.simulation import SimResult, SimStatus, simulate
 from synth.topologies import named_topology
@@ -20,12 +21,12 @@ def _results() -> list[object]:
     syn = synthesize("allreduce", topo)
     assert syn.schedule is not None
     return [syn, optimal_bound("alltoall", topo), simulate(syn.schedule, topo, 1 << 20),
-            check(lower(syn.schedule))]
+            check(lower(syn.schedule)), alltoall_lp_bound(topo)]
 
 
 def test_every_result_has_the_shared_shape_and_is_frozen() -> None:
     results = _results()
-    assert [type(r) for r in results] == [SynthResult, Bound, SimResult, CheckResult]
+    assert [type(r) for r in results] == [SynthResult, Bound, SimResult, CheckResult, AllToAllBound]
     for r in results:
         assert isinstance(r, Outcome)
         assert isinstance(r.status, Enum) and isinstance(r.message, str) and r.message
@@ -33,9 +34,15 @@ def test_every_result_has_the_shared_shape_and_is_frozen() -> None:
         field = dataclasses.fields(r)[0].name  # type: ignore[arg-type]
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(r, field, None)
-    syn, bound, sim, verdict = results
-    assert (syn.status, bound.status, sim.status, verdict.status) == (
-        Status.OPTIMAL, Status.OPTIMAL, SimStatus.COMPLETED, CheckStatus.VALID)
+    syn, bound, sim, verdict, cg = results
+    assert (syn.status, bound.status, sim.status, verdict.status, cg.status) == (
+        Status.OPTIMAL, Status.OPTIMAL, SimStatus.COMPLETED, CheckStatus.VALID, Status.OPTIMAL)
+
+
+def test_column_generation_bound_time_limit_is_a_status() -> None:
+    stopped = alltoall_lp_bound(named_topology("hpn:1x8x8"), time_limit_s=1e-6)
+    assert stopped.status is Status.TIME_LIMIT and not stopped.success and not stopped.optimal
+    assert "best proven upper bound" in stopped.message
 
 
 def test_synth_stats_are_read_only_nested_too() -> None:
