@@ -45,6 +45,7 @@ _BACKOFF_START_S = 0.1
 _BACKOFF_MAX_S = 5.0
 _BATCH_TARGET_BYTES = 256 << 10
 _WAKE: dict[str, Any] = {}
+_ID_ROOM = 32  # bytes a request id adds to a message
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -276,6 +277,10 @@ class Client:
                 raise WireError(f"connection to {self.address} lost: {exc.strerror or exc}", reason="closed") from None
 
     def _request(self, msg: dict[str, Any]) -> dict[str, Any]:
+        return self._request_line(encode(msg), msg["type"])
+
+    def _request_line(self, line: bytes, what: str) -> dict[str, Any]:
+        """Send one encoded message with a fresh request id spliced in and wait for the reply carrying it."""
         if self._closing.is_set():
             raise WireError("client is closed", reason="closed")
         rid = next(self._ids)
@@ -283,30 +288,33 @@ class Client:
         with self._plock:
             self._pending[rid] = slot
         try:
-            self._write(encode({**msg, "id": rid}))
+            self._write(b'{"id":%d,' % rid + line[1:])  # every message is a JSON object: "{..."
             if not slot.event.wait(self.timeout_s):
-                raise WireError(f"daemon {self.address}: no reply to {msg['type']} within {self.timeout_s} s",
+                raise WireError(f"daemon {self.address}: no reply to {what} within {self.timeout_s} s",
                                 reason="timeout")
         finally:
             with self._plock:
                 self._pending.pop(rid, None)
         reply = slot.reply
         if reply is None:
-            raise WireError(f"connection to {self.address} lost during {msg['type']}", reason="closed")
+            raise WireError(f"connection to {self.address} lost during {what}", reason="closed")
         if reply["type"] == "error":
             raise WireError(f"daemon {self.address}: {reply['message']}", reason="remote")
         return reply
 
-    def _fitting(self, batch: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-        """``batch`` halved until each part fits one ``samples`` message (request id included)."""
+    def _lines(self, batch: list[dict[str, Any]]) -> list[tuple[bytes, int]]:
+        """``samples`` messages for ``batch`` (with room for a request id) and their sample counts; a batch over
+        the size limit is halved until its parts fit, and a sample that cannot be sent alone is left out."""
         try:
-            encode({"type": "samples", "samples": batch, "id": 1 << 62})
-            return [batch]
+            line = encode({"type": "samples", "samples": batch})
+            if len(line) + _ID_ROOM <= MAX_MESSAGE_BYTES:
+                return [(line, len(batch))]
         except WireError:
-            if len(batch) <= 1:
-                return []  # one sample over the limit can never be sent
-            mid = len(batch) // 2
-            return self._fitting(batch[:mid]) + self._fitting(batch[mid:])
+            pass
+        if len(batch) <= 1:
+            return []
+        mid = len(batch) // 2
+        return self._lines(batch[:mid]) + self._lines(batch[mid:])
 
     def _send_loop(self) -> None:
         while True:
@@ -341,13 +349,13 @@ class Client:
                 self._flush.notify_all()
 
     def _deliver(self, batch: list[dict[str, Any]]) -> int:
-        parts = self._fitting(batch)
+        parts = self._lines(batch)
         sent = 0
         while True:
             try:
                 while parts:
-                    self._write(encode({"type": "samples", "samples": parts[0]}))
-                    sent += len(parts.pop(0))
+                    self._write(parts[0][0])
+                    sent += parts.pop(0)[1]
                 return sent
             except WireError:
                 if not self.reconnect or self._closing.is_set():
@@ -386,8 +394,8 @@ class Client:
         accepted = 0
         rejected: dict[str, int] = {}
         for i in range(0, len(docs), step):
-            for part in self._fitting(docs[i:i + step]):
-                reply = self._request({"type": "samples", "samples": part})
+            for line, _ in self._lines(docs[i:i + step]):
+                reply = self._request_line(line, "samples")
                 accepted += reply["accepted"]
                 for reason, n in reply["rejected"].items():
                     rejected[reason] = rejected.get(reason, 0) + n

@@ -168,11 +168,11 @@ class _Daemon:
         for doc in self.remember(entries):
             msg = version_message(doc)
             targets = [c for c in list(self.conns.values()) if c.authed and doc["comm"] in c.comms]
+            self.log({"event": "publish", "comm": doc["comm"], "collective": doc["collective"],
+                      "version": doc["version"], "clients": len(targets)})
             for conn in targets:
                 conn.send(msg)
             self.counters["versions_pushed"] += len(targets)
-            self.log({"event": "publish", "comm": doc["comm"], "collective": doc["collective"],
-                      "version": doc["version"], "clients": len(targets)})
 
     # --- ingest ----------------------------------------------------------------------------------------
     def enqueue_samples(self, conn: Connection, msg: dict[str, Any], nbytes: int) -> None:

@@ -21,6 +21,7 @@ import pytest
 
 from runtime.client import Client
 from runtime.errors import WireError
+from tests.runtime.drill import degraded_samples
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = "hpn:1x2x4"
@@ -126,44 +127,20 @@ def _start(daemons: list[DaemonProc], base: Path, store: Path, *extra: str) -> D
 
 
 def _degraded_samples(schedule_json: bytes, version: int, n_collectives: int) -> dict[int, list[dict[str, Any]]]:
-    """Per host, the pair samples its executors emit for ``n_collectives`` AllGathers of the deployed schedule
+    """Per host, the samples its executors emit for ``n_collectives`` AllGathers of the deployed schedule
     while rank 0's NIC runs at a quarter of its capacity (both directions); other pairs run at full speed."""
     import tempfile
 
-    from runtime.estimator import ScheduleRouting
     from synth import load_topology, read_schedule
 
-    topo = load_topology(TOPOLOGY)
     with tempfile.NamedTemporaryFile("wb", suffix=".json", delete=False) as fh:
         fh.write(schedule_json)
     try:
         sched = read_schedule(fh.name)
     finally:
         os.unlink(fh.name)
-    routing = ScheduleRouting.build(sched, topo)
-    nominal = {lk.key: lk.gbps for lk in topo.links}
-    nic0 = {("gpu0", "tor0.0"), ("tor0.0", "gpu0")}
-    by_host: dict[int, list[dict[str, Any]]] = {0: [], 1: []}
-    t0 = time.time()
-    for seq in range(1, n_collectives + 1):
-        for (u, v), n in sorted(routing.pair_chunks.items()):
-            links = routing.pair_links[(u, v)]
-            expected_gbps = min(nominal[a] * n / routing.link_chunks[a] for a in links)
-            rate_gbps = expected_gbps * (0.25 if nic0 & set(links) else 1.0)
-            nbytes = SIZE_BYTES * n // routing.nchunks_total
-            by_host[routing.host_of[u]].append({
-                "format": "loopcoll.telemetry/1", "t_s": t0 + 0.01 * seq, "comm": "world", "seq": seq,
-                "version": version, "kind": "pair", "src": u, "dst": v, "bytes": nbytes,
-                "busy_s": 8.0 * nbytes / (rate_gbps * 1e9), "collective": "allgather", "origin": "executor"})
-        for u, links in sorted(routing.inject_links.items()):  # intra-host traffic runs at full speed
-            n = sum(n for (a, b), n in routing.pair_chunks.items() if a == u and routing.host_of[b] == routing.host_of[u])
-            expected_gbps = min(nominal[a] * k / routing.link_chunks[a] for a, k in links.items())
-            nbytes = SIZE_BYTES * n // routing.nchunks_total
-            by_host[routing.host_of[u]].append({
-                "format": "loopcoll.telemetry/1", "t_s": t0 + 0.01 * seq, "comm": "world", "seq": seq,
-                "version": version, "kind": "inject", "src": u, "dst": None, "bytes": nbytes,
-                "busy_s": 8.0 * nbytes / (expected_gbps * 1e9), "collective": "allgather", "origin": "executor"})
-    return by_host
+    return degraded_samples(sched, load_topology(TOPOLOGY), version=version, n_collectives=n_collectives,
+                            size_bytes=SIZE_BYTES)
 
 
 def test_two_clients_degrade_rank0_nic_publish_kill_restart(daemons: list[DaemonProc], tmp_path: Path) -> None:
