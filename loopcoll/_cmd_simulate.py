@@ -113,9 +113,10 @@ def _plot(path: str, title: str, sizes: list[int], series: dict[str, list[float]
 
 def _run(args: argparse.Namespace) -> int:
     from synth import optimal_bound
-    from synth.simulation import auto_slices, simulate
+    from synth.simulation import auto_slices, load_profile, simulate
 
     configure_progress(args.quiet or args.json)
+    profile = load_profile(args.profile)
     topo = topology_from_args(args)
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
     if not sizes:
@@ -128,7 +129,7 @@ def _run(args: argparse.Namespace) -> int:
         series[name] = []
         for size in sizes:
             slices = args.slices if args.slices is not None else auto_slices(sched, size)
-            sim = simulate(sched, topo, size, slices_per_chunk=slices, rtol=args.rtol)
+            sim = simulate(sched, topo, size, slices_per_chunk=slices, rtol=args.rtol, profile=profile)
             series[name].append(sim.algbw_GBps)
             rows.append({
                 "schedule": name,
@@ -137,18 +138,20 @@ def _run(args: argparse.Namespace) -> int:
                 "algbw_GBps": sim.algbw_GBps,
                 "busbw_GBps": sim.busbw_GBps,
                 "bandwidth_term_algbw_GBps": sched.algbw_GBps(topo),
+                "executor": sim.executor,
             })
     if args.plot:
-        _plot(args.plot, f"{args.collective} on {topo.name}", sizes, series, bound)
+        _plot(args.plot, f"{args.collective} on {topo.name} (profile {profile.name})", sizes, series, bound)
     baseline = next((str(sched.meta.get("baseline")) for name, sched in scheds if name == "nccl"), None)
     if args.json:
-        doc = {"collective": args.collective, "topology": topo.name, "nranks": topo.nranks,
+        doc = {"collective": args.collective, "topology": topo.name, "nranks": topo.nranks, "profile": profile.name,
                "optimal_algbw_GBps": bound, "results": rows}
         if baseline is not None:
             doc["nccl_baseline"] = baseline
         print_json(doc)
         return 0
-    print(f"{args.collective} on {topo.name} ({topo.nranks} ranks); optimal algbw {bound:.2f} GB/s; simulated algbw GB/s")
+    print(f"{args.collective} on {topo.name} ({topo.nranks} ranks); optimal algbw {bound:.2f} GB/s; simulated algbw GB/s"
+          f" (profile {profile.name})")
     if baseline is not None:
         print(f"nccl = NCCL-like baseline {baseline} (layout read from the topology graph)")
     names = [n for n, _ in scheds]
@@ -181,6 +184,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--rtol", type=float, default=3e-4, metavar="R",
                    help="event batching window, relative to the current time (default 3e-4; 0 = exact, slow on "
                         "large asymmetric schedules; at most 0.1)")
+    p.add_argument("--profile", default="ideal", metavar="PROFILE",
+                   help="cost profile: ideal (pure bandwidth model, default), h200, or a loopcoll.calibration/1 file")
     p.add_argument("--plot", metavar="FILE.png", help="draw algbw vs message size")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")

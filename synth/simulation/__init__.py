@@ -15,8 +15,9 @@ True
 
 from __future__ import annotations
 
+from synth.simulation.costmodel import IDEAL, CostProfile, ExecutorCost, executor_for, load_profile
 from synth.simulation.simulator import SimResult, SimStatus, auto_slices, simulate, simulate_sweep
 from synth.simulation.transfers import Transfer, TransferTimes, simulate_transfers
 
-__all__ = ["SimResult", "SimStatus", "Transfer", "TransferTimes", "auto_slices", "simulate", "simulate_sweep",
-           "simulate_transfers"]
+__all__ = ["IDEAL", "CostProfile", "ExecutorCost", "SimResult", "SimStatus", "Transfer", "TransferTimes", "auto_slices",
+           "executor_for", "load_profile", "simulate", "simulate_sweep", "simulate_transfers"]

@@ -26,7 +26,14 @@ Model
   everything due by the last finish or arrival within ``[t1, t1 + rtol · t1]`` as one batch (see
   :mod:`synth.simulation._engine`); ``rtol = 0`` is the exact mode.
 
-Approximations: no per-message or per-slice overheads, no protocol (LL/Simple) effects, no
+Cost profiles
+-------------
+With a non-ideal ``profile`` (:mod:`synth.simulation.costmodel`) the run adds the executor's
+fixed costs: every link's capacity is multiplied by the executor's efficiency for its link class,
+every hop's latency grows by ``hop_us`` and the completion time by ``launch_us``. The default
+profile ``ideal`` is the pure bandwidth model described here.
+
+Approximations (ideal profile): no per-message or per-slice overheads, no protocol (LL/Simple) effects, no
 congestion control dynamics (rates jump to the max-min point instantly), a link's latency applies
 once per hop even when many slices queue, GPUs copy and reduce infinitely fast and send on all
 their hops at once.
@@ -78,7 +85,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from fractions import Fraction
 from types import MappingProxyType
@@ -90,6 +97,7 @@ from synth.bounds import busbw_GBps
 from synth.errors import ScheduleError
 from synth.simulation._build import FlowModel, build_model
 from synth.simulation._engine import run_engine
+from synth.simulation.costmodel import CostProfile, ProfileError, executor_for, link_class, load_profile
 
 if TYPE_CHECKING:
     from synth._types import NodeId
@@ -130,6 +138,9 @@ class SimResult:
         Slice transfers simulated (hop-flows × slices).
     rate_solves
         Max-min rate computations.
+    profile, executor
+        The cost profile's name (``ideal``: pure bandwidth model) and the executor kind whose
+        costs applied (``""`` under ``ideal``).
     """
 
     status: SimStatus
@@ -144,6 +155,8 @@ class SimResult:
     events: int
     steps: int
     rate_solves: int
+    profile: str = "ideal"
+    executor: str = ""
 
     @property
     def success(self) -> bool:
@@ -169,6 +182,28 @@ def _prepare(schedule: Schedule, topology: Topology, slices_per_chunk: int, chec
     return model, _bandwidth_term_GBps(schedule, topology, model, slices_per_chunk)
 
 
+def _costed(
+    model: FlowModel, topology: Topology, schedule: Schedule, profile: CostProfile | str | None, executor: str | None
+) -> tuple[FlowModel, float, str, str]:
+    """The model with the profile's efficiencies and hop costs applied, its launch cost (s), names."""
+    prof = load_profile(profile)
+    if prof.is_ideal:
+        return model, 0.0, prof.name, ""
+    kind = executor or executor_for(schedule)
+    cost = prof.cost(kind)
+    eff = np.ones(model.link_cap_Bps.size)
+    for li, link in enumerate(topology.links):
+        cls = link_class(topology, link)
+        if cls not in cost.efficiency:
+            if model.link_slices[li] > 0:
+                raise ProfileError(f"profile {prof.name!r}, executor {kind!r}: no efficiency for link class {cls!r} "
+                                   f"(link {link.src}->{link.dst})")
+            continue
+        eff[li] = cost.efficiency[cls]
+    costed = replace(model, link_cap_Bps=model.link_cap_Bps * eff, path_lat_s=model.path_lat_s + cost.hop_us * 1e-6)
+    return costed, cost.launch_us * 1e-6, prof.name, kind
+
+
 def _bandwidth_term_GBps(schedule: Schedule, topology: Topology, model: FlowModel, spc: int) -> float:
     """:meth:`Schedule.algbw_GBps`, same exact arithmetic, from the loads the lowering counted.
 
@@ -182,25 +217,34 @@ def _bandwidth_term_GBps(schedule: Schedule, topology: Topology, model: FlowMode
 
 
 def _run(
-    schedule: Schedule, model: FlowModel, bw_term_GBps: float, nbytes: float, spc: int, rtol: float
+    schedule: Schedule,
+    model: FlowModel,
+    bw_term_GBps: float,
+    nbytes: float,
+    spc: int,
+    rtol: float,
+    costs: tuple[FlowModel, float, str, str] | None = None,
 ) -> SimResult:
     n = schedule.nranks
     slice_bytes = float(nbytes) / (n * schedule.nchunks * spc)
-    run = run_engine(model, slice_bytes, rtol)
+    sim_model, launch_s, profile_name, kind = costs if costs is not None else (model, 0.0, "ideal", "")
+    run = run_engine(sim_model, slice_bytes, rtol)
+    time_s = run.time_s + launch_s
     live = model.link_cap_Bps > 0
     util = np.zeros(model.link_cap_Bps.size)
-    util[live] = model.link_slices[live] * slice_bytes / (model.link_cap_Bps[live] * run.time_s)
+    util[live] = model.link_slices[live] * slice_bytes / (model.link_cap_Bps[live] * time_s)
     utilization = {key: float(min(u, 1.0)) for key, u, ok in zip(model.link_keys, util.tolist(), live.tolist()) if ok}
-    algbw = float(nbytes) / run.time_s / 1e9
+    algbw = float(nbytes) / time_s / 1e9
     message = (
-        f"{schedule.collective} of {float(nbytes):.6g} B on {n} ranks: {run.time_s * 1e6:.6g} us, "
+        f"{schedule.collective} of {float(nbytes):.6g} B on {n} ranks: {time_s * 1e6:.6g} us, "
         f"algbw {algbw:.6g} GB/s ({100.0 * algbw / bw_term_GBps:.4g}% of the bandwidth term), "
         f"{run.events} events, {run.steps} slice transfers"
+        + (f", profile {profile_name} ({kind})" if kind else "")
     )
     return SimResult(
         status=SimStatus.COMPLETED,
         message=message,
-        time_s=run.time_s,
+        time_s=time_s,
         algbw_GBps=algbw,
         busbw_GBps=busbw_GBps(schedule.collective, algbw, n),
         bandwidth_term_algbw_GBps=bw_term_GBps,
@@ -210,6 +254,8 @@ def _run(
         events=run.events,
         steps=run.steps,
         rate_solves=run.rate_solves,
+        profile=profile_name,
+        executor=kind,
     )
 
 
@@ -221,6 +267,8 @@ def simulate(
     slices_per_chunk: int = 4,
     rtol: float = 3e-4,
     check: bool = True,
+    profile: CostProfile | str | None = None,
+    executor: str | None = None,
 ) -> SimResult:
     """Simulate ``schedule`` on ``topology`` for an algbw numerator of ``nbytes`` bytes.
 
@@ -240,6 +288,11 @@ def simulate(
         late. ``0`` is exact (one event per distinct event time); the completion time stays
         within ``C × rtol`` relative of it, ``C`` the longest chain of dependent slice transfers
         (module docstring, "Error bound"). At most 0.1.
+    profile, executor
+        Cost profile (a :class:`~synth.simulation.costmodel.CostProfile`, a shipped name such as
+        ``"h200"``, or a ``loopcoll.calibration/1`` file); default ``ideal``, the pure bandwidth
+        model. ``executor`` overrides the executor kind :func:`~synth.simulation.costmodel.executor_for`
+        picks from the schedule.
 
     Returns
     -------
@@ -274,7 +327,8 @@ def simulate(
     """
     _validate(nbytes, slices_per_chunk, rtol)
     model, bw_term = _prepare(schedule, topology, slices_per_chunk, check)
-    return _run(schedule, model, bw_term, nbytes, slices_per_chunk, rtol)
+    costs = _costed(model, topology, schedule, profile, executor)
+    return _run(schedule, model, bw_term, nbytes, slices_per_chunk, rtol, costs)
 
 
 def simulate_sweep(
@@ -285,6 +339,8 @@ def simulate_sweep(
     slices_per_chunk: int = 4,
     rtol: float = 3e-4,
     check: bool = True,
+    profile: CostProfile | str | None = None,
+    executor: str | None = None,
 ) -> list[SimResult]:
     """:func:`simulate` at each size of ``sizes_bytes``, validating and lowering the schedule once.
 
@@ -299,7 +355,8 @@ def simulate_sweep(
     for nbytes in sizes_bytes:
         _validate(nbytes, slices_per_chunk, rtol)
     model, bw_term = _prepare(schedule, topology, slices_per_chunk, check)
-    return [_run(schedule, model, bw_term, nbytes, slices_per_chunk, rtol) for nbytes in sizes_bytes]
+    costs = _costed(model, topology, schedule, profile, executor)
+    return [_run(schedule, model, bw_term, nbytes, slices_per_chunk, rtol, costs) for nbytes in sizes_bytes]
 
 
 def auto_slices(schedule: Schedule, nbytes: float, *, slice_bytes: float = 4 * 2**20, lo: int = 4, hi: int = 64) -> int:

@@ -78,7 +78,8 @@ def _assert_close_to_bandwidth_term(res: SimResult, *, within: float = 0.05) -> 
 
 # -- API ---------------------------------------------------------------------------------------
 def test_public_names_are_pinned() -> None:
-    assert synth.simulation.__all__ == ["SimResult", "SimStatus", "Transfer", "TransferTimes", "auto_slices", "simulate",
+    assert synth.simulation.__all__ == ["IDEAL", "CostProfile", "ExecutorCost", "SimResult", "SimStatus", "Transfer",
+                                       "TransferTimes", "auto_slices", "executor_for", "load_profile", "simulate",
                                        "simulate_sweep", "simulate_transfers"]
 
 

@@ -1,0 +1,591 @@
+"""Fit a :class:`~synth.simulation.costmodel.CostProfile` to measured collective times.
+
+Measurements become :class:`Observation` s (collective, topology spec, executor kind, schedule
+shape, ``S`` in bytes, time in µs). Each observation is simulated with the schedule of its shape
+(``ring``: :func:`synth.baselines.nccl_ring`, ``tree``: :func:`tree_schedule`, ``direct``:
+:func:`synth.baselines.nccl_direct_alltoall` or :func:`direct_allgather`) under a candidate
+profile, and :func:`fit_profile` minimises the (weighted) log time ratios with
+:func:`scipy.optimize.least_squares`, one executor kind at a time (kinds share no parameter).
+
+Which parameters are fitted: ``launch_us`` always; ``hop_us`` only when the executor's
+observations span at least two schedule depths (otherwise launch and per-hop costs are
+confounded, and ``hop_us`` keeps the base profile's value); the efficiency of every link class
+the observations cross. Anything listed in ``fixed`` keeps the base value. The result records each
+parameter as ``fitted`` or ``prior`` and every point's in-sample and leave-one-out error.
+
+Readers: :func:`parse_nccl_tests` (``*_perf`` stdout tables), :func:`parse_inspector` (NCCL
+Inspector JSONL, ``coll_perf`` records) and :func:`parse_telemetry` (``loopcoll.telemetry/1``
+``coll`` samples). :func:`format_nccl_tests` writes nccl-tests-style tables (for round trips).
+
+>>> from synth.simulation.costmodel import CostProfile, ExecutorCost
+>>> true = CostProfile("t", {"msccl": ExecutorCost(12.0, 2.0, {"nvlink": 0.8})})
+>>> obs = synthetic_observations(true, "nvswitch:4", "allgather", ("ring", "direct"), [2**20, 2**26])
+>>> fit = fit_profile(obs, name="t", loo=False)
+>>> round(fit.profile.cost("msccl").launch_us, 3), round(fit.profile.cost("msccl").hop_us, 3)
+(12.0, 2.0)
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from synth.baselines import nccl_direct_alltoall, nccl_ring
+from synth.errors import LoopcollError
+from synth.schedule import Hop, Route, RouteKind, Schedule
+from synth.simulation.costmodel import (
+    EXECUTORS,
+    IDEAL,
+    CostProfile,
+    ExecutorCost,
+    ProfileError,
+    link_class,
+)
+from synth.simulation.simulator import auto_slices, simulate
+
+if TYPE_CHECKING:
+    from synth.topologies.model import Topology
+
+__all__ = [
+    "SHAPES",
+    "Calibration",
+    "Observation",
+    "PointFit",
+    "default_executor",
+    "direct_allgather",
+    "fit_profile",
+    "format_nccl_tests",
+    "parse_inspector",
+    "parse_nccl_tests",
+    "parse_telemetry",
+    "predict_us",
+    "reference_schedule",
+    "synthetic_observations",
+    "tree_schedule",
+]
+
+SHAPES = ("ring", "tree", "direct")
+_COLLECTIVES = ("allgather", "alltoall", "allreduce", "reducescatter")
+
+
+class CalibrationError(LoopcollError):
+    """Measurements cannot be read or fitted."""
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One measured collective: ``time_us`` for ``S = nbytes`` (nccl-tests convention).
+
+    ``timing`` is ``wall`` (host-timed, launch included) or ``kernel`` (GPU kernel time, as the
+    NCCL Inspector reports it); ``source`` names where the number came from.
+    """
+
+    collective: str
+    topology: str
+    executor: str
+    shape: str
+    nbytes: int
+    time_us: float
+    source: str = ""
+    timing: str = "wall"
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.weight) and self.weight > 0):
+            raise CalibrationError(f"{self.source or 'observation'}: weight must be > 0, got {self.weight!r}")
+        if self.collective not in _COLLECTIVES:
+            raise CalibrationError(f"{self.source or 'observation'}: unknown collective {self.collective!r}")
+        if self.executor not in EXECUTORS:
+            raise CalibrationError(f"{self.source or 'observation'}: unknown executor {self.executor!r}; choose from {', '.join(EXECUTORS)}")
+        if self.shape not in SHAPES:
+            raise CalibrationError(f"{self.source or 'observation'}: unknown schedule shape {self.shape!r}; choose from {', '.join(SHAPES)}")
+        if not (self.nbytes > 0 and math.isfinite(self.time_us) and self.time_us > 0):
+            raise CalibrationError(f"{self.source or 'observation'}: size and time must be > 0, got {self.nbytes!r} B, {self.time_us!r} us")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"collective": self.collective, "topology": self.topology, "executor": self.executor, "shape": self.shape,
+                "nbytes": self.nbytes, "time_us": self.time_us, "source": self.source, "timing": self.timing, "weight": self.weight}
+
+
+@dataclass(frozen=True, slots=True)
+class PointFit:
+    """One observation beside the fitted model: in-sample and leave-one-out relative algbw errors."""
+
+    observation: Observation
+    model_us: float
+    error: float  # model algbw / measured algbw − 1
+    loo_model_us: float | None
+    loo_error: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """A fitted profile, the status of each parameter and the per-point errors."""
+
+    profile: CostProfile
+    points: tuple[PointFit, ...]
+    status: Mapping[str, str]  # "executor.param" -> "fitted" | "prior"
+    message: str
+    cost: float = 0.0  # final sum of squared log residuals
+    notes: tuple[str, ...] = field(default=())
+
+
+# -- reference schedules ---------------------------------------------------------------------------
+
+def _hop(topo: Topology, a: int, b: int) -> Hop:
+    from synth.paths import switch_path
+
+    path = switch_path(topo, topo.gpu_id(a), topo.gpu_id(b))
+    if path is None:
+        raise CalibrationError(f"rank {a} cannot reach rank {b} through switches on {topo.name!r}")
+    return Hop(a, b, path)
+
+
+def direct_allgather(topo: Topology) -> Schedule:
+    """Each rank sends its block straight to every other rank (depth 1; torch batched P2P).
+
+    >>> from synth.topologies import named_topology
+    >>> direct_allgather(named_topology("nvswitch:4")).meta["synthesizer"]
+    'direct'
+    """
+    n = topo.nranks
+    routes = tuple(Route(RouteKind.OUT_TREE, r, 1, tuple(_hop(topo, r, d) for d in range(n) if d != r)) for r in range(n))
+    return Schedule("allgather", n, 1, routes, meta={"synthesizer": "direct"})
+
+
+def tree_schedule(collective: str, topo: Topology) -> Schedule:
+    """Binary trees, one per root over the ranks rotated to start at it (depth ⌈log2 N⌉-ish).
+
+    AllGather: an out-tree per root; ReduceScatter: an in-tree per root; AllReduce: both.
+
+    >>> from synth.topologies import named_topology
+    >>> s = tree_schedule("allgather", named_topology("nvswitch:8"))
+    >>> s.validate(named_topology("nvswitch:8")); _depth(s)
+    3
+    """
+    if collective not in ("allgather", "reducescatter", "allreduce"):
+        raise CalibrationError(f"tree schedules exist for allgather, reducescatter, allreduce, not {collective!r}")
+    n = topo.nranks
+    routes: list[Route] = []
+    for root in range(n):
+        order = [(root + i) % n for i in range(n)]
+        down = tuple(_hop(topo, order[(i - 1) // 2], order[i]) for i in range(1, n))  # parent before child
+        if collective in ("reducescatter", "allreduce"):
+            up = tuple(_hop(topo, h.dst, h.src) for h in reversed(down))  # children before parents
+            routes.append(Route(RouteKind.IN_TREE, root, 1, up))
+        if collective in ("allgather", "allreduce"):
+            routes.append(Route(RouteKind.OUT_TREE, root, 1, down))
+    return Schedule(collective, n, 1, tuple(routes), meta={"synthesizer": "nccl-tree"})
+
+
+def _depth(schedule: Schedule) -> int:
+    """Longest chain of hops in any route (a path's length; a tree's height)."""
+    best = 0
+    for route in schedule.routes:
+        level: dict[int, int] = {}
+        for h in route.hops:
+            if route.kind is RouteKind.IN_TREE:
+                level[h.dst] = max(level.get(h.dst, 0), level.get(h.src, 0) + 1)
+            else:
+                level[h.dst] = level.get(h.src, 0) + 1
+        best = max(best, *level.values()) if level else best
+    return best
+
+
+@lru_cache(maxsize=256)
+def _topology(spec: str) -> Topology:
+    """``SPEC`` or ``SPEC@FAILURE`` (a failure scenario of :mod:`synth.topologies`, ``+``-joined)."""
+    from synth.topologies import load_topology
+
+    base, _, failure = spec.partition("@")
+    return load_topology(base, [failure] if failure else [])
+
+
+@lru_cache(maxsize=256)
+def reference_schedule(collective: str, spec: str, shape: str) -> Schedule:
+    """The schedule a measurement of ``shape`` is simulated with (cached per input)."""
+    topo = _topology(spec)
+    if shape == "ring":
+        if collective == "alltoall":
+            raise CalibrationError("alltoall has no ring schedule here; use shape 'direct'")
+        return nccl_ring(collective, topo)
+    if shape == "tree":
+        return tree_schedule(collective, topo)
+    if collective == "alltoall":
+        return nccl_direct_alltoall(topo)
+    if collective == "allgather":
+        return direct_allgather(topo)
+    raise CalibrationError(f"no direct schedule for {collective!r}; use shape 'ring' or 'tree'")
+
+
+def default_executor(collective: str, shape: str) -> str:
+    """NCCL's kernel for a measured native collective: ``nccl_ring``, ``nccl_tree`` or ``nccl_p2p``.
+
+    >>> default_executor("alltoall", "direct"), default_executor("allgather", "ring")
+    ('nccl_p2p', 'nccl_ring')
+    """
+    return {"ring": "nccl_ring", "tree": "nccl_tree", "direct": "nccl_p2p"}[shape]
+
+
+def predict_us(obs: Observation, profile: CostProfile) -> float:
+    """The simulated time of ``obs`` under ``profile`` (exact mode, auto slices), in µs."""
+    sched = reference_schedule(obs.collective, obs.topology, obs.shape)
+    topo = _topology(obs.topology)
+    res = simulate(sched, topo, obs.nbytes, slices_per_chunk=auto_slices(sched, obs.nbytes), rtol=0.0, check=False,
+                   profile=profile, executor=obs.executor)
+    return res.time_s * 1e6
+
+
+def synthetic_observations(
+    profile: CostProfile, spec: str, collective: str, shapes: Sequence[str], sizes: Sequence[int], executor: str = "msccl"
+) -> list[Observation]:
+    """What ``profile`` predicts for ``shapes`` × ``sizes`` (round-trip tests and examples)."""
+    out = []
+    for shape in shapes:
+        coll = "alltoall" if shape == "direct" and collective == "alltoall" else collective
+        for s in sizes:
+            probe = Observation(coll, spec, executor, shape, int(s), 1.0, "synthetic")
+            out.append(Observation(coll, spec, executor, shape, int(s), predict_us(probe, profile), f"synthetic {shape}"))
+    return out
+
+
+# -- fitting ---------------------------------------------------------------------------------------
+
+_DEFAULT_HOP_US = 0.0
+_DEFAULT_EFF = 1.0
+
+
+def _classes(obs: Observation) -> set[str]:
+    sched = reference_schedule(obs.collective, obs.topology, obs.shape)
+    topo = _topology(obs.topology)
+    return {link_class(topo, topo.link(a, b)) for r in sched.routes for h in r.hops for a, b in zip(h.path, h.path[1:])}
+
+
+def _fit_executor(
+    kind: str, obs: Sequence[Observation], base: ExecutorCost | None, fixed: set[str]
+) -> tuple[ExecutorCost, dict[str, str], float]:
+    from scipy.optimize import least_squares
+
+    classes = sorted(set().union(*(_classes(o) for o in obs)))
+    depths = {_depth(reference_schedule(o.collective, o.topology, o.shape)) for o in obs}
+    start_launch = 0.5 * min(o.time_us for o in obs)
+    launch0 = base.launch_us if base is not None else start_launch
+    hop0 = base.hop_us if base is not None else _DEFAULT_HOP_US
+    eff0 = {c: (base.efficiency.get(c, _DEFAULT_EFF) if base is not None else _DEFAULT_EFF) for c in classes}
+    names: list[str] = []
+    x0: list[float] = []
+    lo: list[float] = []
+    hi: list[float] = []
+    if "launch_us" not in fixed:
+        names.append("launch_us"), x0.append(start_launch), lo.append(0.0), hi.append(1e6)
+    if "hop_us" not in fixed and len(depths) >= 2:
+        names.append("hop_us"), x0.append(1.0), lo.append(0.0), hi.append(1e5)
+    for c in classes:
+        if f"efficiency.{c}" not in fixed:
+            names.append(f"efficiency.{c}"), x0.append(0.8), lo.append(0.02), hi.append(4.0)
+
+    def build(x: Sequence[float]) -> ExecutorCost:
+        v = dict(zip(names, x))
+        eff = dict(base.efficiency) if base is not None else {}
+        eff.update({c: v.get(f"efficiency.{c}", eff0[c]) for c in classes})
+        return ExecutorCost(max(0.0, v.get("launch_us", launch0)), max(0.0, v.get("hop_us", hop0)), eff)
+
+    meas = np.log([o.time_us for o in obs])
+    weights = np.array([o.weight for o in obs])
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        prof = CostProfile("fit", {kind: build(x)})
+        return weights * (np.log([predict_us(o, prof) for o in obs]) - meas)
+
+    cost = 0.0
+    if names:
+        sol = least_squares(resid, np.clip(x0, lo, hi), bounds=(lo, hi), x_scale="jac", xtol=1e-12, ftol=1e-12, gtol=1e-12,
+                            diff_step=1e-6, max_nfev=400)
+        x = sol.x
+        cost = float(2 * sol.cost)
+    else:
+        x = np.zeros(0)
+    status = {f"{kind}.{p}": ("fitted" if p in names else "prior") for p in ["launch_us", "hop_us"] + [f"efficiency.{c}" for c in classes]}
+    return build(x), status, cost
+
+
+def fit_profile(
+    observations: Iterable[Observation],
+    *,
+    name: str,
+    base: CostProfile = IDEAL,
+    fixed: Mapping[str, Iterable[str]] | None = None,
+    loo: bool = True,
+    description: str = "",
+) -> Calibration:
+    """Fit the executors the observations use; other executors are copied from ``base``.
+
+    ``fixed`` maps an executor kind to parameter names (``launch_us``, ``hop_us``,
+    ``efficiency.<class>``) that keep ``base``'s values. With ``loo`` every point is also
+    predicted by a fit without it (leave-one-out), when its executor has more points than
+    fitted parameters.
+    """
+    obs = list(observations)
+    if not obs:
+        raise CalibrationError("no measurements to fit")
+    groups: dict[str, list[Observation]] = defaultdict(list)
+    for o in obs:
+        groups[o.executor].append(o)
+    fixed_sets = {k: set(v) for k, v in (fixed or {}).items()}
+    executors = dict(base.executors)
+    status: dict[str, str] = {}
+    total = 0.0
+    for kind in sorted(groups):
+        cost, st, c = _fit_executor(kind, groups[kind], base.executors.get(kind), fixed_sets.get(kind, set()))
+        executors[kind] = cost
+        status.update(st)
+        total += c
+    profile = CostProfile(name, executors, description)
+    points = []
+    for o in obs:
+        model = predict_us(o, profile)
+        loo_us = None
+        group = groups[o.executor]
+        nfit = sum(1 for k, v in status.items() if k.startswith(o.executor + ".") and v == "fitted")
+        if loo and len(group) - 1 >= max(nfit, 1):
+            rest = [g for g in group if g is not o]
+            cost, _, _ = _fit_executor(o.executor, rest, base.executors.get(o.executor), fixed_sets.get(o.executor, set()))
+            loo_us = predict_us(o, CostProfile("loo", {o.executor: cost}))
+        points.append(PointFit(o, model, o.time_us / model - 1.0, loo_us, None if loo_us is None else o.time_us / loo_us - 1.0))
+    worst = max(abs(p.error) for p in points)
+    msg = f"fitted {len(groups)} executor kind(s) on {len(obs)} point(s); worst in-sample algbw error {100 * worst:.2f}%"
+    fit_doc = {
+        "status": dict(sorted(status.items())),
+        "sum_sq_log_residuals": total,
+        "points": [
+            {**p.observation.to_dict(), "model_us": p.model_us, "error": p.error, "loo_model_us": p.loo_model_us,
+             "loo_error": p.loo_error}
+            for p in points
+        ],
+    }
+    profile = CostProfile(name, executors, description, fit_doc)
+    return Calibration(profile, tuple(points), MappingProxyType(dict(sorted(status.items()))), msg, total)
+
+
+# -- readers ---------------------------------------------------------------------------------------
+
+_NCCL_TESTS_NAMES = {"all_gather": "allgather", "alltoall": "alltoall", "all_reduce": "allreduce",
+                     "reduce_scatter": "reducescatter"}
+_BUSBW = {"allgather": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n, "reducescatter": lambda n: (n - 1) / n,
+          "allreduce": lambda n: 2 * (n - 1) / n}
+
+
+def _num(tok: str) -> float | None:
+    try:
+        return float(tok)
+    except ValueError:
+        return None
+
+
+def parse_nccl_tests(text: str, *, where: str = "nccl-tests output", collective: str | None = None) -> dict[str, Any]:
+    """Read an nccl-tests ``*_perf`` stdout: ``{"collective", "nranks", "rows": [(size_B, time_us, algbw_GBps)]}``.
+
+    Uses the out-of-place columns. Accepts the table with or without the ``redop`` / ``root``
+    columns (older releases) and with per-iteration columns; ``collective`` comes from the
+    ``# Collective test starting: all_gather_perf`` line when not given. ``nranks`` counts the
+    ``#  Rank`` device lines (``None`` if there are none).
+
+    >>> t = format_nccl_tests("allgather", 2, [(1048576, 75.0)])
+    >>> d = parse_nccl_tests(t); d["collective"], d["nranks"], d["rows"][0][:2]
+    ('allgather', 2, (1048576, 75.0))
+    """
+    coll = collective
+    nranks = 0
+    rows: list[tuple[int, float, float]] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if not s:
+            continue
+        if s.startswith("#"):
+            m = re.search(r"Collective test starting:\s*(\w+?)_perf", s)
+            if m and coll is None:
+                coll = _NCCL_TESTS_NAMES.get(m.group(1))
+                if coll is None:
+                    raise CalibrationError(f"{where}: line {lineno}: unsupported nccl-tests program {m.group(1)}_perf")
+            if re.match(r"#\s+Rank\s+\d+\s+Group", s):
+                nranks += 1
+            continue
+        tok = s.split()
+        if len(tok) < 7 or not tok[0].isdigit() or not tok[1].isdigit():
+            continue
+        size = int(tok[0])
+        rest = tok[3:]  # after size, count, type
+        if rest and _num(rest[0]) is None:  # redop
+            rest = rest[1:]
+        row = None
+        for off in (0, 1):  # with or without a root column
+            if len(rest) < off + 3:
+                continue
+            t, a = _num(rest[off]), _num(rest[off + 1])
+            if t is None or a is None or t <= 0:
+                continue
+            expect = size / 1e9 / (t * 1e-6)
+            if abs(a - expect) <= max(0.011, 0.02 * expect):
+                row = (size, t, a)
+                break
+        if row is None:
+            raise CalibrationError(f"{where}: line {lineno}: cannot read time and algbw from {s!r}")
+        rows.append(row)
+    if coll is None:
+        raise CalibrationError(f"{where}: no '# Collective test starting: <name>_perf' line; say which collective it is")
+    if not rows:
+        raise CalibrationError(f"{where}: no result rows")
+    return {"collective": coll, "nranks": nranks or None, "rows": rows}
+
+
+def format_nccl_tests(collective: str, nranks: int, rows: Sequence[tuple[int, float]], *, version: str = "2.17.1") -> str:
+    """An nccl-tests style stdout for ``rows`` of ``(size_B, time_us)`` (same time in place).
+
+    >>> print(format_nccl_tests("alltoall", 2, [(8388608, 83.1)]).splitlines()[-5])
+         8388608       2097152     float    none      -1    83.10  100.95   50.47       0    83.10  100.95   50.47       0
+    """
+    prog = {v: k for k, v in _NCCL_TESTS_NAMES.items()}[collective]
+    op = "sum" if collective in ("allreduce", "reducescatter") else "none"
+    factor = _BUSBW[collective](nranks)
+    out = [
+        f"# nccl-tests version {version} nccl-headers=22809 nccl-library=22809",
+        f"# Collective test starting: {prog}_perf",
+        f"# nThread 1 nGpus 1 minBytes {rows[0][0]} maxBytes {rows[-1][0]} step: 2(factor) warmup iters: 5 iters: 20 "
+        "agg iters: 1 validation: 1 graph: 0",
+        "#",
+        "# Using devices",
+    ]
+    out += [f"#  Rank {r:2d} Group  0 Pid {1000 + r:6d} on       node device {r:2d} [0000:{r:02x}:00] NVIDIA H200"
+            for r in range(nranks)]
+    out += [
+        "#",
+        "#                                                              out-of-place                       in-place          ",
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ",
+    ]
+    for size, t in rows:
+        a = size / 1e9 / (t * 1e-6)
+        cols = f"{_w(t, 7)}  {_w(a, 6)}  {_w(a * factor, 6)}  {0:6d}"
+        out.append(f"{size:12d}  {size // 4:12d}  {'float':>8s}  {op:>6s}  {-1:6d}  {cols}  {cols}")
+    out += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 0 ", "#",
+            f"# Collective test concluded: {prog}_perf", ""]
+    return "\n".join(out)
+
+
+def _w(value: float, width: int) -> str:
+    """nccl-tests' number format: 2 decimals, fewer when the field would overflow."""
+    for fmt in (".2f", ".1f", ".0f"):
+        s = f"{value:{width}{fmt}}"
+        if len(s) <= width:
+            return s
+    return f"{value:{width}.1e}"
+
+
+_INSPECTOR_NAMES = {"AllGather": "allgather", "ReduceScatter": "reducescatter", "AllReduce": "allreduce",
+                    "All2All": "alltoall"}
+
+
+def _open_text(path: Path) -> Iterable[str]:
+    if path.suffix == ".gz":
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            yield from fh
+    else:
+        with open(path, encoding="utf-8") as fh:
+            yield from fh
+
+
+def parse_inspector(
+    paths: Sequence[str | Path], *, window_us: tuple[float, float] | None = None
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """Median kernel time per (collective, S) over NCCL Inspector ``coll_perf`` records.
+
+    ``S`` follows nccl-tests: message × ranks for AllGather and ReduceScatter, the message for
+    AllReduce. ``window_us`` keeps records whose ``dump_timestamp_us`` lies in it. Returns
+    ``{(collective, S): {"time_us", "records", "nranks"}}``; unknown lines are skipped.
+    """
+    times: dict[tuple[str, int], list[float]] = defaultdict(list)
+    ranks: dict[tuple[str, int], int] = {}
+    for p in paths:
+        path = Path(p)
+        if not path.is_file():
+            raise CalibrationError(f"{path}: no such Inspector log")
+        for line in _open_text(path):
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            body = rec.get("coll_perf") if isinstance(rec, dict) else None
+            if not isinstance(body, dict):
+                continue
+            coll = _INSPECTOR_NAMES.get(body.get("coll", ""))
+            n = rec.get("header", {}).get("n_ranks")
+            if coll is None or not isinstance(n, int):
+                continue
+            ts = rec.get("metadata", {}).get("dump_timestamp_us")
+            if window_us is not None and not (isinstance(ts, (int, float)) and window_us[0] <= ts <= window_us[1]):
+                continue
+            try:
+                msg = int(body["coll_msg_size_bytes"])
+                t = float(body["coll_exec_time_us"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if t <= 0:
+                continue
+            s = msg * n if coll in ("allgather", "reducescatter") else msg
+            times[(coll, s)].append(t)
+            ranks[(coll, s)] = n
+    if not times:
+        raise CalibrationError(f"{', '.join(map(str, paths))}: no usable coll_perf records")
+    return {k: {"time_us": statistics.median(v), "records": len(v), "nranks": ranks[k]} for k, v in sorted(times.items())}
+
+
+def parse_telemetry(paths: Sequence[str | Path]) -> dict[tuple[str, int, bool], dict[str, Any]]:
+    """Median ``busy_s`` (as µs) of ``loopcoll.telemetry/1`` ``coll`` samples per (collective, S, native).
+
+    ``native`` is true for samples of a native library collective (``version`` null).
+    """
+    times: dict[tuple[str, int, bool], list[float]] = defaultdict(list)
+    for p in paths:
+        path = Path(p)
+        if not path.is_file():
+            raise CalibrationError(f"{path}: no such telemetry file")
+        for line in _open_text(path):
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(rec, dict) or rec.get("format") != "loopcoll.telemetry/1" or rec.get("kind") != "coll":
+                continue
+            coll, nbytes, busy = rec.get("collective"), rec.get("bytes"), rec.get("busy_s")
+            if coll not in _COLLECTIVES or not isinstance(nbytes, int) or nbytes <= 0:
+                continue
+            if not isinstance(busy, (int, float)) or not busy > 0:
+                continue
+            times[(coll, nbytes, rec.get("version") is None)].append(float(busy) * 1e6)
+    if not times:
+        raise CalibrationError(f"{', '.join(map(str, paths))}: no usable loopcoll.telemetry/1 coll samples")
+    return {k: {"time_us": statistics.median(v), "records": len(v)} for k, v in sorted(times.items())}
+
+
+def profile_errors(profile: CostProfile, observations: Iterable[Observation]) -> list[tuple[Observation, float, float]]:
+    """``(obs, model_us, algbw error)`` of ``profile`` on each observation (no fitting)."""
+    out = []
+    for o in observations:
+        try:
+            m = predict_us(o, profile)
+        except ProfileError:
+            raise
+        out.append((o, m, o.time_us / m - 1.0))
+    return out
