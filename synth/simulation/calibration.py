@@ -51,7 +51,7 @@ from synth.simulation.costmodel import (
     CostProfile,
     ExecutorCost,
     ProfileError,
-    link_class,
+    link_classes,
 )
 from synth.simulation.simulator import auto_slices, simulate
 
@@ -270,7 +270,8 @@ _DEFAULT_EFF = 1.0
 def _classes(obs: Observation) -> set[str]:
     sched = reference_schedule(obs.collective, obs.topology, obs.shape)
     topo = _topology(obs.topology)
-    return {link_class(topo, topo.link(a, b)) for r in sched.routes for h in r.hops for a, b in zip(h.path, h.path[1:])}
+    classes = dict(zip((lk.key for lk in topo.links), link_classes(topo)))
+    return {classes[(a, b)] for r in sched.routes for h in r.hops for a, b in zip(h.path, h.path[1:])}
 
 
 def _fit_executor(

@@ -63,6 +63,7 @@ __all__ = [
     "ExecutorCost",
     "executor_for",
     "link_class",
+    "link_classes",
     "load_profile",
     "profile_from_dict",
     "profile_to_dict",
@@ -144,22 +145,32 @@ class CostProfile:
 IDEAL = CostProfile("ideal", {}, "pure bandwidth model: nominal link capacities, wire latencies only")
 
 
+def link_classes(topology: Topology) -> list[str]:
+    """The class of every link of ``topology``, in link order (see :func:`link_class`)."""
+    from synth.topologies import switch_roles
+
+    roles = switch_roles(topology)
+    gpus = {n.id for n in topology.nodes if n.is_gpu}
+    out = []
+    for link in topology.links:
+        a, b = link.src in gpus, link.dst in gpus
+        if a and b:
+            out.append("direct")
+            continue
+        ends = [x for x in (link.src, link.dst) if x not in gpus]
+        out.append("nvlink" if a != b and roles.get(ends[0]) == "nvswitch" else "net")
+    return out
+
+
 def link_class(topology: Topology, link: Link) -> str:
-    """``nvlink``, ``net`` or ``direct`` for one link (see the module docstring).
+    """``nvlink`` (GPU ↔ a switch of role ``nvswitch``), ``direct`` (GPU ↔ GPU) or ``net`` (the rest).
 
     >>> from synth.topologies import named_topology
     >>> t = named_topology("h200-proto")
     >>> link_class(t, t.link("gpu0", "nvs0.0")), link_class(t, t.link("gpu0", "tor0.0"))
     ('nvlink', 'net')
     """
-    gpus = {n.id for n in topology.nodes if n.is_gpu}
-    a, b = link.src in gpus, link.dst in gpus
-    if a and b:
-        return "direct"
-    other = link.dst if a else link.src if b else None
-    if other is not None and other.startswith("nvs"):
-        return "nvlink"
-    return "net"
+    return link_classes(topology)[topology.links.index(link)]
 
 
 def executor_for(schedule: Schedule) -> str:

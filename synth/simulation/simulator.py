@@ -97,7 +97,7 @@ from synth.bounds import busbw_GBps
 from synth.errors import ScheduleError
 from synth.simulation._build import FlowModel, build_model
 from synth.simulation._engine import run_engine
-from synth.simulation.costmodel import CostProfile, ProfileError, executor_for, link_class, load_profile
+from synth.simulation.costmodel import CostProfile, ProfileError, executor_for, link_classes, load_profile
 
 if TYPE_CHECKING:
     from synth._types import NodeId
@@ -192,8 +192,7 @@ def _costed(
     kind = executor or executor_for(schedule)
     cost = prof.cost(kind)
     eff = np.ones(model.link_cap_Bps.size)
-    for li, link in enumerate(topology.links):
-        cls = link_class(topology, link)
+    for li, (link, cls) in enumerate(zip(topology.links, link_classes(topology))):
         if cls not in cost.efficiency:
             if model.link_slices[li] > 0:
                 raise ProfileError(f"profile {prof.name!r}, executor {kind!r}: no efficiency for link class {cls!r} "

@@ -25,7 +25,7 @@ from synth.simulation.calibration import (
 from synth.simulation.costmodel import ProfileError, profile_from_dict, profile_to_dict
 from synth.topologies import named_topology
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+VECTORS = Path(__file__).resolve().parents[1] / "vectors" / "inspector"
 MB = 2**20
 # Real 2xH200 NV18 NCCL 2.28.9 algbw (GB/s) at 1, 8, 64, 256, 1024 MB (the data the h200 profile was fitted on).
 H200X2 = {"allgather": [14, 131, 361, 451, 518], "alltoall": [17, 101, 338, 484, 622]}
@@ -194,7 +194,7 @@ def test_parse_real_nccl_tests_layouts():
 
 def test_parse_real_inspector_excerpt():
     # the first 40 lines of a real 2xH200 NCCL 2.28.9 Inspector log (rank 0)
-    d = parse_inspector([DATA / "inspector_h200x2_rank0_head.jsonl"])
+    d = parse_inspector([VECTORS / "h200x2_rank0_head.jsonl"])
     assert set(d) == {("allgather", 16 * MB), ("reducescatter", 16 * MB), ("allreduce", 64 * MB)}
     assert all(v["nranks"] == 2 and v["time_us"] > 0 for v in d.values())
 
