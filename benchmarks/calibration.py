@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _report import RESULTS, markdown_table  # noqa: E402
 
-from synth._atomic import write_text_atomic  # noqa: E402
+from synth.fileio import write_text_atomic  # noqa: E402
 from synth.simulation.calibration import (  # noqa: E402
     Observation,
     fit_profile,

@@ -77,7 +77,7 @@ def _observations(args: argparse.Namespace) -> list:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from synth._atomic import write_text_atomic
+    from synth.fileio import write_text_atomic
     from synth.simulation.calibration import fit_profile
     from synth.simulation.costmodel import load_profile, profile_to_dict
 
