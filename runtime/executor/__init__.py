@@ -1,0 +1,33 @@
+"""Executor: runs MSCCL programs on torch.distributed point-to-point ops, with passive telemetry and hot-swap.
+
+torch is imported lazily (when an :class:`Executor` is made); the plan compiler is pure Python.
+
+>>> from runtime.executor import compile_program, COLLECTIVES
+>>> COLLECTIVES
+('allgather', 'reducescatter', 'allreduce', 'alltoall')
+"""
+
+from __future__ import annotations
+
+from .errors import ExecutorError, StagingError, SwapTimeoutError
+from .executor import Executor, StagedVersion, SwapReport
+from .plan import COLLECTIVES, Plan, compile_program
+from .sinks import JsonlSink, MemorySink, client_sink
+from .sources import load_programs
+
+__all__ = [
+    "COLLECTIVES",
+    "Executor",
+    "ExecutorError",
+    "JsonlSink",
+    "MemorySink",
+    "Plan",
+    "StagedVersion",
+    "StagingError",
+    "SwapReport",
+    "SwapTimeoutError",
+    "client_sink",
+    "compile_program",
+    "load_programs",
+]
+

@@ -1,0 +1,522 @@
+"""The :class:`Executor`: torch.distributed-shaped collectives that run MSCCL programs, with telemetry and hot-swap.
+
+torch is imported when an Executor is made, never at module import.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from msccl_xml import Program, check
+
+from runtime.telemetry import Sample
+
+from .engine import Timing, reducer, run_rank_plan
+from .errors import ExecutorError, StagingError, SwapTimeoutError
+from .plan import Plan, compile_program
+from .sources import load_programs
+
+__all__ = ["Executor", "SwapReport", "StagedVersion"]
+
+log = logging.getLogger("loopcoll.executor")
+Sink = Callable[[list[Sample]], None]
+
+
+@dataclass(frozen=True)
+class StagedVersion:
+    """A version ready to switch to: per collective, its plans (size bands) and the staging time."""
+
+    version: int
+    plans: dict[str, tuple[Plan, ...]]
+    staging_s: float
+
+
+@dataclass(frozen=True)
+class SwapReport:
+    """Outcome of one agreement: the switch point and what switched (collective -> (old, new) version)."""
+
+    sync_index: int
+    switch_seq: int
+    switched: dict[str, tuple[int | None, int]]
+    agreement_s: float
+
+
+class Executor:
+    """Runs collectives on ``group`` with loaded MSCCL programs, falling back to native torch.distributed.
+
+    Parameters
+    ----------
+    group
+        The process group (default: WORLD). P2P and native fallbacks use it.
+    comm
+        The communicator's name, as in the job profile; tags every telemetry sample.
+    sink
+        Callable receiving each collective's samples (a list of :class:`runtime.telemetry.Sample`); None: no telemetry.
+    sync_every
+        Run the version agreement automatically every this many collectives (all ranks issue the same
+        sequence); None: only on :meth:`sync_versions`.
+    control_timeout_s
+        Timeout of the out-of-band agreement; a rank that does not answer raises :class:`SwapTimeoutError`.
+    hosts
+        Host id per global rank (``inject`` samples count sends within a host); default: ranks
+        ``LOCAL_WORLD_SIZE`` apart share a host, or all ranks share one when it is unset.
+    store
+        A ``torch.distributed.Store`` used to name ranks that miss an agreement (default: the default group's).
+    """
+
+    def __init__(self, group: Any = None, *, comm: str = "world", sink: Sink | None = None,
+                 sync_every: int | None = None, control_timeout_s: float = 30.0,
+                 hosts: Sequence[int] | None = None, store: Any = None, history: int = 100_000) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self._torch = torch
+        self._dist = dist
+        self.group = group if group is not None else dist.group.WORLD
+        self.comm = comm
+        self.sink = sink
+        self.rank = dist.get_rank(self.group)
+        self.size = dist.get_world_size(self.group)
+        self.global_rank = dist.get_rank()
+        self._peers = [dist.get_global_rank(self.group, r) if self.group is not dist.group.WORLD else r
+                       for r in range(self.size)]
+        if hosts is None:
+            lws = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
+            world = dist.get_world_size()
+            hosts = [g // lws for g in range(world)] if lws > 0 else [0] * world
+        self._hosts = list(hosts)
+        self.sync_every = sync_every
+        self.control_timeout_s = control_timeout_s
+        self._ctrl = dist.new_group(ranks=self._peers, backend="gloo", timeout=timedelta(seconds=control_timeout_s))
+        self._store = store
+        if self._store is None:
+            try:
+                self._store = dist.distributed_c10d._get_default_store()
+            except Exception:  # noqa: BLE001 - naming ranks is best-effort without a store
+                self._store = None
+        self.seq = 0
+        self.sync_index = 0
+        self.active: dict[str, int | None] = {}
+        self._active_plans: dict[str, tuple[Plan, ...]] = {}
+        self._staged: dict[str, dict[int, tuple[Plan, ...]]] = {}
+        self._lock = threading.Lock()
+        self.refused: dict[int, str] = {}
+        self.history: deque[tuple[int, str, int | None]] = deque(maxlen=history)
+        self.swaps: list[SwapReport] = []
+        self.staging_s: dict[int, float] = {}
+        self._workspaces: OrderedDict[tuple, Any] = OrderedDict()
+        self._said: set[str] = set()
+        self._pending: deque[tuple[Timing, dict]] = deque()
+        self._retired: list[tuple[Plan, ...]] = []
+
+    # ------------------------------------------------------------------ staging and agreement
+    def stage(self, source: Any, *, version: int, background: bool = True) -> Future:
+        """Validate, compile and make ready ``source`` as ``version`` (a thread by default).
+
+        The returned future holds the :class:`StagedVersion`, or raises :class:`StagingError` (the
+        version is then refused and listed in :attr:`refused`; what runs now keeps running).
+        """
+        fut: Future = Future()
+
+        def work() -> None:
+            try:
+                fut.set_result(self._stage_now(source, version))
+            except BaseException as exc:  # noqa: BLE001 - reported through the future
+                msg = str(exc)
+                with self._lock:
+                    self.refused[version] = msg
+                log.error("comm %r: version %d refused: %s", self.comm, version, msg)
+                fut.set_exception(exc if isinstance(exc, StagingError) else StagingError(msg))
+
+        if background:
+            threading.Thread(target=work, name=f"loopcoll-stage-v{version}", daemon=True).start()
+        else:
+            work()
+        return fut
+
+    def _stage_now(self, source: Any, version: int) -> StagedVersion:
+        t0 = time.perf_counter()
+        programs = load_programs(source)
+        if not programs:
+            raise StagingError(f"version {version}: nothing to stage")
+        plans: dict[str, list[Plan]] = {}
+        for prog in programs:
+            plan = self._validate(prog, version)
+            plans.setdefault(plan.collective, []).append(plan)
+        staged = {c: tuple(sorted(p, key=lambda x: x.min_bytes)) for c, p in plans.items()}
+        dt = time.perf_counter() - t0
+        with self._lock:
+            for coll, bands in staged.items():
+                self._staged.setdefault(coll, {})[version] = bands
+            self.staging_s[version] = dt
+        return StagedVersion(version, staged, dt)
+
+    def _validate(self, prog: Program, version: int) -> Plan:
+        where = f"version {version} program {prog.name!r}"
+        if prog.ngpus != self.size:
+            raise StagingError(f"{where}: ngpus={prog.ngpus} but comm {self.comm!r} has {self.size} ranks")
+        result = check(prog)
+        if not result.valid:
+            raise StagingError(f"{where} fails validation: {result.errors[0]}")
+        try:
+            plan = compile_program(prog)
+        except ExecutorError as exc:
+            raise StagingError(f"{where}: {exc}") from exc
+        return plan
+
+    def load(self, source: Any, *, version: int = 1) -> SwapReport:
+        """Stage ``source`` now and agree to run it (a collective call: every rank must make it)."""
+        fut = self.stage(source, version=version, background=False)
+        fut.result()
+        return self.sync_versions()
+
+    def sync_versions(self) -> SwapReport:
+        """Agree the switch point with every rank (out-of-band all-gather on a gloo group); collective.
+
+        Each rank contributes (the versions it has staged per collective, its last issued seq). The
+        highest version staged on *all* ranks and newer than the active one runs from the next
+        collective on. Raises :class:`SwapTimeoutError` naming ranks that do not answer in time.
+        """
+        dist = self._dist
+        t0 = time.perf_counter()
+        self.sync_index += 1
+        with self._lock:
+            staged = {c: sorted(v) for c, v in self._staged.items()}
+        payload = (self.rank, self.seq, staged)
+        key = f"loopcoll/executor/{self.comm}/arrived/"
+        if self._store is not None:
+            try:
+                self._store.set(key + str(self.rank), str(self.sync_index))
+            except Exception:  # noqa: BLE001
+                pass
+        gathered: list[Any] = [None] * self.size
+        try:
+            dist.all_gather_object(gathered, payload, group=self._ctrl)
+        except Exception as exc:  # noqa: BLE001 - gloo raises RuntimeError/DistBackendError
+            missing = self._missing_ranks(key)
+            who = f"rank(s) {missing} did not reach it" if missing else "all ranks had arrived; one failed during it"
+            raise SwapTimeoutError(
+                f"comm {self.comm!r}: version agreement {self.sync_index} failed within "
+                f"{self.control_timeout_s:g} s: {who} ({str(exc).splitlines()[0][:200]})", ranks=missing) from exc
+        seqs = {p[1] for p in gathered}
+        if len(seqs) != 1:
+            raise ExecutorError(f"comm {self.comm!r}: ranks reached agreement {self.sync_index} at different "
+                                f"collectives {sorted((p[0], p[1]) for p in gathered)}; every rank must issue the same calls")
+        switched: dict[str, tuple[int | None, int]] = {}
+        colls = set().union(*(p[2].keys() for p in gathered))
+        for coll in sorted(colls):
+            common = set.intersection(*(set(p[2].get(coll, ())) for p in gathered))
+            cur = self.active.get(coll)
+            newer = [v for v in common if cur is None or v > cur]
+            if newer:
+                v = max(newer)
+                with self._lock:
+                    plans = self._staged[coll][v]
+                    for old in [x for x in self._staged[coll] if x < v]:
+                        del self._staged[coll][old]
+                if coll in self._active_plans:
+                    self._retired = [self._active_plans[coll]]  # kept alive until the next agreement
+                self._active_plans[coll] = plans
+                self.active[coll] = v
+                switched[coll] = (cur, v)
+        rep = SwapReport(self.sync_index, self.seq + 1, switched, time.perf_counter() - t0)
+        self.swaps.append(rep)
+        if switched:
+            log.info("comm %r: from seq %d run %s", self.comm, rep.switch_seq, switched)
+        return rep
+
+    def _missing_ranks(self, key: str) -> list[int]:
+        if self._store is None:
+            return []
+        missing = []
+        for r in range(self.size):
+            try:
+                if not self._store.check([key + str(r)]) or int(self._store.get(key + str(r))) < self.sync_index:
+                    missing.append(r)
+            except Exception:  # noqa: BLE001
+                missing.append(r)
+        return missing
+
+    # ------------------------------------------------------------------ helpers
+    def _say_once(self, msg: str) -> None:
+        if msg not in self._said:
+            self._said.add(msg)
+            log.warning("comm %r: %s", self.comm, msg)
+
+    def _begin(self) -> int:
+        if self.sync_every and self.seq > 0 and self.seq % self.sync_every == 0:
+            self.sync_versions()
+        self.seq += 1
+        self._flush_pending(block=False)
+        return self.seq
+
+    def _pick(self, coll: str, nbytes: int) -> Plan | None:
+        for plan in self._active_plans.get(coll, ()):
+            if plan.accepts(nbytes):
+                return plan
+        if coll in self._active_plans:
+            self._say_once(f"{coll} of {nbytes} bytes: no band of version {self.active.get(coll)} fits; native")
+        else:
+            self._say_once(f"{coll}: no schedule loaded; native torch.distributed")
+        return None
+
+    def _ws(self, tag: str, numel: int, dtype: Any, device: Any) -> Any:
+        key = (tag, numel, dtype, str(device))
+        t = self._workspaces.get(key)
+        if t is None:
+            t = self._torch.empty(numel, dtype=dtype, device=device)
+            self._workspaces[key] = t
+            while len(self._workspaces) > 32:
+                self._workspaces.popitem(last=False)
+        else:
+            self._workspaces.move_to_end(key)
+        return t
+
+    def _run(self, plan: Plan, coll: str, i: Any, o: Any, chunk: int, op: Any, seq: int) -> None:
+        torch = self._torch
+        rp = plan.ranks[self.rank]
+        dtype, device = o.dtype, o.device
+        bufs = {"i": i, "o": o}
+        if rp.scratch_chunks:
+            bufs["s"] = self._ws("s", rp.scratch_chunks * chunk, dtype, device)
+        if rp.temp_chunks:
+            bufs["t"] = self._ws("t", rp.temp_chunks * chunk, dtype, device)
+        timing = Timing(cuda=device.type == "cuda") if self.sink is not None else None
+        run_rank_plan(torch, rp, bufs, chunk, self.group, self._peers, reducer(torch, op, dtype) if op is not None else None, timing,
+                      o.element_size())
+        self.history.append((seq, coll, self.active.get(coll)))
+        if timing is not None:
+            self._pending.append((timing, {"seq": seq, "coll": coll, "version": self.active.get(coll),
+                                           "t_wall": time.time(), "t_perf": time.perf_counter()}))
+            self._flush_pending(block=False)
+
+    def _flush_pending(self, block: bool) -> None:
+        while self._pending:
+            timing, meta = self._pending[0]
+            if not timing.ready():
+                if not block:
+                    return
+                for e in timing.last_done.values():
+                    e.synchronize()
+            self._pending.popleft()
+            self._emit(timing, meta)
+
+    def flush(self) -> None:
+        """Emit the samples of every finished collective (waits for CUDA events)."""
+        self._flush_pending(block=True)
+
+    def _emit(self, timing: Timing, meta: dict) -> None:
+        if self.sink is None or not timing.bytes_to:
+            return
+        me = self.global_rank
+        t_s = meta["t_wall"]
+        samples = []
+        inject_bytes, first, last = 0, None, None
+        for peer in sorted(timing.bytes_to):
+            g = self._peers[peer]
+            busy = timing.busy_s(peer)
+            samples.append(Sample(t_s, self.comm, meta["seq"], meta["version"], "pair", me, g, timing.bytes_to[peer],
+                                  busy, meta["coll"], "executor"))
+            if self._hosts[g] == self._hosts[me]:
+                inject_bytes += timing.bytes_to[peer]
+                a, b = timing.first_post[peer], timing.last_done[peer]
+                if timing.cuda:
+                    first = a if first is None or a.elapsed_time(first) > 0 else first
+                    last = b if last is None or last.elapsed_time(b) > 0 else last
+                else:
+                    first = a if first is None else min(first, a)
+                    last = b if last is None else max(last, b)
+        if inject_bytes:
+            busy = max(first.elapsed_time(last) / 1e3, 1e-9) if timing.cuda else max(last - first, 1e-9)
+            samples.append(Sample(t_s, self.comm, meta["seq"], meta["version"], "inject", me, None, inject_bytes,
+                                  busy, meta["coll"], "executor"))
+        try:
+            self.sink(samples)
+        except Exception as exc:  # noqa: BLE001 - telemetry must never stop training
+            self._say_once(f"telemetry sink failed: {exc!r}")
+
+    def _native(self, coll: str, seq: int) -> None:
+        self.history.append((seq, coll, None))
+
+    def _check_same(self, *ts: Any) -> None:
+        d = {(t.dtype, t.device) for t in ts}
+        if len(d) != 1:
+            raise ExecutorError(f"comm {self.comm!r}: tensors differ in dtype/device: {sorted(map(str, d))}")
+
+    # ------------------------------------------------------------------ collectives
+    def all_gather_into_tensor(self, out: Any, inp: Any) -> None:
+        """``out`` (N·n elements) = concatenation of every rank's ``inp`` (n elements), like torch's."""
+        seq = self._begin()
+        self._check_same(out, inp)
+        n, N = inp.numel(), self.size
+        if out.numel() != N * n:
+            raise ExecutorError(f"all_gather_into_tensor: output has {out.numel()} elements, expected {N}x{n}")
+        plan = self._pick("allgather", out.numel() * out.element_size()) if n else None
+        if plan is None:
+            self._native("allgather", seq)
+            if n:
+                self._dist.all_gather_into_tensor(out, inp, group=self.group)
+            return
+        c = plan.nchunks // N
+        inplace = inp.data_ptr() == out.data_ptr() + self.rank * n * out.element_size() and out.is_contiguous()
+        if n % c == 0 and out.is_contiguous() and inp.is_contiguous():
+            o = out.view(-1)
+            i = inp.reshape(-1)
+            if inplace and not plan.inplace:
+                i = self._ws("pad_i", n, inp.dtype, inp.device).copy_(i)
+            elif not inplace and not plan.outofplace:
+                o[self.rank * n:(self.rank + 1) * n].copy_(i)
+                i = o[self.rank * n:(self.rank + 1) * n]
+            self._run(plan, "allgather", i, o, n // c, None, seq)
+            return
+        m = -(-n // c) * c
+        o = self._ws("pad_o", N * m, out.dtype, out.device)
+        i = o[self.rank * m:(self.rank + 1) * m] if plan.inplace else self._ws("pad_i", m, out.dtype, out.device)
+        i[:n].copy_(inp.reshape(-1))
+        i[n:].zero_()
+        if not plan.outofplace and not plan.inplace:
+            raise ExecutorError("program supports neither in-place nor out-of-place calls")
+        self._run(plan, "allgather", i, o, m // c, None, seq)
+        out.view(N, n).copy_(o.view(N, m)[:, :n])
+
+    def reduce_scatter_tensor(self, out: Any, inp: Any, op: Any = None) -> None:
+        """``out`` (n elements) = this rank's block of the reduction of every rank's ``inp`` (N·n)."""
+        op = self._dist.ReduceOp.SUM if op is None else op
+        seq = self._begin()
+        self._check_same(out, inp)
+        n, N = out.numel(), self.size
+        if inp.numel() != N * n:
+            raise ExecutorError(f"reduce_scatter_tensor: input has {inp.numel()} elements, expected {N}x{n}")
+        plan = self._pick("reducescatter", inp.numel() * inp.element_size()) if n and self._op_ok(op, out) else None
+        if plan is None:
+            self._native("reducescatter", seq)
+            if n:
+                self._dist.reduce_scatter_tensor(out, inp, op=op, group=self.group)
+            return
+        c = plan.nchunks // N
+        es = inp.element_size()
+        inplace = out.data_ptr() == inp.data_ptr() + self.rank * n * es
+        if n % c == 0 and out.is_contiguous() and inp.is_contiguous() and not inplace:
+            i = inp.view(-1)
+            if plan.outofplace:
+                o = out.view(-1)
+                self._run(plan, "reducescatter", i, o, n // c, op, seq)
+            else:  # in-place only program: work on a copy of the input
+                i2 = self._ws("pad_i", N * n, inp.dtype, inp.device).copy_(i)
+                self._run(plan, "reducescatter", i2, i2[self.rank * n:(self.rank + 1) * n], n // c, op, seq)
+                out.view(-1).copy_(i2[self.rank * n:(self.rank + 1) * n])
+        else:
+            m = -(-n // c) * c
+            i = self._ws("pad_i", N * m, inp.dtype, inp.device)
+            i.view(N, m)[:, :n].copy_(inp.reshape(N, n))
+            i.view(N, m)[:, n:].zero_()
+            o = i[self.rank * m:(self.rank + 1) * m] if not plan.outofplace else self._ws("pad_o", m, inp.dtype,
+                                                                                       inp.device)
+            self._run(plan, "reducescatter", i, o, m // c, op, seq)
+            out.view(-1).copy_(o[:n])
+        self._finish_avg(op, out)
+
+    def all_reduce(self, t: Any, op: Any = None) -> None:
+        """In place: ``t`` = the reduction of every rank's ``t``."""
+        op = self._dist.ReduceOp.SUM if op is None else op
+        seq = self._begin()
+        n = t.numel()
+        plan = self._pick("allreduce", n * t.element_size()) if n and self._op_ok(op, t) else None
+        if plan is None:
+            self._native("allreduce", seq)
+            if n:
+                self._dist.all_reduce(t, op=op, group=self.group)
+            return
+        C = plan.nchunks
+        if n % C == 0 and t.is_contiguous():
+            o = t.view(-1)
+            if plan.inplace:
+                self._run(plan, "allreduce", o, o, n // C, op, seq)
+            else:
+                i = self._ws("pad_i", n, t.dtype, t.device).copy_(o)
+                self._run(plan, "allreduce", i, o, n // C, op, seq)
+        else:
+            m = -(-n // C) * C
+            o = self._ws("pad_o", m, t.dtype, t.device)
+            o[:n].copy_(t.reshape(-1))
+            o[n:].zero_()
+            i = o if plan.inplace else self._ws("pad_i", m, t.dtype, t.device).copy_(o)
+            self._run(plan, "allreduce", i, o, m // C, op, seq)
+            t.copy_(o[:n].view_as(t))
+        self._finish_avg(op, t)
+
+    def all_to_all_single(self, out: Any, inp: Any, output_split_sizes: Any = None,
+                          input_split_sizes: Any = None) -> None:
+        """Equal-split all-to-all: block j of ``inp`` goes to rank j, block i of ``out`` comes from rank i.
+
+        Split sizes are not run by programs yet: such calls go to the native collective.
+        """
+        seq = self._begin()
+        self._check_same(out, inp)
+        N = self.size
+        if output_split_sizes is not None or input_split_sizes is not None:
+            self._say_once("all_to_all_single with split sizes: native torch.distributed (not run by programs yet)")
+            self._native("alltoall", seq)
+            self._dist.all_to_all_single(out, inp, output_split_sizes, input_split_sizes, group=self.group)
+            return
+        total = inp.numel()
+        if out.numel() != total or total % N:
+            raise ExecutorError(f"all_to_all_single: {total} input / {out.numel()} output elements, need equal "
+                                f"sizes divisible by {N} ranks")
+        plan = self._pick("alltoall", total * inp.element_size()) if total else None
+        if plan is None:
+            self._native("alltoall", seq)
+            if total:
+                self._dist.all_to_all_single(out, inp, group=self.group)
+            return
+        b = total // N
+        c = plan.nchunks // N
+        same = out.data_ptr() == inp.data_ptr()
+        if b % c == 0 and out.is_contiguous() and inp.is_contiguous():
+            i = inp.view(-1)
+            if same or not plan.outofplace:
+                i = self._ws("pad_i", total, inp.dtype, inp.device).copy_(i)
+            o = out.view(-1)
+            if not plan.outofplace:
+                o.copy_(i)
+                i = o
+            self._run(plan, "alltoall", i, o, b // c, None, seq)
+            return
+        m = -(-b // c) * c
+        i = self._ws("pad_i", N * m, inp.dtype, inp.device)
+        i.view(N, m)[:, :b].copy_(inp.reshape(N, b))
+        i.view(N, m)[:, b:].zero_()
+        o = self._ws("pad_o", N * m, inp.dtype, inp.device)
+        if not plan.outofplace:
+            o.copy_(i)
+            i = o
+        self._run(plan, "alltoall", i, o, m // c, None, seq)
+        out.view(N, b).copy_(o.view(N, m)[:, :b])
+
+    def _op_ok(self, op: Any, t: Any) -> bool:
+        R = self._dist.ReduceOp
+        if op == getattr(R, "AVG", None) and not t.is_floating_point():
+            self._say_once("AVG on an integer tensor: native torch.distributed")
+            return False
+        if op not in (R.SUM, R.PRODUCT, R.MAX, R.MIN, R.BAND, R.BOR, R.BXOR, getattr(R, "AVG", None)):
+            self._say_once(f"reduction {op}: native torch.distributed")
+            return False
+        return True
+
+    def _finish_avg(self, op: Any, t: Any) -> None:
+        if op == getattr(self._dist.ReduceOp, "AVG", None) and self.history and self.history[-1][2] is not None:
+            t.div_(self.size)
+
+    def close(self) -> None:
+        """Emit pending telemetry and release workspaces (the control group stays with torch)."""
+        self.flush()
+        self._workspaces.clear()

@@ -1,0 +1,75 @@
+"""Telemetry sinks: where an :class:`~runtime.executor.Executor` sends each collective's samples.
+
+A sink is any callable taking a list of :class:`runtime.telemetry.Sample`. It runs on the training
+thread right after a collective, so it must be cheap; exceptions are logged once and swallowed.
+
+>>> from runtime.telemetry import Sample
+>>> mem = MemorySink()
+>>> mem([Sample(1.0, "dp0", 1, 1, "pair", 0, 1, 64, 1e-5, "allgather", "executor")])
+>>> len(mem.samples)
+1
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from runtime.telemetry import Sample
+
+__all__ = ["JsonlSink", "MemorySink", "client_sink"]
+
+
+class MemorySink:
+    """Keeps every sample in :attr:`samples` (tests, benchmarks)."""
+
+    def __init__(self) -> None:
+        self.samples: list[Sample] = []
+
+    def __call__(self, samples: list[Sample]) -> None:
+        self.samples.extend(samples)
+
+
+class JsonlSink:
+    """Appends samples as ``loopcoll.telemetry/1`` JSON lines to ``path``; flushed every ``flush_every`` calls.
+
+    An append-only log (readable with :func:`runtime.telemetry.read_jsonl` while it grows): lines are
+    written whole, so a reader sees complete lines only after a flush.
+    """
+
+    def __init__(self, path: str | Path, *, flush_every: int = 64) -> None:
+        self.path = Path(path)
+        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._calls = 0
+        self._flush_every = flush_every
+        self._lock = threading.Lock()
+
+    def __call__(self, samples: list[Sample]) -> None:
+        with self._lock:
+            self._fh.write("".join(s.to_json() + "\n" for s in samples))
+            self._calls += 1
+            if self._calls % self._flush_every == 0:
+                self._fh.flush()
+
+    def close(self) -> None:
+        """Flush and close the file."""
+        with self._lock:
+            if not self._fh.closed:
+                self._fh.flush()
+                self._fh.close()
+
+    def __enter__(self) -> JsonlSink:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def client_sink(client: Any) -> Any:
+    """A sink forwarding samples to the controller daemon through ``runtime.client.Client.send_samples``."""
+
+    def send(samples: list[Sample]) -> None:
+        client.send_samples(samples)
+
+    return send
