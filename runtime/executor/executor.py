@@ -247,9 +247,10 @@ class Executor:
         return missing
 
     # ------------------------------------------------------------------ helpers
-    def _say_once(self, msg: str) -> None:
-        if msg not in self._said:
-            self._said.add(msg)
+    def _say_once(self, msg: str, key: str | None = None) -> None:
+        key = msg if key is None else key
+        if key not in self._said:
+            self._said.add(key)
             log.warning("comm %r: %s", self.comm, msg)
 
     def _begin(self) -> int:
@@ -264,7 +265,9 @@ class Executor:
             if plan.accepts(nbytes):
                 return plan
         if coll in self._active_plans:
-            self._say_once(f"{coll} of {nbytes} bytes: no band of version {self.active.get(coll)} fits; native")
+            v = self.active.get(coll)
+            self._say_once(f"{coll} of {nbytes} bytes (and maybe other sizes): no program of version {v} covers it;"
+                           " native torch.distributed", key=f"band {coll} {v}")
         else:
             self._say_once(f"{coll}: no schedule loaded; native torch.distributed")
         return None

@@ -79,12 +79,14 @@ def launch(fn: Callable[..., Any], world: int, *args: Any, backend: str = "gloo"
         deadline = time.monotonic() + timeout_s
         try:
             while time.monotonic() < deadline:
-                if all(not p.is_alive() for p in ctx.processes):
+                if all(not p.is_alive() or (Path(tmp) / f"{r}.pkl").exists() for r, p in enumerate(ctx.processes)):
                     break
                 time.sleep(0.02)
             else:
                 raise ExecutorError(f"launch: {world} processes did not finish within {timeout_s:g} s")
         finally:
+            for p in ctx.processes:  # a moment to leave cleanly, then ended
+                p.join(max(0.0, min(2.0, deadline - time.monotonic())))
             for p in ctx.processes:
                 if p.is_alive():
                     p.kill()

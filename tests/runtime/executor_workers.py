@@ -95,3 +95,143 @@ def correctness(rank: int, world: int, sources: list, cases: list) -> list[str]:
         if any(s.kind == "pair" and (s.bytes <= 0 or s.busy_s <= 0) for s in sink.samples):
             failures.append(f"{label}: bad samples")
     return failures
+
+
+def _programs(specs: list) -> dict:
+    """Programs by name from (name, kind, arg) specs: ("synth", (coll, topo)) or ("xml", path)."""
+    from msccl_xml import lower, read
+    from synth import named_topology, synthesize
+
+    out = {}
+    for name, kind, arg in specs:
+        if kind == "synth":
+            out[name] = lower(synthesize(arg[0], named_topology(arg[1])).schedule)
+        else:
+            out[name] = read(arg)
+    return out
+
+
+def swaps(rank: int, world: int, seed: int, scenarios: int, version_specs: list, skip_prob: float) -> list:
+    """Randomised hot-swap interleavings; returns per scenario the (seq, coll, version) history and failures."""
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    from runtime.executor import Executor
+
+    progs = _programs(version_specs)
+    names = sorted(progs)
+    out = []
+    for sc in range(scenarios):
+        shared = random.Random(seed * 1000 + sc)  # same on every rank
+        mine = random.Random(seed * 1000 + sc + 7919 * (rank + 1))  # differs per rank
+        ex = Executor(comm=f"swap{sc}", sync_every=shared.randint(1, 4), control_timeout_s=20)
+        ex.load([progs["ag_ring"], progs["ar_ring"]], version=1)
+        nversions = shared.randint(2, 5)
+        skipped = set()
+        threads = []
+        for v in range(2, nversions + 1):
+            pick = shared.sample(names, k=min(2, len(names)))
+            if mine.random() < skip_prob:
+                skipped.add(v)
+                continue
+            delay = mine.uniform(0, 0.05)
+
+            def later(v=v, pick=pick, delay=delay):
+                time.sleep(delay)
+                ex.stage([progs[n] for n in pick], version=v)
+
+            th = threading.Thread(target=later)
+            th.start()
+            threads.append(th)
+        failures = []
+        for k in range(shared.randint(10, 30)):
+            coll = shared.choice(["allgather", "allreduce", "reducescatter", "alltoall"])
+            n = shared.randint(1, 300)
+            dtype = shared.choice(["float32", "int64"])
+            msg = run_case(torch, dist, ex, coll, n, dtype, False, seed * 100000 + sc * 100 + k)
+            if msg:
+                failures.append(msg)
+        for th in threads:
+            th.join()
+        time.sleep(0.1)  # let background staging finish so the final agreement can see it
+        ex.sync_versions()
+        out.append({"history": list(ex.history), "active": dict(ex.active), "skipped": sorted(skipped),
+                    "failures": failures, "nversions": nversions})
+    return out
+
+
+def killed(rank: int, world: int, victim: int, mode: str, timeout_s: float) -> Any:
+    """The victim dies (or hangs) before an agreement; the others report the error they get."""
+    from msccl_xml import lower
+    from synth import named_topology, synthesize
+
+    from runtime.executor import Executor, SwapTimeoutError
+
+    ex = Executor(comm="dp0", control_timeout_s=timeout_s)
+    ex.load(lower(synthesize("allreduce", named_topology(f"ring:{world}")).schedule), version=1)
+    if rank == victim:
+        if mode == "kill":
+            os._exit(3)
+        time.sleep(timeout_s * 1.5)
+        os._exit(3)
+    t0 = time.perf_counter()
+    try:
+        ex.sync_versions()
+    except SwapTimeoutError as exc:
+        return {"error": str(exc), "ranks": list(exc.ranks), "elapsed_s": time.perf_counter() - t0}
+    return {"error": None}
+
+
+def misc(rank: int, world: int, jsonl_dir: str) -> dict:
+    """Fallbacks, seq numbering, refused versions and telemetry samples."""
+    import dataclasses
+
+    import torch
+    import torch.distributed as dist
+    from msccl_xml import lower
+    from synth import named_topology, synthesize
+
+    from runtime.executor import Executor, JsonlSink, MemorySink, StagingError
+
+    res: dict = {"failures": []}
+    mem = MemorySink()
+    jsonl = JsonlSink(os.path.join(jsonl_dir, f"r{rank}.jsonl"))
+
+    def both(samples):
+        mem(samples)
+        jsonl(samples)
+
+    ex = Executor(comm="dp0", sink=both, control_timeout_s=20)
+    # nothing loaded: native, seq counts
+    res["failures"] += [m for m in [run_case(torch, dist, ex, "allreduce", 10, "int64", False, 1)] if m]
+    ag = lower(synthesize("allgather", named_topology(f"ring:{world}")).schedule)
+    ar = lower(synthesize("allreduce", named_topology(f"ring:{world}")).schedule)
+    ex.load([ag, ar], version=1)
+    for k in range(3):
+        res["failures"] += [m for m in [run_case(torch, dist, ex, "allgather", 37 + k, "float32", False, k)] if m]
+    # refused: a program whose rank 0 lost a threadblock fails validation
+    g0 = ar.gpus[0]
+    broken = dataclasses.replace(ar, gpus=(dataclasses.replace(g0, threadblocks=g0.threadblocks[:-1]),)
+                                 + ar.gpus[1:])
+    fut = ex.stage(broken, version=2)
+    try:
+        fut.result(timeout=30)
+        res["failures"].append("broken version was accepted")
+    except StagingError as exc:
+        res["refused"] = str(exc)
+    rep = ex.sync_versions()
+    res["switched_after_refusal"] = rep.switched
+    res["failures"] += [m for m in [run_case(torch, dist, ex, "allreduce", 64, "int32", False, 9)] if m]
+    # split sizes fall back
+    x = torch.arange(world * 2, dtype=torch.float32)
+    y = torch.empty_like(x)
+    ex.all_to_all_single(y, x, [2] * world, [2] * world)
+    ex.flush()
+    jsonl.close()
+    res["history"] = list(ex.history)
+    res["samples"] = [s.to_dict() for s in mem.samples]
+    res["sent_chunks"] = {"allgather": dict(ex._active_plans["allgather"][0].ranks[rank].sent_chunks_by_peer)}
+    res["global_rank"] = dist.get_rank()
+    return res

@@ -1,0 +1,114 @@
+"""The executor on real torch.distributed gloo processes (2, 4 and 8 ranks on CPU).
+
+CI runs small sizes and a sample of the work; ``LOOPCOLL_HEAVY=1`` runs every 8-rank MSCCL vector,
+larger sizes and hundreds of swap interleavings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from msccl_xml import check, lower, read  # noqa: E402
+from runtime.executor.launch import launch  # noqa: E402
+from runtime.telemetry import read_jsonl, validate_samples  # noqa: E402
+from synth import named_topology, synthesize  # noqa: E402
+from tests.runtime import executor_workers as W  # noqa: E402
+from tests.runtime.test_executor_plan import VECTORS  # noqa: E402
+
+HEAVY = os.environ.get("LOOPCOLL_HEAVY") == "1"
+COLLS = ("allgather", "reducescatter", "allreduce", "alltoall")
+
+
+def _cases(rng: random.Random, count: int, max_n: int) -> list:
+    out = []
+    for k in range(count):
+        coll = COLLS[k % 4]
+        n = rng.choice([1, 2, 3, rng.randint(1, max_n), rng.randint(1, max_n) * 8])
+        out.append((coll, n, rng.choice(W.DTYPES), rng.random() < 0.4, rng.randint(0, 10**6)))
+    return out
+
+
+def _vectors(world: int, limit: int | None) -> list:
+    picked = []
+    for path in VECTORS:
+        prog = read(path)
+        if prog.ngpus == world and prog.coll != "custom" and check(prog).valid:
+            # shipped files select by size (minBytes/maxBytes); run them at every size here
+            picked.append((path.name, dataclasses.replace(prog, min_bytes=0, max_bytes=0)))
+    if limit is not None and len(picked) > limit:
+        picked = random.Random(world).sample(picked, limit)
+    return picked
+
+
+@pytest.mark.parametrize("world,topos", [(2, ["ring:2"]), (4, ["ring:4", "hpn:1x2x2"]),
+                                         (8, ["nvswitch:8", "hpn:1x2x4"])])
+def test_outputs_equal_native_collectives(world: int, topos: list) -> None:
+    rng = random.Random(world)
+    sources = [(f"{coll}@{t}", lower(synthesize(coll, named_topology(t)).schedule)) for t in topos for coll in COLLS]
+    sources += _vectors(world, None if HEAVY or world < 8 else 6)
+    cases = _cases(rng, 64 if HEAVY else (16 if world == 8 else 24), 4096 if HEAVY else 300)
+    failures = launch(W.correctness, world, sources, cases, timeout_s=600 if HEAVY else 180)
+    assert [f for per_rank in failures for f in per_rank] == []
+
+
+def test_swaps_never_mix_versions() -> None:
+    world = 4
+    specs = [("ag_ring", "synth", ("allgather", "ring:4")), ("ar_ring", "synth", ("allreduce", "ring:4")),
+             ("ag_hpn", "synth", ("allgather", "hpn:1x2x2")), ("ar_hpn", "synth", ("allreduce", "hpn:1x2x2")),
+             ("rs_ring", "synth", ("reducescatter", "ring:4")), ("a2a_hpn", "synth", ("alltoall", "hpn:1x2x2"))]
+    scenarios = 200 if HEAVY else 24
+    per_rank = launch(W.swaps, world, 11, scenarios, specs, 0.15, timeout_s=900 if HEAVY else 180)
+    switched = 0
+    for sc in range(scenarios):
+        runs = [r[sc] for r in per_rank]
+        assert all(r["failures"] == [] for r in runs), [r["failures"] for r in runs]
+        hist = runs[0]["history"]
+        assert all(r["history"] == hist for r in runs), f"scenario {sc}: ranks ran different versions"
+        assert [h[0] for h in hist] == list(range(1, len(hist) + 1))
+        skipped = set().union(*(set(r["skipped"]) for r in runs))
+        used = {v for _s, _c, v in hist if v is not None}
+        assert not used & skipped, f"scenario {sc}: ran a version some rank never staged"
+        assert all(r["active"] == runs[0]["active"] for r in runs)
+        switched += len(used - {1}) > 0
+    assert switched > 0  # the interleavings did switch versions mid-run
+
+
+@pytest.mark.parametrize("mode", ["kill", "hang"])
+def test_dead_or_hung_rank_gives_timeout_naming_it(mode: str) -> None:
+    res = launch(W.killed, 3, 2, mode, 3.0, timeout_s=90, allow_missing=True)
+    assert res[2] is None
+    for r in res[:2]:
+        assert r["error"] is not None and "rank(s) [2]" in r["error"], r
+        assert r["ranks"] == [2]
+        assert r["elapsed_s"] < 30
+
+
+def test_fallbacks_refusal_and_telemetry(tmp_path) -> None:
+    world = 4
+    res = launch(W.misc, world, str(tmp_path), timeout_s=120)
+    for r in res:
+        assert r["failures"] == []
+        assert "fails validation" in r["refused"]
+        assert r["switched_after_refusal"] == {}
+        hist = r["history"]
+        assert [h[0] for h in hist] == list(range(1, 7))
+        assert [h[2] for h in hist] == [None, 1, 1, 1, 1, None]  # native, 3x allgather v1, allreduce v1, a2a native
+        samples = r["samples"]
+        pairs = [s for s in samples if s["kind"] == "pair"]
+        assert {s["seq"] for s in pairs} == {2, 3, 4, 5}
+        assert all(s["src"] == r["global_rank"] and s["comm"] == "dp0" and s["version"] == 1 for s in samples)
+        # bytes per pair of the first allgather (37 floats -> padded to whole chunks)
+        first = {s["dst"]: s["bytes"] for s in pairs if s["seq"] == 2}
+        assert set(first) == set(r["sent_chunks"]["allgather"])
+        injects = [s for s in samples if s["kind"] == "inject"]
+        assert all(i["bytes"] == sum(p["bytes"] for p in pairs if p["seq"] == i["seq"]) for i in injects)
+    for rank in range(world):
+        ok, report = read_jsonl(tmp_path / f"r{rank}.jsonl")
+        assert dict(report.rejected) == {} and len(ok) == len(res[rank]["samples"])
+        assert validate_samples(res[rank]["samples"])[1].accepted == len(ok)
