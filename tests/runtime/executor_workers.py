@@ -235,3 +235,12 @@ def misc(rank: int, world: int, jsonl_dir: str) -> dict:
     res["sent_chunks"] = {"allgather": dict(ex._active_plans["allgather"][0].ranks[rank].sent_chunks_by_peer)}
     res["global_rank"] = dist.get_rank()
     return res
+
+
+def _noop(rank: int, world: int) -> int:
+    return rank
+
+
+def suite(rank: int, world: int, tasks: list) -> dict:
+    """Run several workers in one set of processes (process start-up dominates CI time): name -> result."""
+    return {name: globals()[fn](rank, world, *args) for name, fn, args in tasks}
