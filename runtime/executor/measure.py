@@ -149,3 +149,13 @@ def swap_latency(rank: int, world: int, programs: list[Program], size_bytes: int
                      "steady_s": again, "first_delay_s": max(first - again, 0.0), "switched": bool(rep.switched),
                      "steady_before_s": steady})
     return rows
+
+
+def bench(rank: int, world: int, programs: list[Program], sizes_bytes: list[int], dtype_name: str, iters: int,
+          swap_programs: list[Program], swap_size_bytes: int, swaps: int) -> dict:
+    """Everything ``benchmarks/executor.py`` measures in one set of processes."""
+    rows = []
+    for prog in programs:
+        rows += compare(rank, world, prog, sizes_bytes, dtype_name, iters, telemetry=True)
+    swap_rows = swap_latency(rank, world, swap_programs, swap_size_bytes, dtype_name, swaps) if swaps else []
+    return {"rows": rows, "swaps": swap_rows}
