@@ -5,6 +5,7 @@ torch is imported when an Executor is made, never at module import.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -172,6 +173,48 @@ class Executor:
         except ExecutorError as exc:
             raise StagingError(f"{where}: {exc}") from exc
         return plan
+
+    def follow(self, client: Any, *, telemetry: bool = True) -> None:
+        """Take versions pushed by the loopcoll daemon through ``client`` (a ``runtime.Client``) and send it samples.
+
+        Each pushed manifest entry of this communicator is fetched (its bands' MSCCL XML, or the schedule
+        JSON when a band has no XML) and staged on a background thread; the next agreement
+        (:meth:`sync_versions` or every ``sync_every`` collectives) switches to it once every rank has it.
+        """
+        if telemetry and self.sink is None:
+            self.sink = client.send_samples
+
+        def on_version(entry: dict) -> None:
+            if entry.get("comm") == self.comm:
+                threading.Thread(target=self._stage_entry, args=(client, entry), daemon=True,
+                                 name=f"loopcoll-fetch-v{entry.get('version')}").start()
+
+        client.on_version(on_version)
+
+    def _stage_entry(self, client: Any, entry: dict) -> None:
+        import tempfile
+
+        from msccl_xml import parse
+
+        version = int(entry["version"])
+        try:
+            programs = []
+            for band in entry["bands"]:
+                lo, hi = int(band["min_bytes"]), band.get("max_bytes")
+                if band.get("xml"):
+                    prog = parse(client.get(band["xml"]).decode(), source=band["xml"])
+                else:
+                    with tempfile.TemporaryDirectory() as tmp:
+                        path = os.path.join(tmp, "schedule.json")
+                        with open(path, "wb") as fh:
+                            fh.write(client.get(band["schedule"]))
+                        prog = load_programs(path)[0]
+                programs.append(dataclasses.replace(prog, min_bytes=lo, max_bytes=0 if hi is None else int(hi)))
+            self._stage_now(programs, version)
+        except Exception as exc:  # noqa: BLE001 - a bad push must not stop training
+            with self._lock:
+                self.refused[version] = str(exc)
+            log.error("comm %r: pushed version %s of %s refused: %s", self.comm, version, entry.get("collective"), exc)
 
     def load(self, source: Any, *, version: int = 1) -> SwapReport:
         """Stage ``source`` now and agree to run it (a collective call: every rank must make it)."""
