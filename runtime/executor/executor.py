@@ -118,6 +118,8 @@ class Executor:
         self._said: set[str] = set()
         self._pending: deque[tuple[Timing, dict]] = deque()
         self._retired: list[tuple[Plan, ...]] = []
+        #: Host seconds spent building and handing over samples (the telemetry's CPU cost on this thread).
+        self.telemetry_s = 0.0
 
     # ------------------------------------------------------------------ staging and agreement
     def stage(self, source: Any, *, version: int, background: bool = True) -> Future:
@@ -363,6 +365,13 @@ class Executor:
     def _emit(self, timing: Timing, meta: dict) -> None:
         if self.sink is None or not timing.bytes_to:
             return
+        t_cpu = time.perf_counter()
+        try:
+            self._emit_samples(timing, meta)
+        finally:
+            self.telemetry_s += time.perf_counter() - t_cpu
+
+    def _emit_samples(self, timing: Timing, meta: dict) -> None:
         me = self.global_rank
         t_s = meta["t_wall"]
         samples = []

@@ -109,8 +109,16 @@ def compare(rank: int, world: int, program: Program, sizes_bytes: list[int], dty
         row = {"collective": coll, "size_bytes": S, "correct": ok, "max_err": err, "time_s": t_ex,
                "native_time_s": t_nat, "algbw_GBps": S / t_ex / 1e9, "native_algbw_GBps": S / t_nat / 1e9,
                "rounds": ex._active_plans[coll][0].nrounds}
-        if ex_tel is not None:
-            row["telemetry_time_s"] = _time(torch, device, lambda: _call(ex_tel, dist, coll, inp, out, False), iters)
+        if ex_tel is not None:  # paired, interleaved runs: the ratio of medians is robust to drifting load
+            off, on = [], []
+            for _ in range(max(iters, 5)):
+                off.append(_time(torch, device, lambda: _call(ex, dist, coll, inp, out, False), 1, warmup=0))
+                on.append(_time(torch, device, lambda: _call(ex_tel, dist, coll, inp, out, False), 1, warmup=0))
+            calls0, cpu0 = ex_tel.seq, ex_tel.telemetry_s
+            _time(torch, device, lambda: _call(ex_tel, dist, coll, inp, out, False), 3, warmup=0)
+            row["telemetry_off_s"] = statistics.median(off)
+            row["telemetry_time_s"] = statistics.median(on)
+            row["telemetry_cpu_us"] = (ex_tel.telemetry_s - cpu0) / max(ex_tel.seq - calls0, 1) * 1e6
         rows.append(row)
     return rows
 

@@ -1,0 +1,90 @@
+"""A data-parallel training loop whose gradient all-reduce runs loopcoll schedules through the executor.
+
+Run on CPU with 4 local processes (gloo):      python examples/executor_training.py --nprocs 4
+With a loopcoll daemon pushing new versions:   add --daemon HOST:PORT (token from $LOOPCOLL_TOKEN)
+On GPUs (one process per GPU), e.g. torchrun --nproc-per-node 8 examples/executor_training.py --backend nccl
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def train(rank: int, world: int, steps: int, daemon: str | None, telemetry: str | None) -> float:
+    import torch
+    import torch.distributed as dist
+
+    from msccl_xml import lower
+    from runtime.executor import Executor, JsonlSink
+    from synth import named_topology, synthesize
+
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    sink = JsonlSink(f"{telemetry}/rank{rank}.jsonl") if telemetry else None
+
+    # 1. One executor per communicator; agree on versions every 10 collectives (a checkpoint boundary).
+    ex = Executor(comm="world", sink=sink, sync_every=10, control_timeout_s=60)
+    if daemon:  # 2a. versions come from the loopcoll daemon, samples go to it
+        from runtime import Client
+
+        client = Client(daemon, role="executor", rank=dist.get_rank(), comms=["world"])
+        ex.follow(client)
+    else:  # 2b. or load a schedule yourself (a file path, a Program, a Schedule or a SynthResult)
+        ex.load(lower(synthesize("allreduce", named_topology(f"ring:{world}")).schedule), version=1)
+
+    g = torch.Generator().manual_seed(rank)
+    for step in range(steps):
+        x = torch.randn(32, 64, generator=g).to(device)
+        loss = ((model(x) - x.sum(1, keepdim=True)) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+        ex.all_reduce(flat, op=dist.ReduceOp.SUM)  # 3. drop-in for dist.all_reduce(flat)
+        flat /= world
+        offset = 0
+        for p in model.parameters():
+            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+        opt.step()
+        if step == steps // 2 and not daemon:  # 4. hot-swap mid-training: stage now, switch at the next sync
+            ex.stage(lower(synthesize("allreduce", named_topology(f"nvswitch:{world}")).schedule), version=2)
+    ex.close()
+    if sink:
+        sink.close()
+    if rank == 0:
+        print(f"loss {loss.item():.4f}; versions used: {sorted({v for _s, _c, v in ex.history}, key=str)}")
+    return float(loss.item())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nprocs", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
+    ap.add_argument("--daemon", default=None, help="HOST:PORT of a loopcoll daemon")
+    ap.add_argument("--telemetry", default=None, help="directory for per-rank telemetry JSONL")
+    args = ap.parse_args()
+    if "RANK" in os.environ:  # under torchrun
+        import torch
+        import torch.distributed as dist
+
+        if args.backend == "nccl":
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group(args.backend)
+        train(dist.get_rank(), dist.get_world_size(), args.steps, args.daemon, args.telemetry)
+        dist.destroy_process_group()
+        return
+    from runtime.executor.launch import launch
+
+    launch(train, args.nprocs, args.steps, args.daemon, args.telemetry, backend=args.backend)
+
+
+if __name__ == "__main__":
+    main()
