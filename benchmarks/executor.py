@@ -22,11 +22,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._report import RESULTS, markdown_table  # noqa: E402
-from loopcoll._cmd_simulate import parse_size  # noqa: E402
 from msccl_xml import lower  # noqa: E402
 from runtime.executor.launch import launch  # noqa: E402
 from runtime.executor.measure import bench  # noqa: E402
 from synth import named_topology, synthesize  # noqa: E402
+
+
+def parse_size(text: str) -> int:
+    """``"16M"`` -> 16777216 (binary units, like the CLI)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper().rstrip("B")
+    return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
 
 
 def main(argv: list[str] | None = None) -> int:
