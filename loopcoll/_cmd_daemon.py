@@ -89,6 +89,9 @@ def _daemon_token(token_file: str | None) -> str:
         return token
     from runtime.client import read_token
 
+    if path.stat().st_mode & 0o077:
+        print(f"loopcoll: warning: token file {token_file!r} is readable by other users (chmod 600 it)",
+              file=sys.stderr)
     return read_token(token_file=path)
 
 

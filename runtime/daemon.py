@@ -117,6 +117,7 @@ def _report_dict(report: Any) -> tuple[int, dict[str, int]]:
 
 
 _STOP = object()
+_REPEAT_LOG_S = 10.0
 
 
 class _Daemon:
@@ -144,6 +145,9 @@ class _Daemon:
         self.status_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="loopcoll-status")
         self.started_s = time.time()
         self.poll_stats: Counter[str] = Counter()
+        self._last_error: str | None = None
+        self._last_error_logged = 0.0
+        self._error_repeats = 0
         self.last_poll_s: float | None = None
 
     def log(self, record: Mapping[str, Any]) -> None:
@@ -237,8 +241,15 @@ class _Daemon:
             entries = list(fn() or [])
         except Exception as exc:  # keep serving: the detector or a synthesis failed this round
             self.poll_stats[f"{what}_errors"] += 1
-            self.log({"event": f"{what}_error", "error": f"{type(exc).__name__}: {exc}"[:500],
-                      "trace": traceback.format_exc(limit=4)[-800:]})
+            error = f"{type(exc).__name__}: {exc}"[:500]
+            now = time.monotonic()
+            if error != self._last_error or now - self._last_error_logged >= _REPEAT_LOG_S:
+                # a persistent failure (a full disk, say) is logged once per _REPEAT_LOG_S, with its count
+                self.log({"event": f"{what}_error", "error": error, "repeats": self._error_repeats,
+                          "trace": traceback.format_exc(limit=4)[-800:]})
+                self._last_error, self._last_error_logged, self._error_repeats = error, now, 0
+            else:
+                self._error_repeats += 1
             return
         self.poll_stats[what] += 1
         self.last_poll_s = time.time()
