@@ -474,10 +474,20 @@ def phases(con: Any, *, bin_s: float = 1.0, gap_s: float | None = None, min_frac
                                   ' ' ORDER BY comm_id, coll, size_bucket) AS signature
                 FROM (SELECT *, sum(n) OVER (PARTITION BY stretch, bin) AS bin_total FROM e) GROUP BY stretch, bin),
         times AS (SELECT stretch, bin, min(t_s) AS lo, max(t_s) AS hi FROM b GROUP BY stretch, bin),
+        -- A partial bin (fewer than half the stretch's median records, e.g. the last seconds of a run) takes the
+        -- signature of the bin before it (or after it, at the start of a stretch).
+        part AS (SELECT stretch, bin, n, CASE WHEN n >= 0.5 * median(n) OVER (PARTITION BY stretch) THEN signature END AS s0
+                 FROM sig),
+        filled AS (SELECT stretch, bin, n,
+                          coalesce(s0, last_value(s0 IGNORE NULLS) OVER (PARTITION BY stretch ORDER BY bin
+                                       ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
+                                   first_value(s0 IGNORE NULLS) OVER (PARTITION BY stretch ORDER BY bin
+                                       ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING)) AS signature
+                   FROM part),
         runs AS (SELECT sig.*, times.lo, times.hi,
                         CASE WHEN signature IS DISTINCT FROM lag(signature) OVER (ORDER BY sig.stretch, sig.bin)
                                OR sig.stretch <> lag(sig.stretch) OVER (ORDER BY sig.stretch, sig.bin) THEN 1 ELSE 0 END AS new
-                 FROM sig JOIN times USING (stretch, bin)),
+                 FROM filled AS sig JOIN times USING (stretch, bin)),
         numbered AS (SELECT *, sum(new) OVER (ORDER BY stretch, bin ROWS UNBOUNDED PRECEDING) AS phase FROM runs)
         SELECT CAST(phase AS INTEGER) - 1 AS phase, min(lo) AS start_s, max(hi) AS end_s, CAST(sum(n) AS BIGINT) AS records,
                any_value(signature) AS signature
