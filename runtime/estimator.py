@@ -331,6 +331,21 @@ class LinkEstimator:
             return self.nominal
         return self.nominal.with_links(links, name=f"{self.nominal.name}+measured")
 
+    def rebase(self, topology: Topology) -> list[LinkKey]:
+        """Set the EWMA of every observed link to its capacity in ``topology``; returns the links moved.
+
+        The manager calls it after acting on a measured topology, so that the detector judges the new
+        version against the levels it was made for instead of a filter still catching up to them.
+        """
+        moved = []
+        for key in sorted(self._m):
+            if topology.has_link(*key):
+                new = min(topology.link(*key).gbps, self._nominal_gbps[key])
+                if abs(new - self._m[key]) > 1e-12 * self._nominal_gbps[key]:
+                    self._m[key] = new
+                    moved.append(key)
+        return moved
+
     def reset(self, keys: Sequence[LinkKey] | None = None) -> None:
         """Forget estimates (all, or of ``keys``)."""
         for k in list(self._m) if keys is None else keys:

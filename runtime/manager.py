@@ -308,13 +308,22 @@ class ScheduleManager:
                 d.cut = tuple((c.src, c.dst, c.base_slack) for c in d.schedule.bottleneck_for(measured))
             except LoopcollError:
                 pass
+            self._rebase(measured, now)
             d.swapped_t_s = now
             d.deferred_logged = False
             self._log({"event": "no_gain", "t_s": now, "comm": comm, "collective": coll,
                        "version": d.entry.version, "new_algbw_GBps": new_GBps, "current_algbw_GBps": old_GBps,
                        "message": "kept the current version; its cut re-based on the measured topology"})
             return None
-        return self._publish(key, res, job.topology, job.reason, job.verdict, trigger_samples, now)
+        entry = self._publish(key, res, job.topology, job.reason, job.verdict, trigger_samples, now)
+        self._rebase(job.topology, now)
+        return entry
+
+    def _rebase(self, topo: Topology, now: float) -> None:
+        moved = self.estimator.rebase(topo)
+        if moved:
+            self._log({"event": "rebase", "t_s": now, "links": [f"{a}->{b}" for a, b in moved[:16]],
+                       "message": "EWMA set to the measured levels the decision used"})
 
     # -- recovery -------------------------------------------------------------------------
     def _recovery_due(self, key: tuple[str, str], now: float) -> bool:
@@ -345,9 +354,9 @@ class ScheduleManager:
         return {
             "deployed": {f"{k[0]}/{k[1]}": {"version": d.entry.version, "swapped_t_s": d.swapped_t_s,
                                             "algbw_GBps": d.entry.algbw_GBps}
-                         for k, d in sorted(self.deployed.items())},
+                         for k, d in sorted(list(self.deployed.items()))},
             "pending": [{"comm": j.key[0], "collective": j.key[1], "ready_t_s": j.ready_t_s, "reason": j.reason}
-                        for j in self.jobs.values()],
+                        for j in list(self.jobs.values())],
         }
 
 

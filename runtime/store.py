@@ -226,9 +226,8 @@ class VersionStore:
 
     # -- queries ----------------------------------------------------------------------------
     def entries(self) -> list[VersionEntry]:
-        """Every version, in publication order."""
-        with self._lock:
-            return list(self._entries)
+        """Every version, in publication order (a snapshot: never waits for a publication)."""
+        return list(self._entries)  # publish replaces the list, never mutates it
 
     def latest(self, comm: str | None = None, collective: str | None = None) -> list[VersionEntry]:
         """The newest version of each (comm, collective), sorted by name; optionally filtered."""
@@ -356,8 +355,9 @@ class VersionStore:
             )
             if _fail_before_manifest:
                 raise StoreError(f"{comm}/{collective} v{version}: injected failure before the manifest write")
-            self._write_manifest([*self._entries, entry])
-            self._entries.append(entry)
+            entries = [*self._entries, entry]
+            self._write_manifest(entries)
+            self._entries = entries
             return entry
 
     def _export(self, sched: Schedule, topology: Topology, rel: str) -> tuple[str | None, str | None]:
