@@ -31,6 +31,7 @@ import itertools
 import os
 import queue
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -185,6 +186,13 @@ class Client:
         except WireError:
             sock.close()
             raise
+        # From here reads block (close() wakes them with a shutdown) and a send may stall at most timeout_s
+        # under the daemon's back-pressure before the connection counts as lost: one socket timeout would
+        # apply to both directions, so the send limit is the kernel's SO_SNDTIMEO.
+        sock.settimeout(None)
+        secs = max(self.timeout_s, 0.001)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                        struct.pack("ll", int(secs), int((secs - int(secs)) * 1e6)))
         self._framer = framer
         self._sock = sock
         self.connections += 1
@@ -192,6 +200,10 @@ class Client:
 
     def _lost(self, sock: socket.socket) -> None:
         self._connected.clear()
+        try:
+            sock.shutdown(socket.SHUT_RDWR)  # wakes a reader blocked in recv (close alone does not)
+        except OSError:
+            pass
         try:
             sock.close()
         except OSError:
@@ -220,10 +232,7 @@ class Client:
                     backoff = min(2 * backoff, _BACKOFF_MAX_S)
                 continue
             try:
-                sock.settimeout(0.5)
                 data = sock.recv(65536)
-            except socket.timeout:
-                continue
             except OSError:
                 data = b""
             if not data:
