@@ -244,3 +244,32 @@ def _noop(rank: int, world: int) -> int:
 def suite(rank: int, world: int, tasks: list) -> dict:
     """Run several workers in one set of processes (process start-up dominates CI time): name -> result."""
     return {name: globals()[fn](rank, world, *args) for name, fn, args in tasks}
+
+
+def daemon(rank: int, world: int, address: str, token: str) -> dict:
+    """Versions from a real loopcoll daemon (its controller bootstrapped them), samples back to it."""
+    import torch
+    import torch.distributed as dist
+
+    from runtime import Client
+    from runtime.executor import Executor
+
+    client = Client(address, token=token, role="executor", rank=dist.get_rank(), comms=["world"])
+    ex = Executor(comm="world", control_timeout_s=60)
+    ex.follow(client)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(ex._staged.get(c) for c in ("allgather", "allreduce")):
+        time.sleep(0.02)
+    rep = ex.sync_versions()
+    failures = []
+    for k in range(6):
+        coll = ("allgather", "allreduce")[k % 2]
+        msg = run_case(torch, dist, ex, coll, 100 + 37 * k, ("float32", "int64")[k % 2], k % 3 == 0, k)
+        if msg:
+            failures.append(msg)
+    ex.flush()
+    client.flush(10)
+    out = {"switched": rep.switched, "active": dict(ex.active), "failures": failures, "refused": dict(ex.refused),
+           "sent_samples": client.sent_samples, "versions": sorted({v for _s, _c, v in ex.history}, key=str)}
+    client.close()
+    return out

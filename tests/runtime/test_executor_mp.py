@@ -7,7 +7,9 @@ larger sizes and hundreds of swap interleavings.
 from __future__ import annotations
 
 import dataclasses
+import time
 import os
+from collections.abc import Iterator
 import random
 
 import pytest
@@ -22,6 +24,7 @@ from tests.runtime import executor_workers as W  # noqa: E402
 from tests.runtime.test_executor_plan import VECTORS  # noqa: E402
 
 HEAVY = os.environ.get("LOOPCOLL_HEAVY") == "1"
+TOKEN = "executor-test-token"
 COLLS = ("allgather", "reducescatter", "allreduce", "alltoall")
 
 
@@ -63,13 +66,51 @@ def _correctness_task(world: int) -> tuple:
 
 
 @pytest.fixture(scope="module")
-def four(tmp_path_factory) -> dict:
-    """One set of 4 gloo processes runs correctness, swap interleavings and the telemetry/fallback checks."""
+def four(tmp_path_factory) -> Iterator[dict]:
+    """One set of 4 gloo processes runs correctness, swap interleavings, the telemetry/fallback checks, and
+    follows a real loopcoll daemon (controller bootstrapped from a ring:4 profile)."""
+    from runtime import Client, Controller, profile_from_dict, serve
+    from synth import load_topology
+
     tmp = tmp_path_factory.mktemp("jsonl")
-    tasks = [_correctness_task(4), ("misc", "misc", (str(tmp),)),
-             ("swaps", "swaps", (11, SCENARIOS, SWAP_SPECS, 0.15))]
-    per_rank = launch(W.suite, 4, tasks, timeout_s=900 if HEAVY else 240)
-    return {"ranks": per_rank, "tmp": tmp}
+    store = tmp_path_factory.mktemp("store")
+    profile = profile_from_dict({"format": "loopcoll.profile/1", "topology": "ring:4", "communicators": [
+        {"name": "world", "ranks": [0, 1, 2, 3], "collectives": [{"collective": "allgather", "sizes": [1 << 20]},
+                                                                 {"collective": "allreduce", "sizes": [1 << 20]}]}]})
+    controller = Controller(load_topology("ring:4"), profile, store)
+    handle = serve(controller, token=TOKEN, store_dir=store, log=lambda rec: None)
+    try:
+        with Client(handle.address, token=TOKEN, comms=["world"]) as c:
+            for coll in ("allgather", "allreduce"):
+                assert c.wait_version("world", coll, timeout_s=60) is not None
+        tasks = [_correctness_task(4), ("misc", "misc", (str(tmp),)),
+                 ("swaps", "swaps", (11, SCENARIOS, SWAP_SPECS, 0.15)),
+                 ("daemon", "daemon", (handle.address, TOKEN))]
+        per_rank = launch(W.suite, 4, tasks, timeout_s=900 if HEAVY else 240)
+        sent = sum(r["daemon"]["sent_samples"] for r in per_rank)
+        with Client(handle.address, token=TOKEN) as c:
+            deadline = time.monotonic() + 20
+            while True:
+                status = c.status()["controller"]["counters"]
+                if status["samples_accepted"] + sum(status["samples_rejected"].values()) >= sent or \
+                        time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+        yield {"ranks": per_rank, "tmp": tmp, "daemon_status": status}
+    finally:
+        handle.close()
+
+
+def test_follows_the_daemon(four) -> None:
+    runs = [r["daemon"] for r in four["ranks"]]
+    for r in runs:
+        assert r["failures"] == [] and r["refused"] == {}
+        assert set(r["switched"]) == {"allgather", "allreduce"} and None not in r["versions"]
+        assert r["sent_samples"] > 0
+    assert all(r["active"] == runs[0]["active"] for r in runs)
+    counters = four["daemon_status"]
+    assert counters["samples_rejected"] == {}, counters  # every executor sample passes the controller's validation
+    assert counters["samples_accepted"] == sum(r["sent_samples"] for r in runs)
 
 
 @pytest.mark.parametrize("world", [2, 8])
