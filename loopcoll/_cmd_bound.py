@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from loopcoll._common import add_topology_args, print_json, topology_from_args
+from loopcoll._common import add_topology_args, positive_seconds, print_json, topology_from_args
 from synth import COLLECTIVES, optimal_bound
 
 __all__ = ["register"]
@@ -12,7 +12,7 @@ __all__ = ["register"]
 
 def _run(args: argparse.Namespace) -> int:
     topo = topology_from_args(args)
-    bound = optimal_bound(args.collective, topo)
+    bound = optimal_bound(args.collective, topo, time_limit_s=args.time_limit)
     if args.json:
         print_json(bound.to_json_dict())
         return 0
@@ -37,5 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("collective", choices=COLLECTIVES, help="the collective")
     add_topology_args(p)
+    p.add_argument("--time-limit", type=positive_seconds, default=None, metavar="SEC",
+                   help="stop after SEC seconds with the best proven upper bound (status time_limit)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_run)

@@ -2,7 +2,8 @@
 
 Checks MSCCL XML files (a directory: every ``*.xml`` in it, sorted) and prints one line, or with
 ``--json`` one JSON object, per file. Exit status 0 when every file is valid, 1 when any is
-invalid; unreadable input raises :class:`~synth.errors.XmlError` (the CLI exits 2).
+invalid; in a directory an unreadable file is reported as invalid (``unreadable: …``) and the
+rest are still checked; a single unreadable FILE raises :class:`~synth.errors.XmlError` (exit 2).
 """
 
 from __future__ import annotations
@@ -68,7 +69,13 @@ def run(args: argparse.Namespace) -> int:
         topology = load_topology(args.topology, args.fail)
     all_valid = True
     for file in files:
-        report = _report(file, args.runtime, topology)
+        try:
+            report = _report(file, args.runtime, topology)
+        except LoopcollError as exc:
+            if not path.is_dir():
+                raise
+            # A directory: report the unreadable file and go on with the rest.
+            report = {"valid": False, "collective": None, "nranks": None, "errors": [f"unreadable: {exc}"]}
         if path.is_dir():
             report["file"] = str(file)
         all_valid &= bool(report["valid"])
@@ -99,7 +106,7 @@ def _report(file: Path, runtime: str, topology: Any) -> dict[str, Any]:
 
 
 def _print_text(file: Path, report: dict[str, Any]) -> None:
-    what = f"{report['collective']}, {report['nranks']} ranks"
+    what = "unreadable" if report["nranks"] is None else f"{report['collective']}, {report['nranks']} ranks"
     if report.get("algbw_GBps") is not None:
         what += f", algbw {report['algbw_GBps']:.2f} GB/s"
     if report["valid"]:

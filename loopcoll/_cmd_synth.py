@@ -7,7 +7,7 @@ import logging
 import sys
 import time
 
-from loopcoll._common import add_topology_args, print_json, topology_from_args
+from loopcoll._common import add_topology_args, check_outputs, positive_seconds, print_json, topology_from_args
 from synth import synthesize
 from synth import read_schedule, write_schedule
 from synth.errors import RuntimeLimitError, ScheduleError
@@ -91,6 +91,7 @@ def result_json(collective: str, topo_name: str, nranks: int, result: SynthResul
 
 
 def _run(args: argparse.Namespace) -> int:
+    check_outputs(output=args.output, schedule_out=args.schedule_out)
     configure_progress(args.quiet or args.json)
     topo = topology_from_args(args)
     warm = None
@@ -107,7 +108,7 @@ def _run(args: argparse.Namespace) -> int:
         warm_from=warm,
         max_steps=getattr(args, "max_steps", None),
         solver=getattr(args, "solver", "highs"),
-        time_limit_s=getattr(args, "time_limit", None),
+        time_limit_s=args.time_limit,
     )
     if result.schedule is None:
         raise ScheduleError(f"{args.collective} on {topo.name}: no schedule ({result.status.value}: {result.message})")
@@ -195,9 +196,11 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             c.add_argument("--chunks", type=int, default=10, metavar="C", help="chunks per (source, destination) block (default 10)")
             c.add_argument("--max-steps", type=int, default=None, metavar="S", help="time-expanded DAG depth (default: smallest that keeps the optimum)")
             c.add_argument("--solver", choices=("highs", "ortools"), default="highs", help="LP backend (default highs)")
-            c.add_argument("--time-limit", type=float, default=None, metavar="SEC", help="stop early with the best schedule and its certified gap")
         else:
             c.add_argument("--chunks", type=int, default=None, metavar="C", help="at most C chunks per source (default: as many as the optimum needs)")
+        c.add_argument("--time-limit", type=positive_seconds, default=None, metavar="SEC",
+                       help="stop after SEC seconds: AllToAll with its best schedule and certified gap, a tree "
+                       "collective with status time_limit (an error when no schedule was built)")
         c.add_argument("--warm-from", metavar="SCHED.json", help="warm-start from a previous schedule of this collective")
         c.add_argument("--schedule-out", metavar="SCHED.json", help="write the schedule JSON here (atomically)")
         c.add_argument("-o", "--output", metavar="OUT.xml", help="write the schedule as MSCCL XML (checked before writing)")

@@ -7,10 +7,10 @@ import json
 import sys
 from typing import Any
 
-from synth.errors import TopologyError
+from synth.errors import LoopcollError, TopologyError
 from synth.topologies import FAILURES, NAMED_SPECS, Topology, load_topology
 
-__all__ = ["add_topology_args", "print_json", "topology_from_args"]
+__all__ = ["add_topology_args", "check_outputs", "positive_seconds", "print_json", "topology_from_args"]
 
 SPEC_HELP = "a named spec (" + ", ".join(NAMED_SPECS) + ") or a topology JSON file"
 
@@ -59,3 +59,44 @@ def print_json(doc: Any) -> None:
     """One JSON object on stdout, keys sorted."""
     json.dump(doc, sys.stdout, sort_keys=True)
     sys.stdout.write("\n")
+
+
+def check_outputs(**paths: str | None) -> None:
+    """Refuse an empty output path and two outputs naming the same file (one would be lost).
+
+    >>> check_outputs(output="a.xml", schedule_out=None)
+    >>> check_outputs(output="")
+    Traceback (most recent call last):
+    ...
+    synth.errors.LoopcollError: --output: an empty path names no file
+    """
+    import os
+
+    seen: dict[str, str] = {}
+    for name, path in paths.items():
+        if path is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if not path.strip():
+            raise LoopcollError(f"{flag}: an empty path names no file")
+        real = os.path.realpath(path)
+        if real in seen:
+            raise LoopcollError(f"{seen[real]} and {flag} both name {path!r}: one output would overwrite the other")
+        seen[real] = flag
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type of ``--time-limit``: a finite number of seconds > 0.
+
+    >>> positive_seconds("2.5")
+    2.5
+    """
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text[:40]!r}")
+    return value

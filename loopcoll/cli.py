@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -34,7 +35,31 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         # Same prefix as a LoopcollError, so scripts need to match one form; the subcommand is kept.
         where = self.prog.partition(" ")[2]
-        self.exit(2, f"loopcoll: error: {where + ': ' if where else ''}{message}\n")
+        self.exit(2, f"loopcoll: error: {one_line(where + ': ' if where else '')}{one_line(message)}\n")
+
+
+#: Longest error message the CLI prints (one line; the rest is cut with a note).
+MAX_ERROR_CHARS = 1000
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line, at most :data:`MAX_ERROR_CHARS` characters.
+
+    >>> one_line("a" + chr(10) + "b"), len(one_line("x" * 5000)) <= MAX_ERROR_CHARS + 30
+    ('a b', True)
+    """
+    flat = " ".join(str(message).splitlines())
+    if len(flat) <= MAX_ERROR_CHARS:
+        return flat
+    return f"{flat[:MAX_ERROR_CHARS]}… ({len(flat)} characters)"
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that every cleanup (temporary files) runs."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,15 +86,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI on ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (an embedding application): leave SIGTERM alone
+        previous = None
     try:
         return int(args.func(args))
     except LoopcollError as exc:
-        print(f"loopcoll: error: {exc}", file=sys.stderr)
+        print(f"loopcoll: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
+    except MemoryError:
+        print("loopcoll: error: out of memory (see the Limits section of README.md)", file=sys.stderr)
+        return 2
+    except _Terminated:
+        print("loopcoll: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("loopcoll: interrupted", file=sys.stderr)
         return 130
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         from loopcoll._cmd_synth import reset_progress
 
         reset_progress()

@@ -151,7 +151,8 @@ def _run(program: Program, layout: Layout | None, fifo_depth: int | None) -> _St
         gpu, tb = tbs[u]
         while pcs[u] < len(tb.steps):
             step = tb.steps[pcs[u]]
-            dep = index.get((gpu.id, step.depid)) if step.depid >= 0 else None
+            # deps < 0 with a depid is a structural error, reported already; it waits on nothing.
+            dep = index.get((gpu.id, step.depid)) if step.depid >= 0 and step.deps >= 0 else None
             if dep is not None and flag[dep] < step.deps:
                 waiters.setdefault(("flag", dep), set()).add(u)
                 break

@@ -45,9 +45,12 @@ def structural_problems(program: Program, limits: RuntimeLimits) -> tuple[list[s
     for rank, n in sorted(Counter(ids).items()):
         if n > 1:
             errors.append(f"gpu {rank}: appears {n} times")
-    missing = sorted(set(range(program.ngpus)) - set(ids))
-    if missing:
-        errors.append(f"algo: ngpus={program.ngpus} but no <gpu> for rank(s) {missing}")
+    if program.ngpus > len(ids):  # checked first: range(ngpus) of a huge declared ngpus would not fit
+        errors.append(f"algo: ngpus={program.ngpus} but only {len(ids)} <gpu> element(s)")
+    else:
+        missing = sorted(set(range(program.ngpus)) - set(ids))
+        if missing:
+            errors.append(f"algo: ngpus={program.ngpus} but no <gpu> for rank(s) {missing}")
     for gpu in program.gpus:
         if not 0 <= gpu.id < program.ngpus:
             errors.append(f"gpu {gpu.id}: id out of range 0..{program.ngpus - 1}")

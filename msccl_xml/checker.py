@@ -35,7 +35,7 @@ from ._layout import canonical_coll, layout_for
 from ._matching import match_problems
 from ._simulate import simulate
 from ._structure import structural_problems
-from .limits import runtime_limits
+from .limits import runtime_limits, size_problems
 from .lint import lint_text
 from .parser import parse, read
 from .program import Program
@@ -152,6 +152,12 @@ def check(
         raise XmlError(f"fifo_depth must be >= 1 or None, got {fifo_depth!r}")
     errors, warnings = structural_problems(program, limits)
     errors.extend(match_problems(program))
+    oversize = size_problems(program, limits)
+    if oversize:
+        # Symbolic execution allocates per declared chunk; beyond the runtime's limits it is
+        # skipped (the program cannot run anyway), so a tiny file cannot exhaust memory.
+        errors.extend(m for m in oversize if m not in errors)
+        return _result(program, runtime, errors, warnings)
     modes = _modes(program)
     if not modes:
         modes = [False]

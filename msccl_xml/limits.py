@@ -14,10 +14,10 @@ from dataclasses import dataclass, replace
 
 from synth.errors import XmlError
 
-from .program import StepType
+from .program import Program, StepType
 from .writer import ALGO_ATTRS
 
-__all__ = ["RUNTIMES", "RuntimeLimits", "runtime_limits"]
+__all__ = ["RUNTIMES", "RuntimeLimits", "runtime_limits", "size_problems"]
 
 _EXECUTOR_COLLS = frozenset(
     {
@@ -163,3 +163,37 @@ def runtime_limits(runtime: str) -> RuntimeLimits:
         raise XmlError(
             f"unknown runtime {runtime!r}; expected one of {sorted(RUNTIMES)}"
         ) from None
+
+
+def size_problems(program: Program, limits: RuntimeLimits) -> list[str]:
+    """Declared sizes beyond what ``limits`` lets the runtime address; empty when all fit.
+
+    Checked before anything is allocated in proportion to them: ``ngpus`` against the ``<gpu>``
+    elements present, chunk counts against the int16 offsets (``max_offset + 1`` chunks per
+    buffer), ``cnt`` and offsets against ``max_cnt`` / ``max_offset``.
+
+    >>> from msccl_xml.program import Program, Protocol
+    >>> p = Program(name="x", proto=Protocol.LL, nchannels=1, nchunksperloop=10**9, ngpus=1,
+    ...             coll="allgather", inplace=1, outofplace=0, min_bytes=0, max_bytes=0, gpus=())
+    >>> size_problems(p, runtime_limits("msccl-executor-nccl"))[:1]
+    ['algo: ngpus=1 but only 0 <gpu> element(s)']
+    """
+    chunks = limits.max_offset + 1
+    out: list[str] = []
+    if program.ngpus > len(program.gpus):
+        out.append(f"algo: ngpus={program.ngpus} but only {len(program.gpus)} <gpu> element(s)")
+    if program.nchunksperloop > chunks:
+        out.append(f"algo: nchunksperloop {program.nchunksperloop} exceeds the {chunks} chunks "
+                   f"{limits.name}'s 16-bit offsets can address")
+    for gpu in program.gpus:
+        for attr in ("i_chunks", "o_chunks", "s_chunks"):
+            if getattr(gpu, attr) > chunks:
+                out.append(f"gpu {gpu.id}: {attr} {getattr(gpu, attr)} exceeds the {chunks} chunks "
+                           f"{limits.name}'s 16-bit offsets can address")
+        for tb in gpu.threadblocks:
+            for step in tb.steps:
+                if step.cnt > limits.max_cnt or max(step.srcoff, step.dstoff) > limits.max_offset:
+                    out.append(f"gpu {gpu.id} tb {tb.id} step {step.s}: cnt {step.cnt} or offsets "
+                               f"{step.srcoff},{step.dstoff} beyond {limits.name}'s limits: not executed symbolically")
+                    return out[:20]
+    return out[:20]

@@ -23,7 +23,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from typing import TypeVar
 
-from synth.errors import XmlError
+from synth.errors import XmlError, short_repr
 
 from .program import BufferKind, Gpu, Program, Protocol, Step, StepType, Threadblock
 from .writer import ALGO_ATTRS, GPU_ATTRS, STEP_ATTRS, TB_ATTRS
@@ -31,6 +31,8 @@ from .writer import ALGO_ATTRS, GPU_ATTRS, STEP_ATTRS, TB_ATTRS
 __all__ = ["parse", "read"]
 
 _INT = re.compile(r"[+-]?[0-9]+\Z")
+#: Longest integer attribute read (the runtimes' fields are 32-bit; this keeps int() cheap).
+MAX_INT_DIGITS = 18
 # Document-order scan of start tags, skipping the constructs that may contain '<'.
 _MARKUP = re.compile(
     r"<!--.*?-->|<!\[CDATA\[.*?\]\]>|<\?.*?\?>|<![A-Za-z][^>]*>|</[^>]*>|<([A-Za-z_:][-\w.:]*)",
@@ -65,13 +67,16 @@ class _Ctx:
     def int_attr(self, el: ET.Element, key: str) -> int:
         raw = self.str_attr(el, key)
         if not _INT.match(raw.strip()):
-            raise self.error(el, f"attribute {key!r} must be a decimal integer, got {raw!r}")
+            raise self.error(el, f"attribute {short_repr(key)} must be a decimal integer, got {short_repr(raw)}")
+        if len(raw.strip().lstrip("+-")) > MAX_INT_DIGITS:
+            raise self.error(el, f"attribute {short_repr(key)} = {short_repr(raw)} is out of range "
+                                 f"(at most {MAX_INT_DIGITS} digits; the runtimes read 32-bit integers)")
         return int(raw)
 
     def str_attr(self, el: ET.Element, key: str) -> str:
         raw = el.get(key)
         if raw is None:
-            raise self.error(el, f"is missing required attribute {key!r}")
+            raise self.error(el, f"is missing required attribute {short_repr(key)}")
         return raw
 
     def enum_attr(self, el: ET.Element, key: str, conv: Callable[[str], _E]) -> _E:
@@ -79,7 +84,7 @@ class _Ctx:
         try:
             return conv(raw)
         except ValueError:
-            raise self.error(el, f"attribute {key!r} has unknown value {raw!r}") from None
+            raise self.error(el, f"attribute {short_repr(key)} has unknown value {short_repr(raw)}") from None
 
 
 def parse(text: str, *, source: str = "<string>") -> Program:
@@ -112,8 +117,14 @@ def parse(text: str, *, source: str = "<string>") -> Program:
     ...
     synth.errors.XmlError: x.xml:1: <algo> is missing required attribute 'proto'
     """
+    if not isinstance(text, str):
+        raise XmlError(f"{source}: MSCCL XML must be a str, got {type(text).__name__}")
+    if not isinstance(source, str):
+        raise XmlError(f"source must be a str, got {type(source).__name__}")
     try:
         root = ET.fromstring(text)
+    except RecursionError:
+        raise XmlError(f"{source}: XML nested too deeply") from None
     except ET.ParseError as exc:
         line, col = exc.position
         raise XmlError(f"{source}:{line}:{col}: not well-formed XML: {exc}") from exc
@@ -139,7 +150,11 @@ def read(path: str | os.PathLike[str]) -> Program:
     ...
     synth.errors.XmlError: /nonexistent.xml: cannot read: No such file or directory
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise XmlError(f"path must be a str or os.PathLike, got {type(path).__name__}")
     name = os.fspath(path)
+    if not isinstance(name, str):
+        raise XmlError(f"path must name a file as str, got {type(name).__name__}")
     try:
         with open(name, encoding="utf-8") as fh:
             text = fh.read()

@@ -5,15 +5,21 @@ from __future__ import annotations
 from typing import Any, cast
 
 from synth._types import Collective
-from synth.errors import ScheduleError
+from synth.errors import ScheduleError, short_repr
 from synth.schedule import SCHEDULE_FORMAT, CutLink, Hop, Route, RouteKind, Schedule
 
 __all__ = ["read_schedule", "schedule_from_dict", "write_schedule"]
 
 
+#: Integers in a schedule document (ranks, chunk counts) must lie in -1 .. 2^62.
+MAX_INT = 2**62
+
+
 def _int(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ScheduleError(f"{what} must be an integer, got {value!r}")
+        raise ScheduleError(f"{what} must be an integer, got {short_repr(value)}")
+    if not -1 <= value <= MAX_INT:
+        raise ScheduleError(f"{what} must be in -1..2^62, got {short_repr(value)}")
     return value
 
 
@@ -24,7 +30,7 @@ def _route(doc: Any, i: int, source: str) -> Route:
     try:
         kind = RouteKind(doc.get("kind"))
     except ValueError:
-        raise ScheduleError(f"{where}: unknown route kind {doc.get('kind')!r}") from None
+        raise ScheduleError(f"{where}: unknown route kind {short_repr(doc.get('kind'))}") from None
     hops = []
     for j, h in enumerate(doc.get("hops", [])):
         if not isinstance(h, dict) or not isinstance(h.get("path"), list):
@@ -47,7 +53,7 @@ def schedule_from_dict(doc: Any, *, source: str = "<dict>") -> Schedule:
     if not isinstance(doc, dict):
         raise ScheduleError(f"{source}: a schedule must be a JSON object")
     if doc.get("format") != SCHEDULE_FORMAT:
-        raise ScheduleError(f"{source}: not a loopcoll schedule (format {doc.get('format')!r}, expected {SCHEDULE_FORMAT!r})")
+        raise ScheduleError(f"{source}: not a loopcoll schedule (format {short_repr(doc.get('format'))}, expected {short_repr(SCHEDULE_FORMAT)})")
     if not isinstance(doc.get("routes"), list):
         raise ScheduleError(f"{source}: 'routes' must be a list")
     cut = []
@@ -56,9 +62,9 @@ def schedule_from_dict(doc: Any, *, source: str = "<dict>") -> Schedule:
             raise ScheduleError(f"{source}: bottleneck entries must be objects")
         src, dst, slack = c.get("src"), c.get("dst"), c.get("base_slack")
         if not isinstance(src, str) or not isinstance(dst, str):
-            raise ScheduleError(f"{source}: bottleneck entry {c!r} needs string 'src' and 'dst'")
+            raise ScheduleError(f"{source}: bottleneck entry {short_repr(c)} needs string 'src' and 'dst'")
         if isinstance(slack, bool) or not isinstance(slack, (int, float)):
-            raise ScheduleError(f"{source}: bottleneck entry {src}->{dst} needs a numeric 'base_slack', got {slack!r}")
+            raise ScheduleError(f"{source}: bottleneck entry {src}->{dst} needs a numeric 'base_slack', got {short_repr(slack)}")
         cut.append(CutLink(src, dst, float(slack)))
     fingerprint = doc.get("topology_fingerprint")
     meta = doc.get("meta", {})

@@ -28,6 +28,7 @@ from fractions import Fraction
 from collections.abc import Sequence
 
 from synth._types import COLLECTIVES, Collective, NodeId, Rank
+from synth._deadline import check_time_limit, solving
 from synth.bounds_allgather import allgather_rate_gbps
 from synth.bounds_alltoall import alltoall_rate_GBps
 from synth.errors import SolverError
@@ -155,13 +156,14 @@ def optimal_bound(
             Status.TIME_LIMIT, stopped)
         return Bound(status, message, collective, topo.name, n, rate, algbw, busbw_GBps(collective, algbw, n),
                      saturated, frozenset(), False, time.perf_counter() - start)
-    ag = allgather_rate_gbps(topo)
+    with solving(check_time_limit(time_limit_s), f"{collective} bound on {topo.name}"):
+        ag = allgather_rate_gbps(topo)
+        rs = ag if collective == "allgather" or topo.is_symmetric else allgather_rate_gbps(topo.reversed())
     if collective == "allgather":
         rate = ag.rate_gbps / 8
         cut = ag.cut_nodes
         links = _cut_links(topo, cut)
     else:
-        rs = ag if topo.is_symmetric else allgather_rate_gbps(topo.reversed())
         # On the reversed graph, links leaving S are the original links entering S.
         rs_links = tuple(sorted((b, a) for a, b in _cut_links(topo.reversed(), rs.cut_nodes)))
         if collective == "reducescatter":
@@ -171,5 +173,10 @@ def optimal_bound(
             cut = ag.cut_nodes
             links = tuple(sorted(set(_cut_links(topo, ag.cut_nodes)) | set(rs_links)))
     algbw = float(n * rate)
+    if not (ag.optimal and rs.optimal):
+        return Bound(Status.TIME_LIMIT, f"{collective} bound on {topo.name!r}: the time limit stopped the exact cut "
+                     f"search; {algbw:.6g} GB/s is the best proven upper bound (a cut's ratio)", collective,
+                     topo.name, n, rate, algbw, busbw_GBps(collective, algbw, n), links, cut, True,
+                     time.perf_counter() - start)
     return Bound(Status.OPTIMAL, f"exact cut bound: {algbw:.6g} GB/s", collective, topo.name, n, rate, algbw,
                  busbw_GBps(collective, algbw, n), links, cut, True, time.perf_counter() - start)

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from synth.errors import SolverError
+from synth.errors import SolverError, TimeLimitError
 from synth.maxflow import FlowNetwork
 from synth.topologies.model import Topology
 
@@ -36,6 +36,7 @@ class CutRate:
     cut_nodes: frozenset[str]  # S: its outgoing live links are the bottleneck
     iterations: int
     maxflows: int
+    optimal: bool = True  # False: the solve's time limit stopped Dinkelbach; the rate is an upper bound
 
 
 def cut_ratio_gbps(topo: Topology, nodes: frozenset[str] | set[str]) -> Fraction:
@@ -98,7 +99,11 @@ def allgather_rate_gbps(topo: Topology) -> CutRate:
         improved: tuple[Fraction, frozenset[str]] | None = None
         for g in gpus:
             maxflows += 1
-            if net.max_flow(source, index[g]) >= need:
+            try:
+                flow = net.max_flow(source, index[g])
+            except TimeLimitError:
+                return CutRate(best, best_cut, iterations, maxflows, optimal=False)
+            if flow >= need:
                 continue
             side = frozenset(nodes[i] for i in net.source_side(source, index[g]) if i != source)
             r = cut_ratio_gbps(topo, side)

@@ -14,7 +14,16 @@ link gpu0->nvs0.0: gbps must be finite and >= 0, got -1.0
 
 from __future__ import annotations
 
-__all__ = ["LoopcollError", "RuntimeLimitError", "ScheduleError", "SolverError", "TopologyError", "XmlError"]
+__all__ = [
+    "LoopcollError",
+    "RuntimeLimitError",
+    "ScheduleError",
+    "SolverError",
+    "TimeLimitError",
+    "TopologyError",
+    "XmlError",
+    "short_repr",
+]
 
 
 class LoopcollError(Exception):
@@ -33,9 +42,28 @@ class SolverError(LoopcollError):
     """A solver backend failed, is unknown, or was given an infeasible request."""
 
 
+class TimeLimitError(SolverError):
+    """A solve passed its time limit before it had a result to return."""
+
+
 class XmlError(LoopcollError):
     """An MSCCL XML program is unreadable, malformed or violates a runtime limit."""
 
 
 class RuntimeLimitError(XmlError):
     """A valid schedule cannot be lowered within an MSCCL runtime's limits (fewer chunks may fit)."""
+
+
+def short_repr(value: object, limit: int = 80) -> str:
+    """``repr(value)`` cut to about ``limit`` characters, so that an error message stays one short line.
+
+    >>> short_repr("x" * 500, 12)
+    "'xxxxxxxxxx… (502 characters)"
+    """
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a hostile or too deep __repr__ must not hide the real error
+        text = f"<{type(value).__name__}>"
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 1]}… ({len(text)} characters)"

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 from ortools.graph.python import max_flow
 
+from synth._deadline import tick
 from synth.errors import SolverError
 
 __all__ = ["FlowNetwork"]
@@ -99,7 +100,8 @@ class FlowNetwork:
         return max(nodes) >= self._smf.num_nodes()
 
     def max_flow(self, source: int, sink: int) -> int:
-        """Maximum flow value from ``source`` to ``sink``."""
+        """Maximum flow value from ``source`` to ``sink`` (checks the solve's deadline first)."""
+        tick()
         if self._touches_no_arc(source, sink):
             self._solved = (source, sink)
             return 0

@@ -293,9 +293,15 @@ class Schedule:
 
     @classmethod
     def from_json(cls, text: str, *, source: str = "<string>") -> Schedule:
+        if not isinstance(text, (str, bytes, bytearray)):
+            raise ScheduleError(f"{source}: schedule JSON must be text, got {type(text).__name__}")
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ScheduleError(f"{source}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
+        except RecursionError:
+            raise ScheduleError(f"{source}: JSON nested too deeply") from None
+        except (ValueError, UnicodeDecodeError) as exc:  # e.g. an integer literal of more than 4300 digits
+            raise ScheduleError(f"{source}: unreadable JSON: {str(exc)[:200]}") from None
         return cls.from_dict(doc, source=source)
 

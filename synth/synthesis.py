@@ -10,14 +10,18 @@ Examples
 
 from __future__ import annotations
 
+import math
+import time
+
 from collections.abc import Sequence
 
 from synth._types import Collective, Rank
-from synth.errors import SolverError
-from synth.result import SynthResult
+from synth._deadline import check_time_limit, solving
+from synth.errors import ScheduleError, SolverError, TimeLimitError
+from synth.result import Status, SynthResult
 from synth.schedule import Schedule
 from synth.topologies.communicator import communicator
-from synth.topologies.model import Topology
+from synth.topologies.model import Link, Topology
 
 __all__ = ["synthesize"]
 
@@ -39,6 +43,9 @@ def synthesize(
     ``chunks`` is ``max_chunks`` for the tree collectives and ``nchunks`` (default 10) for AllToAll.
     ``warm_from`` is a previous :class:`SynthResult` (its in-memory warm state lets AllToAll take
     the certified local repair) or a :class:`Schedule` (e.g. read back from a file).
+    ``time_limit_s`` bounds every synthesizer: AllToAll returns its best schedule with a certified
+    gap (``TIME_LIMIT``); a tree collective stopped before its trees exist returns ``TIME_LIMIT``
+    with no schedule.
     ``ranks`` runs the collective on a communicator of these global ranks of ``topo`` (same as
     passing ``topo.communicator(ranks, relay=relay)``): the schedule's ranks are ``0..k-1`` in the
     order given and its ``meta["global_ranks"]`` maps them back; the other GPUs forward data only
@@ -49,10 +56,17 @@ def synthesize(
     >>> r.schedule.nranks, r.schedule.meta["global_ranks"]
     (3, [0, 1, 2])
     """
-    if chunks is not None and chunks < 1:
-        raise SolverError(f"--chunks must be >= 1, got {chunks!r}")
+    if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1):
+        raise SolverError(f"chunks must be an integer >= 1 or None, got {chunks!r}")
+    time_limit_s = check_time_limit(time_limit_s)
+    if not isinstance(topo, Topology):
+        raise SolverError(f"topo must be a Topology, got {type(topo).__name__}")
     if ranks is not None:
         topo = communicator(topo, ranks, relay=relay)
+    if isinstance(warm_from, Schedule):
+        _check_warm_schedule(warm_from, topo)
+    elif warm_from is not None and not isinstance(warm_from, SynthResult):
+        raise SolverError(f"warm_from must be a Schedule, a SynthResult or None, got {type(warm_from).__name__}")
     elif relay:
         raise SolverError("relay=True needs ranks (the communicator whose non-members relay)")
     if collective == "alltoall":
@@ -76,4 +90,25 @@ def synthesize(
     if fn is None:
         raise SolverError(f"unknown collective {collective!r}")
     warm_schedule = warm_from.schedule if isinstance(warm_from, SynthResult) else warm_from
-    return fn(topo, max_chunks=chunks, warm_start=warm_schedule)
+    start = time.perf_counter()
+    try:
+        with solving(time_limit_s, f"{collective} on {topo.name}"):
+            return fn(topo, max_chunks=chunks, warm_start=warm_schedule)
+    except TimeLimitError as exc:
+        # ForestColl builds its trees only after the exact optimum: nothing valid exists before.
+        return SynthResult(Status.TIME_LIMIT, f"{exc} before a schedule was built (no schedule)", None, 0.0,
+                           math.inf, 100.0, time.perf_counter() - start, warm_from is not None)
+
+
+def _check_warm_schedule(warm: Schedule, topo: Topology) -> None:
+    """A warm-start schedule must be valid on ``topo`` (as ``simulate --schedule`` requires), except
+    that links down since it was made count as up: re-synthesis after a failure is the point."""
+    if warm.nranks != topo.nranks:
+        raise ScheduleError(f"warm_from: schedule has {warm.nranks} ranks, topology {topo.name!r} has {topo.nranks}")
+    down = [lk for lk in topo.links if lk.gbps <= 0]
+    check = topo if not down else topo.with_links(
+        [Link(lk.src, lk.dst, lk.gbps if lk.gbps > 0 else 1.0, lk.latency_us) for lk in topo.links])
+    try:
+        warm.validate(check)
+    except ScheduleError as exc:
+        raise ScheduleError(f"warm_from: not a valid schedule on {topo.name!r}: {exc}") from None

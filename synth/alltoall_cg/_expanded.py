@@ -26,6 +26,7 @@ import numpy.typing as npt
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
+from synth._resources import require_memory
 from synth.errors import SolverError
 from synth.topologies.model import Topology
 
@@ -131,6 +132,13 @@ class ExpandedGraph:
             src, dst, link = tails, heads, live_links
         else:
             layers = steps + 1
+            # Pricing's layered DP holds distances and predecessors for every (layer, node,
+            # source); measured peaks are about 4x those two arrays (ring:200-300).
+            require_memory(64.0 * layers * nv * net.n_gpus,
+                           f"AllToAll on {net.name!r} ({steps}-step time-expanded pricing, {nv} nodes, "
+                           f"{net.n_gpus} GPUs)",
+                           "its memory grows with the hop diameter times N^2; use fewer ranks or a "
+                           "lower-diameter topology")
             into_gpu = net.is_gpu[heads]
             src_l, dst_l, link_l = [], [], []
             for t in range(layers):

@@ -47,6 +47,7 @@ from synth.alltoall_cg._rounding import (
 )
 from synth.alltoall_cg._schedule import RouteCache, build_schedule, check_and_measure
 from synth.alltoall_cg._warm import WarmState, paths_from_schedule, restore, seed_paths
+from synth._resources import require_memory
 from synth.errors import ScheduleError, SolverError
 from synth.result import Status, SynthResult
 from synth.schedule import CutLink, Schedule
@@ -110,6 +111,14 @@ def _validate_args(topology: object, nchunks: object, max_steps: object, solver:
         )
     if isinstance(warm_start, Schedule) and warm_start.collective != "alltoall":
         raise SolverError(f"warm_start schedule is a {warm_start.collective} schedule, not alltoall")
+
+
+def _require_memory(net: Network, diameter: int) -> None:
+    """Refuse a solve whose path pool would not fit: it stores ~N² paths of up to ``diameter`` hops
+    per tree family; measured peaks are about 64 bytes per N²·diameter (rings of 200-300 GPUs)."""
+    n = net.n_gpus
+    require_memory(64.0 * n * n * max(1, diameter), f"AllToAll on {net.name!r} ({n} GPUs, hop diameter {diameter})",
+                   "the path pool grows as N^2 times the hop diameter; use fewer ranks or a lower-diameter topology")
 
 
 def _scale(net: Network) -> float:
@@ -255,6 +264,7 @@ def synthesize_alltoall(
     state = warm_start.warm_state if isinstance(warm_start, SynthResult) else warm_start
     known = state.diameter_for(net) if isinstance(state, WarmState) else None
     diameter = known if known is not None else hop_diameter(net)
+    _require_memory(net, diameter)
     if max_steps is not None and max_steps < diameter:
         raise SolverError(
             f"max_steps={max_steps!r} is below the hop diameter {diameter} of topology {topology.name!r}: "
@@ -400,7 +410,7 @@ def alltoall_lp_bound(topology: Topology, *, solver: str = "highs", time_limit_s
     start = time.perf_counter()
     deadline = None if time_limit_s is None else start + float(time_limit_s)
     net = Network.from_topology(topology)
-    hop_diameter(net)
+    _require_memory(net, hop_diameter(net))
     cg = ColumnGeneration(net, solver, None, scale=_scale(net))
     cg.add_from(cg.price(np.zeros(net.n_links)), np.arange(net.n_gpus))
     run: CgRun = cg.run(deadline=deadline, sweep=False)

@@ -23,6 +23,7 @@ from fractions import Fraction
 import numpy as np
 
 from synth.bounds_allgather import allgather_rate_gbps
+from synth.errors import TimeLimitError
 from synth.maxflow import FlowNetwork
 from synth.topologies.model import Topology
 
@@ -91,6 +92,8 @@ def exact_optimum(graph: IntGraph, topo: Topology | None = None, *, start_cut: f
     """
     if topo is not None and start_cut is None:
         cr = allgather_rate_gbps(topo)
+        if not cr.optimal:
+            raise TimeLimitError(f"AllGather optimum on {topo.name!r}: time limit reached")
         x = cr.rate_gbps / graph.unit_gbps
         return Optimum(U=Fraction(x.denominator), k=x.numerator, cut=cr.cut_nodes, maxflows=cr.maxflows)
     return _dinkelbach(graph, start_cut)

@@ -223,7 +223,6 @@ def finish(
         "synthesizer": "forestcoll",
         "U": u_meta,
         "k": str(k),
-        "solve_time_s": solve_s,
         "optimal_algbw_GBps": optimal_GBps,
         META_KEY: meta_extra,
         **communicator_meta(topo),

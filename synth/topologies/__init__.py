@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from synth.errors import TopologyError
+from synth.errors import TopologyError, short_repr
 from synth.topologies.communicator import communicator, communicator_meta, global_ranks
 from synth.topologies.failures import FAILURES, apply_failure, apply_failures
 from synth.topologies.io import (
@@ -78,10 +78,21 @@ def load_topology(spec: str | os.PathLike[str], failures: Sequence[str] = ()) ->
 
     A string that names an existing file, or ends in ``.json``, is read as a file.
     """
-    if isinstance(spec, os.PathLike) or (isinstance(spec, str) and (spec.endswith(".json") or Path(spec).is_file())):
+    if isinstance(failures, (str, bytes)) or not isinstance(failures, Sequence):
+        raise TopologyError(
+            f"failures must be a sequence of scenario strings such as ['fail2'], got {short_repr(failures)}"
+        )
+    if isinstance(spec, os.PathLike) or (isinstance(spec, str) and (spec.endswith(".json") or _is_file(spec))):
         topo = read_topology(spec)
     elif isinstance(spec, str):
         topo = named_topology(spec)
     else:
-        raise TopologyError(f"topology must be a named spec or a JSON path, got {spec!r}")
+        raise TopologyError(f"topology must be a named spec or a JSON path, got {short_repr(spec)}")
     return apply_failures(topo, failures)
+
+
+def _is_file(spec: str) -> bool:
+    try:
+        return Path(spec).is_file()
+    except (OSError, ValueError):  # a name too long for the file system, or with a NUL byte
+        return False

@@ -7,7 +7,7 @@ import math
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
-from synth.errors import TopologyError
+from synth.errors import TopologyError, short_repr
 from synth.topologies.model import ROLES, Link, Node, NodeKind
 
 __all__ = ["validate_parts"]
@@ -18,28 +18,28 @@ def _validate_nodes(name: str, nodes: tuple[Node, ...]) -> None:
     ranks: dict[int, str] = {}
     for node in nodes:
         if not isinstance(node.id, str) or not node.id:
-            raise TopologyError(f"topology {name!r}: node id must be a non-empty string, got {node.id!r}")
+            raise TopologyError(f"topology {short_repr(name)}: node id must be a non-empty string, got {short_repr(node.id)}")
         if node.id in seen:
-            raise TopologyError(f"topology {name!r}: duplicate node id {node.id!r}")
+            raise TopologyError(f"topology {short_repr(name)}: duplicate node id {short_repr(node.id)}")
         seen.add(node.id)
         if not isinstance(node.kind, NodeKind):
-            raise TopologyError(f"node {node.id!r}: kind must be 'gpu' or 'switch', got {node.kind!r}")
+            raise TopologyError(f"node {short_repr(node.id)}: kind must be 'gpu' or 'switch', got {short_repr(node.kind)}")
         if node.role is not None and (node.kind is not NodeKind.SWITCH or node.role not in ROLES):
-            what = f"unknown role {node.role!r}" if node.kind is NodeKind.SWITCH else "a gpu has no role"
-            raise TopologyError(f"node {node.id!r}: {what} (switch roles: {', '.join(ROLES)})")
+            what = f"unknown role {short_repr(node.role)}" if node.kind is NodeKind.SWITCH else "a gpu has no role"
+            raise TopologyError(f"node {short_repr(node.id)}: {what} (switch roles: {', '.join(ROLES)})")
         if node.kind is NodeKind.SWITCH:
             if node.rank is not None:
-                raise TopologyError(f"node {node.id!r}: a switch has no rank, got rank {node.rank!r}")
+                raise TopologyError(f"node {short_repr(node.id)}: a switch has no rank, got rank {short_repr(node.rank)}")
             continue
         if isinstance(node.rank, bool) or not isinstance(node.rank, int):
-            raise TopologyError(f"node {node.id!r}: a gpu needs an integer rank, got {node.rank!r}")
+            raise TopologyError(f"node {short_repr(node.id)}: a gpu needs an integer rank, got {short_repr(node.rank)}")
         if node.rank in ranks:
-            raise TopologyError(f"node {node.id!r}: rank {node.rank} already used by node {ranks[node.rank]!r}")
+            raise TopologyError(f"node {short_repr(node.id)}: rank {node.rank} already used by node {short_repr(ranks[node.rank])}")
         ranks[node.rank] = node.id
         if node.host is not None and (isinstance(node.host, bool) or not isinstance(node.host, int)):
-            raise TopologyError(f"node {node.id!r}: host must be an integer, got {node.host!r}")
+            raise TopologyError(f"node {short_repr(node.id)}: host must be an integer, got {short_repr(node.host)}")
     if not ranks:
-        raise TopologyError(f"topology {name!r}: has no gpu nodes")
+        raise TopologyError(f"topology {short_repr(name)}: has no gpu nodes")
     expected = set(range(len(ranks)))
     if set(ranks) != expected:
         missing = sorted(expected - set(ranks))
@@ -49,7 +49,7 @@ def _validate_nodes(name: str, nodes: tuple[Node, ...]) -> None:
             ([f"missing {missing}"] if missing else [])
             + ([f"unexpected {[(r, ranks[r]) for r in extra]}"] if extra else [])
         )
-        raise TopologyError(f"topology {name!r}: ranks must be exactly 0..{len(ranks) - 1}, {detail}")
+        raise TopologyError(f"topology {short_repr(name)}: ranks must be exactly 0..{len(ranks) - 1}, {detail}")
 
 
 def _validate_links(name: str, ids: set[str], links: tuple[Link, ...]) -> None:
@@ -57,17 +57,17 @@ def _validate_links(name: str, ids: set[str], links: tuple[Link, ...]) -> None:
     for lk in links:
         for end in (lk.src, lk.dst):
             if end not in ids:
-                raise TopologyError(f"link {lk.src}->{lk.dst}: unknown node id {end!r}")
+                raise TopologyError(f"link {lk.src}->{lk.dst}: unknown node id {short_repr(end)}")
         if lk.src == lk.dst:
             raise TopologyError(f"link {lk.src}->{lk.dst}: a link cannot join a node to itself")
         if lk.key in seen:
             raise TopologyError(f"link {lk.src}->{lk.dst}: duplicate link")
         seen.add(lk.key)
         if isinstance(lk.gbps, bool) or not isinstance(lk.gbps, (int, float)) or not math.isfinite(lk.gbps) or lk.gbps < 0:
-            raise TopologyError(f"link {lk.src}->{lk.dst}: gbps must be finite and >= 0, got {lk.gbps!r}")
+            raise TopologyError(f"link {lk.src}->{lk.dst}: gbps must be finite and >= 0, got {short_repr(lk.gbps)}")
         lat = lk.latency_us
         if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not math.isfinite(lat) or lat < 0:
-            raise TopologyError(f"link {lk.src}->{lk.dst}: latency_us must be finite and >= 0, got {lat!r}")
+            raise TopologyError(f"link {lk.src}->{lk.dst}: latency_us must be finite and >= 0, got {short_repr(lat)}")
 
 
 def _validate_reachability(name: str, nodes: tuple[Node, ...], links: tuple[Link, ...]) -> None:
@@ -82,7 +82,7 @@ def _validate_reachability(name: str, nodes: tuple[Node, ...], links: tuple[Link
     for gpu in gpus[1:]:
         if labels[index[gpu.id]] != home:
             raise TopologyError(
-                f"topology {name!r}: gpu {gpu.id!r} (rank {gpu.rank}) and gpu {gpus[0].id!r} (rank 0) "
+                f"topology {short_repr(name)}: gpu {short_repr(gpu.id)} (rank {gpu.rank}) and gpu {short_repr(gpus[0].id)} (rank 0) "
                 "cannot reach each other over links with capacity > 0"
             )
 
@@ -90,7 +90,7 @@ def _validate_reachability(name: str, nodes: tuple[Node, ...], links: tuple[Link
 def validate_parts(name: str, nodes: tuple[Node, ...], links: tuple[Link, ...]) -> None:
     """Raise :class:`TopologyError` naming the first rule the parts break."""
     if not isinstance(name, str) or not name:
-        raise TopologyError(f"topology name must be a non-empty string, got {name!r}")
+        raise TopologyError(f"topology name must be a non-empty string, got {short_repr(name)}")
     _validate_nodes(name, nodes)
     _validate_links(name, {n.id for n in nodes}, links)
     _validate_reachability(name, nodes, links)

@@ -39,7 +39,7 @@ from dataclasses import replace
 from typing import Any
 
 from synth._types import NodeId, Rank
-from synth.errors import TopologyError
+from synth.errors import TopologyError, short_repr
 from synth.topologies.model import Node, NodeKind, Topology
 
 __all__ = ["COMMUNICATOR_META_KEY", "communicator", "communicator_meta", "global_ranks"]
@@ -52,12 +52,12 @@ def _check_ranks(topo: Topology, ranks: Iterable[Rank]) -> list[Rank]:
     try:
         chosen = list(ranks)
     except TypeError:
-        raise TopologyError(f"communicator ranks must be a sequence of integers, got {ranks!r}") from None
+        raise TopologyError(f"communicator ranks must be a sequence of integers, got {short_repr(ranks)}") from None
     for r in chosen:
         if isinstance(r, bool) or not isinstance(r, int):
-            raise TopologyError(f"communicator rank {r!r} is not an integer")
+            raise TopologyError(f"communicator rank {short_repr(r)} is not an integer")
         if not 0 <= r < topo.nranks:
-            raise TopologyError(f"communicator rank {r} is not a rank of {topo.name!r} (ranks 0..{topo.nranks - 1})")
+            raise TopologyError(f"communicator rank {r} is not a rank of {short_repr(topo.name)} (ranks 0..{topo.nranks - 1})")
     dup = sorted({r for r in chosen if chosen.count(r) > 1})
     if dup:
         raise TopologyError(f"communicator ranks repeat {dup}")
@@ -140,7 +140,7 @@ def communicator(topo: Topology, ranks: Iterable[Rank], *, relay: bool = False) 
         )
     except TopologyError as exc:
         hint = "" if relay else "; pass relay=True (--relay) to let the other GPUs forward"
-        raise TopologyError(f"communicator of ranks {chosen} on {topo.name!r}: {exc}{hint}") from exc
+        raise TopologyError(f"communicator of ranks {chosen} on {short_repr(topo.name)}: {exc}{hint}") from exc
 
 
 def global_ranks(topo: Topology) -> tuple[Rank, ...]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from synth.errors import TopologyError
+from synth.errors import TopologyError, short_repr
 from synth.topologies.model import Link, Topology
 from synth.topologies.structure import switch_roles
 
@@ -41,8 +41,8 @@ def _neighbour(topo: Topology, roles: tuple[str, ...], scenario: str, what: str)
                 return node_id
     found = ", ".join(f"{v} ({role_of[v]})" for v in cabled) or "none"
     raise TopologyError(
-        f"failure {scenario!r} needs rank 0 ({gpu}) to be cabled to {what} (a switch of role "
-        f"{' or '.join(roles)}), which topology {topo.name!r} lacks; its switches: {found}. "
+        f"failure {short_repr(scenario)} needs rank 0 ({gpu}) to be cabled to {what} (a switch of role "
+        f"{' or '.join(roles)}), which topology {short_repr(topo.name)} lacks; its switches: {found}. "
         "Set the switches' \"role\" field where the inferred role is wrong (docs/topology.md)"
     )
 
@@ -68,7 +68,7 @@ def apply_failure(topo: Topology, scenario: str) -> Topology:
     ``fail1+fail2`` applies several in order.
     """
     if not isinstance(scenario, str) or not scenario:
-        raise TopologyError(f"failure scenario must be a non-empty string, got {scenario!r}")
+        raise TopologyError(f"failure scenario must be a non-empty string, got {short_repr(scenario)}")
     if "+" in scenario:
         return apply_failures(topo, scenario.split("+"))
     gpu = topo.gpu_id(0)
@@ -86,15 +86,15 @@ def apply_failure(topo: Topology, scenario: str) -> Topology:
     if scenario.startswith("scale:"):
         parts = scenario.split(":")
         if len(parts) != 4:
-            raise TopologyError(f"failure {scenario!r}: expected scale:SRC:DST:F")
+            raise TopologyError(f"failure {short_repr(scenario)}: expected scale:SRC:DST:F")
         _, src, dst, factor_text = parts
         try:
             factor = float(factor_text)
         except ValueError:
-            raise TopologyError(f"failure {scenario!r}: factor {factor_text!r} is not a number") from None
+            raise TopologyError(f"failure {short_repr(scenario)}: factor {short_repr(factor_text)} is not a number") from None
         scaled = topo.scaled(src, dst, factor)
         return scaled.with_links(scaled.links, name=f"{topo.name}+{scenario}")
-    raise TopologyError(f"unknown failure scenario {scenario!r}; known: {', '.join(FAILURES)}")
+    raise TopologyError(f"unknown failure scenario {short_repr(scenario)}; known: {', '.join(FAILURES)}")
 
 
 def apply_failures(topo: Topology, scenarios: Iterable[str]) -> Topology:

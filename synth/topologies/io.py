@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from synth._atomic import write_text_atomic
-from synth.errors import TopologyError
+from synth.errors import TopologyError, short_repr
 from synth.topologies.model import Link, Node, NodeKind, Topology
 
 __all__ = [
@@ -56,33 +56,36 @@ def topology_to_json(topo: Topology) -> str:
 
 def _number(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TopologyError(f"{what} must be a number, got {value!r}")
-    return float(value)
+        raise TopologyError(f"{what} must be a number, got {short_repr(value)}")
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond the float range (~1.8e308)
+        raise TopologyError(f"{what} must be a finite number, got {short_repr(value)}") from None
 
 
 def _node_from(doc: Any, i: int) -> Node:
     if not isinstance(doc, dict):
-        raise TopologyError(f"nodes[{i}] must be an object, got {doc!r}")
+        raise TopologyError(f"nodes[{i}] must be an object, got {short_repr(doc)}")
     unknown = sorted(set(doc) - _NODE_KEYS)
     ident = doc.get("id", f"nodes[{i}]")
     if unknown:
-        raise TopologyError(f"node {ident!r}: unknown key(s) {unknown} (allowed: {sorted(_NODE_KEYS)})")
+        raise TopologyError(f"node {short_repr(ident)}: unknown key(s) {unknown} (allowed: {sorted(_NODE_KEYS)})")
     if "id" not in doc:
         raise TopologyError(f"nodes[{i}]: missing 'id'")
     if "kind" not in doc:
-        raise TopologyError(f"node {ident!r}: missing 'kind'")
+        raise TopologyError(f"node {short_repr(ident)}: missing 'kind'")
     try:
         kind = NodeKind(doc["kind"])
     except ValueError:
-        raise TopologyError(f"node {ident!r}: kind must be 'gpu' or 'switch', got {doc['kind']!r}") from None
+        raise TopologyError(f"node {short_repr(ident)}: kind must be 'gpu' or 'switch', got {short_repr(doc['kind'])}") from None
     if kind is NodeKind.GPU and "rank" not in doc:
-        raise TopologyError(f"node {ident!r}: a gpu needs a 'rank'")
+        raise TopologyError(f"node {short_repr(ident)}: a gpu needs a 'rank'")
     return Node(id=doc["id"], kind=kind, rank=doc.get("rank"), host=doc.get("host"), role=doc.get("role"))
 
 
 def _link_from(doc: Any, i: int) -> Link:
     if not isinstance(doc, dict):
-        raise TopologyError(f"links[{i}] must be an object, got {doc!r}")
+        raise TopologyError(f"links[{i}] must be an object, got {short_repr(doc)}")
     name = f"{doc.get('src', '?')}->{doc.get('dst', '?')}"
     unknown = sorted(set(doc) - _LINK_KEYS)
     if unknown:
@@ -92,7 +95,7 @@ def _link_from(doc: Any, i: int) -> Link:
         raise TopologyError(f"link {name}: missing key(s) {missing}")
     for end in ("src", "dst"):
         if not isinstance(doc[end], str):
-            raise TopologyError(f"links[{i}]: {end} must be a node id string, got {doc[end]!r}")
+            raise TopologyError(f"links[{i}]: {end} must be a node id string, got {short_repr(doc[end])}")
     return Link(
         src=doc["src"],
         dst=doc["dst"],
@@ -110,12 +113,12 @@ def topology_from_dict(doc: Any, *, source: str = "<dict>") -> Topology:
         raise TopologyError(f"{source}: unknown top-level key(s) {unknown} (allowed: {sorted(_TOP_KEYS)})")
     for key in ("name", "nodes", "links"):
         if key not in doc:
-            raise TopologyError(f"{source}: missing top-level key {key!r}")
+            raise TopologyError(f"{source}: missing top-level key {short_repr(key)}")
     if not isinstance(doc["nodes"], list) or not isinstance(doc["links"], list):
         raise TopologyError(f"{source}: 'nodes' and 'links' must be lists")
     meta = doc.get("meta", {})
     if not isinstance(meta, dict):
-        raise TopologyError(f"{source}: 'meta' must be an object, got {meta!r}")
+        raise TopologyError(f"{source}: 'meta' must be an object, got {short_repr(meta)}")
     nodes = [_node_from(n, i) for i, n in enumerate(doc["nodes"])]
     links = [_link_from(lk, i) for i, lk in enumerate(doc["links"])]
     return Topology.create(doc["name"], nodes, links, meta)
@@ -123,10 +126,16 @@ def topology_from_dict(doc: Any, *, source: str = "<dict>") -> Topology:
 
 def topology_from_json(text: str, *, source: str = "<string>") -> Topology:
     """Parse JSON text into a topology; malformed JSON names the line and column."""
+    if not isinstance(text, (str, bytes, bytearray)):
+        raise TopologyError(f"{source}: topology JSON must be text, got {type(text).__name__}")
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TopologyError(f"{source}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
+    except RecursionError:
+        raise TopologyError(f"{source}: JSON nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # e.g. an integer literal of more than 4300 digits
+        raise TopologyError(f"{source}: unreadable JSON: {short_repr(str(exc), 200)}") from None
     return topology_from_dict(doc, source=source)
 
 

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from synth._types import NodeId, Rank
-from synth.errors import TopologyError
+from synth.errors import TopologyError, short_repr
 from synth.topologies.capacity import CapacityGrid, capacity_grid
 
 __all__ = ["ROLES", "Link", "Node", "NodeKind", "Topology", "exact_gbps"]
@@ -166,7 +166,7 @@ class Topology:
         try:
             return self._node_index[node_id]
         except KeyError:
-            raise TopologyError(f"topology {self.name!r} has no node {node_id!r}") from None
+            raise TopologyError(f"topology {short_repr(self.name)} has no node {short_repr(node_id)}") from None
 
     def has_node(self, node_id: NodeId) -> bool:
         return node_id in self._node_index
@@ -174,14 +174,14 @@ class Topology:
     def gpu_id(self, rank: Rank) -> NodeId:
         """Node id of the GPU of this rank."""
         if not 0 <= rank < self.nranks:
-            raise TopologyError(f"topology {self.name!r} has no rank {rank!r} (ranks 0..{self.nranks - 1})")
+            raise TopologyError(f"topology {short_repr(self.name)} has no rank {short_repr(rank)} (ranks 0..{self.nranks - 1})")
         return self.gpus[rank].id
 
     def rank_of(self, node_id: NodeId) -> Rank:
         """Rank of a GPU node; :class:`TopologyError` for a switch."""
         node = self.node(node_id)
         if node.rank is None:
-            raise TopologyError(f"node {node_id!r} is a switch, not a GPU")
+            raise TopologyError(f"node {short_repr(node_id)} is a switch, not a GPU")
         return node.rank
 
     def link(self, src: NodeId, dst: NodeId) -> Link:
@@ -189,7 +189,7 @@ class Topology:
         try:
             return self._link_index[(src, dst)]
         except KeyError:
-            raise TopologyError(f"topology {self.name!r} has no link {src}->{dst}") from None
+            raise TopologyError(f"topology {short_repr(self.name)} has no link {src}->{dst}") from None
 
     def has_link(self, src: NodeId, dst: NodeId) -> bool:
         return (src, dst) in self._link_index
@@ -264,7 +264,7 @@ class Topology:
         return hash((self.name, self.fingerprint))
 
     def __repr__(self) -> str:
-        return f"Topology({self.name!r}, {self.nranks} GPUs, {len(self.switches)} switches, {len(self.links)} links)"
+        return f"Topology({short_repr(self.name)}, {self.nranks} GPUs, {len(self.switches)} switches, {len(self.links)} links)"
 
     # -- derived topologies -------------------------------------------------------------------
     def with_links(self, links: Iterable[Link], *, name: str | None = None) -> Topology:
@@ -297,7 +297,7 @@ class Topology:
     def scaled(self, src: NodeId, dst: NodeId, factor: float) -> Topology:
         """Multiply the capacity of ``src->dst`` and ``dst->src`` (where present) by ``factor``."""
         if not math.isfinite(factor) or factor < 0:
-            raise TopologyError(f"scale factor for {src}->{dst} must be finite and >= 0, got {factor!r}")
+            raise TopologyError(f"scale factor for {src}->{dst} must be finite and >= 0, got {short_repr(factor)}")
         self.link(src, dst)
         keys = {(src, dst), (dst, src)}
         new = tuple(

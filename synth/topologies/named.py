@@ -18,10 +18,14 @@ import math
 import re
 from collections.abc import Callable
 
-from synth.errors import TopologyError
+from synth.errors import TopologyError, short_repr
 from synth.topologies.model import Link, Node, NodeKind, Topology
 
 __all__ = ["NAMED_SPECS", "dgx_a100", "dgx_h100", "hpn", "named_topology", "nvswitch", "ring", "torus"]
+
+#: Largest GPU (or host) count a named spec may describe: builds stay well under a second per
+#: thousand GPUs and the exact algorithms' integers within their budget (docs/exactness.md).
+MAX_NAMED_GPUS = 16384
 
 NVSWITCH_LATENCY_US = 0.025
 NIC_LATENCY_US = 0.5
@@ -188,10 +192,15 @@ def torus(x: int, y: int, *, gbps: float = 400.0) -> Topology:
 
 def _ints(text: str, count: int, spec: str) -> list[int]:
     parts = text.split("x")
-    if len(parts) != count or not all(re.fullmatch(r"[0-9]+", p) for p in parts):
+    if len(parts) != count or not all(re.fullmatch(r"[0-9]{1,9}", p) for p in parts):
         form = "x".join("N" * 1 for _ in range(count))
-        raise TopologyError(f"named spec {spec!r}: expected {count} integer(s) of the form {form!r}, got {text!r}")
-    return [int(p) for p in parts]
+        raise TopologyError(f"named spec {short_repr(spec)}: expected {count} integer(s) of the form {form!r} "
+                            f"(at most 9 digits each), got {short_repr(text)}")
+    values = [int(p) for p in parts]
+    if math.prod(values) > MAX_NAMED_GPUS:
+        raise TopologyError(f"named spec {short_repr(spec)}: describes {math.prod(values)} GPUs or hosts, above the "
+                            f"limit of {MAX_NAMED_GPUS} (synth.topologies.named.MAX_NAMED_GPUS)")
+    return values
 
 
 def _options(items: list[str], allowed: tuple[str, ...], spec: str) -> dict[str, float]:
@@ -199,15 +208,15 @@ def _options(items: list[str], allowed: tuple[str, ...], spec: str) -> dict[str,
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise TopologyError(f"named spec {spec!r}: option {item!r} must be KEY=VALUE")
+            raise TopologyError(f"named spec {short_repr(spec)}: option {short_repr(item)} must be KEY=VALUE")
         if key not in allowed:
             hint = difflib.get_close_matches(key, allowed, n=1)
             extra = f" (did you mean {hint[0]!r}?)" if hint else ""
-            raise TopologyError(f"named spec {spec!r}: unknown option {key!r}{extra}; allowed: {', '.join(allowed)}")
+            raise TopologyError(f"named spec {short_repr(spec)}: unknown option {short_repr(key)}{extra}; allowed: {', '.join(allowed)}")
         try:
             out[key] = float(value)
         except ValueError:
-            raise TopologyError(f"named spec {spec!r}: option {key}={value!r} is not a number") from None
+            raise TopologyError(f"named spec {short_repr(spec)}: option {short_repr(key)}={short_repr(value)} is not a number") from None
     return out
 
 
@@ -219,7 +228,7 @@ def _build_hpn(arg: str, opts: list[str], spec: str) -> Topology:
 
 def _no_options(opts: list[str], spec: str) -> None:
     if opts:
-        raise TopologyError(f"named spec {spec!r}: takes no options, got {','.join(opts)!r}")
+        raise TopologyError(f"named spec {short_repr(spec)}: takes no options, got {short_repr(','.join(opts))}")
 
 
 def _single(builder: Callable[[int], Topology]) -> Callable[[str, list[str], str], Topology]:
@@ -271,7 +280,7 @@ def named_topology(spec: str) -> Topology:
     3600.0
     """
     if not isinstance(spec, str) or not spec.strip():
-        raise TopologyError(f"named spec must be a non-empty string, got {spec!r}")
+        raise TopologyError(f"named spec must be a non-empty string, got {short_repr(spec)}")
     head, *opts = spec.strip().split(",")
     if head == "h200-proto":
         return _build_h200(None, opts, spec)
@@ -280,5 +289,5 @@ def named_topology(spec: str) -> Topology:
         known = [*_BUILDERS, "h200-proto"]
         hint = difflib.get_close_matches(family, known, n=1)
         extra = f" (did you mean {hint[0]!r}?)" if hint else ""
-        raise TopologyError(f"unknown topology spec {spec!r}{extra}; known: {', '.join(NAMED_SPECS)}")
+        raise TopologyError(f"unknown topology spec {short_repr(spec)}{extra}; known: {', '.join(NAMED_SPECS)}")
     return _BUILDERS[family](arg, opts, spec)

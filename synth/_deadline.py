@@ -1,0 +1,86 @@
+"""A solve's wall-clock deadline and progress heartbeat, shared by the exact (max-flow) algorithms.
+
+:func:`solving` sets the deadline for the current context; :func:`tick` — called by every
+:meth:`synth.maxflow.FlowNetwork.max_flow`, the unit of work of the cut bounds and ForestColl —
+raises :class:`~synth.errors.TimeLimitError` once it has passed and logs a progress line (INFO on
+``synth.progress``) every :data:`PROGRESS_EVERY_S` seconds.
+
+Examples
+--------
+>>> with solving(None, "demo"):
+...     tick()
+>>> with solving(1e-9, "demo"):
+...     import time; time.sleep(0.001); tick()
+Traceback (most recent call last):
+...
+synth.errors.TimeLimitError: demo: time limit of 1e-09 s reached
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from synth.errors import SolverError, TimeLimitError
+
+__all__ = ["PROGRESS_EVERY_S", "check_time_limit", "solving", "tick"]
+
+PROGRESS_EVERY_S = 5.0
+log = logging.getLogger("synth.progress")
+
+
+@dataclass
+class _Solve:
+    label: str
+    limit_s: float | None
+    start: float
+    deadline: float
+    next_report: float
+    ticks: int = 0
+
+
+_CURRENT: ContextVar[_Solve | None] = ContextVar("loopcoll_solve", default=None)
+
+
+def check_time_limit(time_limit_s: object, what: str = "time_limit_s") -> float | None:
+    """``time_limit_s`` validated: ``None`` or a finite number of seconds > 0."""
+    if time_limit_s is None:
+        return None
+    if isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float)) \
+            or not math.isfinite(time_limit_s) or time_limit_s <= 0:
+        raise SolverError(f"{what} must be None or a finite number of seconds > 0, got {time_limit_s!r}")
+    return float(time_limit_s)
+
+
+@contextmanager
+def solving(time_limit_s: float | None, label: str) -> Iterator[None]:
+    """Run the body under a deadline (``None``: none); an enclosing, earlier deadline still applies."""
+    now = time.monotonic()
+    outer = _CURRENT.get()
+    deadline = math.inf if time_limit_s is None else now + float(time_limit_s)
+    if outer is not None and outer.deadline <= deadline:
+        deadline, time_limit_s, label = outer.deadline, outer.limit_s, outer.label
+    token = _CURRENT.set(_Solve(label, time_limit_s, now, deadline, now + PROGRESS_EVERY_S))
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+def tick() -> None:
+    """One unit of work done: raise :class:`TimeLimitError` past the deadline, report progress."""
+    cur = _CURRENT.get()
+    if cur is None:
+        return
+    cur.ticks += 1
+    now = time.monotonic()
+    if now >= cur.deadline:
+        raise TimeLimitError(f"{cur.label}: time limit of {cur.limit_s:g} s reached")
+    if now >= cur.next_report:
+        cur.next_report = now + PROGRESS_EVERY_S
+        log.info("%s: still solving, %.0f s, %d max-flows", cur.label, now - cur.start, cur.ticks)
