@@ -158,7 +158,22 @@ def main(examples: int) -> None:
         mutated = text[:start] + value + text[end:]
         _expect_clean(lambda: msccl_xml.check_text(mutated), f"XML {attr}={value[:40]!r}")
 
-    for prop in (topology_json, raw_json, deep_json, spec_string, failure_strings, xml_attributes):
+    def explicit_cases() -> None:
+        """The issue's tiny files that used to exhaust memory, each refused or reported invalid."""
+        for attr, old, new in [("ngpus", 'ngpus="3"', 'ngpus="1000000000"'),
+                               ("nchunksperloop", 'nchunksperloop="3"', 'nchunksperloop="400000000"'),
+                               ("cnt", 'cnt="1"', 'cnt="1000000000"'),
+                               ("cnt", 'cnt="1"', 'cnt="99999999999999999999"'),
+                               ("cnt", 'cnt="1"', 'cnt="' + "9" * 5000 + '"')]:
+            assert old in text, old
+            mutated = text.replace(old, new, 1)
+            result: list[Any] = []
+            _expect_clean(lambda: result.append(msccl_xml.check_text(mutated)), f"XML {attr}")
+            assert not result or not result[0].valid, attr
+        for spec in ("ring:100000000", "ring:" + "9" * 5000):
+            _expect_clean(lambda: load_topology(spec), spec[:30])
+
+    for prop in (topology_json, raw_json, deep_json, spec_string, failure_strings, xml_attributes, explicit_cases):
         prop()
         print(f"ok {prop.__name__}", flush=True)
 
