@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from synth._types import Collective, Rank
 from synth._deadline import check_time_limit, solving
-from synth.errors import ScheduleError, SolverError, TimeLimitError
+from synth.errors import ScheduleError, SolverError, TimeLimitError, short_repr
 from synth.result import Status, SynthResult
 from synth.schedule import Schedule
 from synth.topologies.communicator import communicator
@@ -56,19 +56,21 @@ def synthesize(
     >>> r.schedule.nranks, r.schedule.meta["global_ranks"]
     (3, [0, 1, 2])
     """
-    if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1):
-        raise SolverError(f"chunks must be an integer >= 1 or None, got {chunks!r}")
+    if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int)):
+        raise SolverError(f"chunks must be an integer >= 1 or None, got {short_repr(chunks)}")
+    if chunks is not None and chunks < 1:
+        raise SolverError(f"--chunks must be >= 1, got {chunks!r}")
     time_limit_s = check_time_limit(time_limit_s)
     if not isinstance(topo, Topology):
         raise SolverError(f"topo must be a Topology, got {type(topo).__name__}")
     if ranks is not None:
         topo = communicator(topo, ranks, relay=relay)
+    elif relay:
+        raise SolverError("relay=True needs ranks (the communicator whose non-members relay)")
     if isinstance(warm_from, Schedule):
         _check_warm_schedule(warm_from, topo)
     elif warm_from is not None and not isinstance(warm_from, SynthResult):
         raise SolverError(f"warm_from must be a Schedule, a SynthResult or None, got {type(warm_from).__name__}")
-    elif relay:
-        raise SolverError("relay=True needs ranks (the communicator whose non-members relay)")
     if collective == "alltoall":
         from synth.alltoall_cg import synthesize_alltoall
 

@@ -30,7 +30,7 @@ Examples
 >>> m = t.scaled("gpu0", "gpu1", 0.3333333333333333)
 >>> g = capacity_grid(m)
 >>> g.decimals, g.caps[("gpu0", "gpu1")]
-(13, Fraction(1333333333333333, 10000000000))
+(12, Fraction(133333333333333, 1000000000000))
 """
 
 from __future__ import annotations

@@ -216,7 +216,7 @@ def _options(items: list[str], allowed: tuple[str, ...], spec: str) -> dict[str,
         try:
             out[key] = float(value)
         except ValueError:
-            raise TopologyError(f"named spec {short_repr(spec)}: option {short_repr(key)}={short_repr(value)} is not a number") from None
+            raise TopologyError(f"named spec {short_repr(spec)}: option {key[:40]}={short_repr(value)} is not a number") from None
     return out
 
 
