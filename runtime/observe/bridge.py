@@ -74,7 +74,7 @@ def inspector_samples(con: Any, *, profile: JobProfile | None = None,
                msg_size_bytes * (CASE WHEN coll IN ('AllGather', 'AllGatherV', 'ReduceScatter')
                                       THEN coalesce(n_ranks, 1) ELSE 1 END) AS s_bytes,
                exec_time_us, timing_source, busbw_gbs
-        FROM w_coll ORDER BY t_s, comm_id, rank, coll, coll_sn""").fetchall()
+        FROM w_coll WHERE source = 'inspector' ORDER BY t_s, comm_id, rank, coll, coll_sn""").fetchall()
     for t_s, cid, cname, rank, coll, sn, msg, s_bytes, ex, src_kind, busbw in coll_rows:
         where = f"{cid} rank {rank} {coll} #{sn}"
         m = resolve(cid, cname, rank, where)

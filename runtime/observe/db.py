@@ -61,12 +61,35 @@ CREATE OR REPLACE MACRO size_label(b) AS
 CREATE OR REPLACE MACRO comm_type(n_ranks, nnodes) AS
     CASE WHEN n_ranks = 1 THEN 'single-rank' WHEN nnodes <= 1 THEN 'nvlink-only'
          WHEN n_ranks = nnodes THEN 'nic-only' ELSE 'mixed' END;
+CREATE OR REPLACE VIEW telemetry_coll AS
+    WITH t AS (SELECT * FROM telemetry
+               WHERE kind = 'coll' AND origin <> 'inspector' AND seq IS NOT NULL AND collective IS NOT NULL),
+         n AS (SELECT comm, count(DISTINCT src) AS n FROM t GROUP BY comm)
+    SELECT t.file_id, t.line_no, t.comm AS comm_id, t.comm AS comm_name, t.src AS rank,
+           CAST(n.n AS INTEGER) AS n_ranks, CAST(NULL AS INTEGER) AS nnodes,
+           'loopcoll.telemetry/1' AS format_version, CAST(NULL AS VARCHAR) AS git_rev, t.origin AS rec_mechanism,
+           CAST(NULL AS VARCHAR) AS hostname, CAST(NULL AS BIGINT) AS pid,
+           CAST(round(t.t_s * 1e6) AS BIGINT) AS dump_ts_us,
+           CASE t.collective WHEN 'allgather' THEN 'AllGather' WHEN 'reducescatter' THEN 'ReduceScatter'
+                WHEN 'allreduce' THEN 'AllReduce' WHEN 'alltoall' THEN 'All2All' WHEN 'alltoallv' THEN 'All2Allv'
+                WHEN 'broadcast' THEN 'Broadcast' WHEN 'reduce' THEN 'Reduce' ELSE t.collective END AS coll,
+           t.seq AS coll_sn,
+           CASE WHEN t.collective IN ('allgather', 'reducescatter') THEN t.bytes // n.n ELSE t.bytes END
+               AS msg_size_bytes,
+           t.busy_s * 1e6 AS exec_time_us, t.origin AS timing_source,
+           t.bytes / t.busy_s / 1e9 AS algbw_gbs,
+           t.bytes / t.busy_s / 1e9 * (CASE WHEN t.collective = 'allreduce' THEN 2.0 * (n.n - 1) / n.n
+                                           WHEN t.collective IN ('allgather', 'reducescatter', 'alltoall', 'alltoallv')
+                                           THEN (n.n - 1.0) / n.n ELSE 1.0 END) AS busbw_gbs,
+           CAST(NULL AS VARCHAR) AS coll_algo, CAST(NULL AS VARCHAR) AS coll_proto
+    FROM t JOIN n USING (comm);
 CREATE OR REPLACE VIEW coll_records AS
     SELECT *, dump_ts_us / 1e6 AS t_s,
            CAST(pow(2, floor(log2(greatest(msg_size_bytes, 1)))) AS BIGINT) AS size_bucket_bytes,
            size_label(msg_size_bytes) AS size_bucket,
            comm_type(n_ranks, nnodes) AS comm_type
-    FROM coll;
+    FROM (SELECT *, 'inspector' AS source FROM coll
+          UNION ALL BY NAME SELECT *, 'telemetry' AS source FROM telemetry_coll);
 CREATE OR REPLACE VIEW coll_ops AS
     SELECT comm_id, coll, coll_sn,
            any_value(comm_name) AS comm_name, max(n_ranks) AS n_ranks, max(nnodes) AS nnodes,

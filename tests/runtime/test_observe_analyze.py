@@ -136,3 +136,29 @@ def test_sql_errors_are_observe_errors(tmp_path):
     with pytest.raises(ObserveError, match="query failed"):
         query(con, "SELECT nope FROM coll")
     assert query(con, "SELECT count(*) AS n FROM coll") == (["n"], [(0,)])
+
+
+def test_executor_coll_telemetry_gets_the_same_analyses(tmp_path):
+    """loopcoll's own `coll` samples (global ranks, seq) run through the same views as Inspector records."""
+    from runtime.telemetry import parse_sample, write_jsonl
+
+    rng = np.random.default_rng(0)
+    samples = []
+    for seq in range(300):
+        t = 1_800_000_000.0 + 0.5 * seq
+        slow = 2.0 if 50 <= seq < 100 else 1.0
+        base = 0.004 * slow * (1.0 + rng.normal(0.0, 0.01))
+        for src in range(4):
+            wait = 0.0 if src == 2 else 0.0015 + rng.exponential(0.0002)   # rank 2 arrives last every time
+            samples.append(parse_sample({"format": "loopcoll.telemetry/1", "t_s": t, "comm": "dp0", "seq": seq,
+                                         "version": 1, "kind": "coll", "src": src, "bytes": 1 << 26,
+                                         "busy_s": base + wait, "collective": "allgather", "origin": "executor"}))
+    write_jsonl(tmp_path / "tele.jsonl", samples)
+    con = connect()
+    assert ingest(con, [tmp_path]).records["telemetry"] == 1200
+    (row,) = summary(con)
+    assert (row["coll"], row["n_ranks"], row["records"], row["size_bucket"]) == ("AllGather", 4, 1200, "16M")
+    (p,) = slow_periods(con)
+    assert abs(p.start_s - (1_800_000_000.0 + 25.0)) < 1.0 and abs(p.end_s - (1_800_000_000.0 + 49.5)) < 1.0
+    assert [r.rank for r in stragglers(con) if r.flagged] == [2]
+    assert inspector_samples(con)[0] == []                  # only Inspector records go back out as samples
