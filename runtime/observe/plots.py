@@ -3,6 +3,14 @@
 Per communicator: ``timeline_<comm>.png`` (busbw per time bin of every collective/size series, detected slow
 periods shaded) and ``heatmap_<comm>.png`` (per rank and time bin, the rank's median busbw relative to the
 series baseline: late-arriving ranks show as bright rows, slow periods as dark columns).
+
+>>> import tempfile, pathlib
+>>> from runtime.observe import SyntheticSpec, connect, ingest, write_logs
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> _ = write_logs(d / "logs", SyntheticSpec(nranks=2, ncolls=20, colls=(("AllGather", 1 << 20),)))
+>>> con = connect(); _ = ingest(con, [d / "logs"])
+>>> [pathlib.Path(p).name for p in write_plots(con, d / "png")]
+['heatmap_0x5eed0c0ffee.png', 'timeline_0x5eed0c0ffee.png']
 """
 
 from __future__ import annotations
