@@ -95,7 +95,7 @@ def _jsonable(v: Any) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from runtime.observe import connect, ingest, query, select_window
+    from runtime.observe import connect, ingest, query, select_window, slow_periods
     from runtime.observe.report import build_report, render_text
 
     if not args.inputs and not args.db:
@@ -108,6 +108,8 @@ def _run(args: argparse.Namespace) -> int:
         until = parse_time(args.until, t0) if args.until else None
         select_window(con, since, until)
         if args.sql:
+            # The detected periods (and the per-collective series) are there to be queried too.
+            slow_periods(con, bin_s=args.bin_s, min_drop=args.min_drop, signal=args.signal)
             cols, rows = query(con, args.sql)
             _print_rows(cols, rows, args.json)
             return 0

@@ -15,6 +15,7 @@ series baseline: late-arriving ranks show as bright rows, slow periods as dark c
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from pathlib import Path
@@ -22,10 +23,19 @@ from typing import Any
 
 import numpy as np
 
+from synth.fileio import write_bytes_atomic
+
 from runtime.observe import analyze as A
 from runtime.observe.errors import ObserveError
 
 __all__ = ["write_plots"]
+
+
+def _save(fig: Any, path: Path) -> None:
+    """Write the figure atomically (a reader never sees half a PNG)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    write_bytes_atomic(path, buf.getvalue())
 
 
 def _safe(name: str) -> str:
@@ -80,7 +90,7 @@ def write_plots(con: Any, directory: str | os.PathLike[str], *, bin_s: float | N
         ax.legend(fontsize=8, loc="lower left")
         fig.tight_layout()
         path = out / f"timeline_{_safe(comm)}.png"
-        fig.savefig(path)
+        _save(fig, path)
         plt.close(fig)
         written.append(str(path))
         cells = con.execute(f"""
@@ -107,7 +117,7 @@ def write_plots(con: Any, directory: str | os.PathLike[str], *, bin_s: float | N
             ax.set_yticks(range(nr))
         fig.tight_layout()
         path = out / f"heatmap_{_safe(comm)}.png"
-        fig.savefig(path)
+        _save(fig, path)
         plt.close(fig)
         written.append(str(path))
     return sorted(written)

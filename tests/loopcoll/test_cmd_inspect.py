@@ -61,6 +61,8 @@ def test_sql_queries(logs, capsys):
                  "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["columns"] == ["rank", "n"] and doc["rows"] == [[r, 400] for r in range(8)]
+    assert main(["inspect", str(d), "--sql", "SELECT count(*) AS periods FROM slow_periods"]) == 0
+    assert capsys.readouterr().out.split() == ["periods", "1"]
 
 
 @pytest.mark.parametrize("argv,msg", [
