@@ -74,6 +74,8 @@ class Executor:
         A ``torch.distributed.Store`` used to name ranks that miss an agreement (default: the default group's).
     """
 
+    _instances = 0
+
     def __init__(self, group: Any = None, *, comm: str = "world", sink: Sink | None = None,
                  sync_every: int | None = None, control_timeout_s: float = 30.0,
                  hosts: Sequence[int] | None = None, store: Any = None, history: int = 100_000) -> None:
@@ -97,7 +99,11 @@ class Executor:
         self._hosts = list(hosts)
         self.sync_every = sync_every
         self.control_timeout_s = control_timeout_s
+        # Collective over the default group (dist.new_group): every process makes its executors in the same order,
+        # so the instance number names the same executor on every rank.
         self._ctrl = dist.new_group(ranks=self._peers, backend="gloo", timeout=timedelta(seconds=control_timeout_s))
+        Executor._instances += 1
+        self._key = f"loopcoll/executor/{comm}#{Executor._instances}/arrived/"
         self._store = store
         if self._store is None:
             try:
@@ -237,7 +243,7 @@ class Executor:
         with self._lock:
             staged = {c: sorted(v) for c, v in self._staged.items()}
         payload = (self.rank, self.seq, staged)
-        key = f"loopcoll/executor/{self.comm}/arrived/"
+        key = self._key
         if self._store is not None:
             try:
                 self._store.set(key + str(self.rank), str(self.sync_index))
@@ -248,10 +254,15 @@ class Executor:
             dist.all_gather_object(gathered, payload, group=self._ctrl)
         except Exception as exc:  # noqa: BLE001 - gloo raises RuntimeError/DistBackendError
             missing = self._missing_ranks(key)
-            who = f"rank(s) {missing} did not reach it" if missing else "all ranks had arrived; one failed during it"
+            if missing is None:
+                who = "the store that names missing ranks is unreachable (rank 0 hosts the default store)"
+            elif missing:
+                who = f"rank(s) {missing} did not reach it"
+            else:
+                who = "all ranks had arrived; one failed during it"
             raise SwapTimeoutError(
                 f"comm {self.comm!r}: version agreement {self.sync_index} failed within "
-                f"{self.control_timeout_s:g} s: {who} ({str(exc).splitlines()[0][:200]})", ranks=missing) from exc
+                f"{self.control_timeout_s:g} s: {who} ({str(exc).splitlines()[0][:200]})", ranks=missing or ()) from exc
         seqs = {p[1] for p in gathered}
         if len(seqs) != 1:
             raise ExecutorError(f"comm {self.comm!r}: ranks reached agreement {self.sync_index} at different "
@@ -279,16 +290,17 @@ class Executor:
             log.info("comm %r: from seq %d run %s", self.comm, rep.switch_seq, switched)
         return rep
 
-    def _missing_ranks(self, key: str) -> list[int]:
+    def _missing_ranks(self, key: str) -> list[int] | None:
+        """Ranks whose arrival at this agreement is not in the store; None when the store cannot be read."""
         if self._store is None:
-            return []
+            return None
         missing = []
-        for r in range(self.size):
-            try:
+        try:
+            for r in range(self.size):
                 if not self._store.check([key + str(r)]) or int(self._store.get(key + str(r))) < self.sync_index:
                     missing.append(r)
-            except Exception:  # noqa: BLE001
-                missing.append(r)
+        except Exception:  # noqa: BLE001 - e.g. the store's host rank died
+            return None
         return missing
 
     # ------------------------------------------------------------------ helpers
