@@ -92,7 +92,7 @@ def run_rank_plan(
             if op.kind == "copy":
                 if dst.data_ptr() != a.data_ptr():
                     dst.copy_(a)
-            else:
+            elif op.b is not None:
                 reduce(dst, a, view(op.b))
 
     local(rp.pre_ops)

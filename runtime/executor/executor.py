@@ -84,13 +84,14 @@ class Executor:
 
         self._torch = torch
         self._dist = dist
-        self.group = group if group is not None else dist.group.WORLD
+        pg: Any = dist.group.WORLD if group is None else group
+        self.group = pg
         self.comm = comm
         self.sink = sink
         self.rank = dist.get_rank(self.group)
         self.size = dist.get_world_size(self.group)
         self.global_rank = dist.get_rank()
-        self._peers = [dist.get_global_rank(self.group, r) if self.group is not dist.group.WORLD else r
+        self._peers = [dist.get_global_rank(pg, r) if pg is not dist.group.WORLD else r
                        for r in range(self.size)]
         if hosts is None:
             lws = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
@@ -387,7 +388,9 @@ class Executor:
         me = self.global_rank
         t_s = meta["t_wall"]
         samples = []
-        inject_bytes, first, last = 0, None, None
+        inject_bytes = 0
+        first: Any = None
+        last: Any = None
         for peer in sorted(timing.bytes_to):
             g = self._peers[peer]
             busy = timing.busy_s(peer)
@@ -406,8 +409,11 @@ class Executor:
             busy = max(first.elapsed_time(last) / 1e3, 1e-9) if timing.cuda else max(last - first, 1e-9)
             samples.append(Sample(t_s, self.comm, meta["seq"], meta["version"], "inject", me, None, inject_bytes,
                                   busy, meta["coll"], "executor"))
+        sink = self.sink
+        if sink is None:
+            return
         try:
-            self.sink(samples)
+            sink(samples)
         except Exception as exc:  # noqa: BLE001 - telemetry must never stop training
             self._say_once(f"telemetry sink failed: {exc!r}")
 

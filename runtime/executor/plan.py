@@ -342,7 +342,7 @@ def _emit(program, coll, steps, order, finish, send_ready, t_in, out_partner) ->
 
     sends_at: dict[tuple[int, int], list[Message]] = defaultdict(list)
     recvs_at: dict[tuple[int, int], list[Message]] = defaultdict(list)
-    sent = [defaultdict(int) for _ in range(n)]
+    sent: list[defaultdict[int, int]] = [defaultdict(int) for _ in range(n)]
     for (rnd, a, b), items in sorted(transfers.items()):
         items.sort(key=lambda x: (x[0], x[1]))
         merged: list[tuple[list[Region], list[Region]]] = []
