@@ -9,6 +9,10 @@ The warm start passes the healthy :class:`~synth.SynthResult` itself, so AllToAl
 in-memory warm state and takes the certified local repair where it applies; the ``warm mode``
 column says what the warm start did (AllToAll's ``warm_mode``: ``repair``, ``state``, ...; for
 AllGather, how its previous trees were accepted: ``repair``, ``partial``, ``all``, ``none``).
+
+The table shows bandwidth-term algbw unless ``--profile`` is given; then it adds the flow
+simulation of the three schedules at ``--size`` per source under that cost profile (``ideal``,
+``h200`` or a ``loopcoll.calibration/1`` file), and the output names the profile.
 """
 
 from __future__ import annotations
@@ -27,8 +31,19 @@ from synth.baselines import nccl_direct_alltoall, nccl_ring
 __all__ = ["register", "run_demo"]
 
 
-def run_demo(spec: str, failures: list[str], out_dir: Path, chunks: int | None) -> list[dict[str, object]]:
-    """Run the demo and return one row per collective (also used by tests)."""
+def run_demo(
+    spec: str,
+    failures: list[str],
+    out_dir: Path,
+    chunks: int | None,
+    profile: str | None = None,
+    size_bytes: int = 128 * 2**20,
+) -> list[dict[str, object]]:
+    """Run the demo and return one row per collective (also used by tests).
+
+    With ``profile``, rows also hold ``*_sim_GBps``: the simulated algbw at ``size_bytes`` per
+    source under that cost profile, and ``profile`` its name.
+    """
     healthy = load_topology(spec)
     degraded = load_topology(spec, failures)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -66,15 +81,33 @@ def run_demo(spec: str, failures: list[str], out_dir: Path, chunks: int | None) 
             "warm_s": warm_s,
             "xml": str(xml_path),
         })
+        if profile is not None:
+            rows[-1].update(_simulated(collective, degraded, baseline, static.schedule, warm.schedule, profile, size_bytes))
     return rows
+
+
+def _simulated(collective: str, topo, baseline, static, resynth, profile: str, size_bytes: int) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    from synth.simulation import auto_slices, load_profile, simulate
+
+    prof = load_profile(profile)
+    nbytes = size_bytes * topo.nranks if collective == "allgather" else size_bytes
+    out: dict[str, object] = {"profile": prof.name, "sim_nbytes": nbytes}
+    for key, sched in (("nccl", baseline), ("static", static), ("resynth", resynth)):
+        res = simulate(sched, topo, nbytes, slices_per_chunk=auto_slices(sched, nbytes), profile=prof)
+        out[f"{key}_sim_GBps"] = res.algbw_GBps
+    out["sim_speedup_vs_nccl"] = float(out["resynth_sim_GBps"]) / float(out["nccl_sim_GBps"])  # type: ignore[arg-type]
+    return out
 
 
 def _run(args: argparse.Namespace) -> int:
     configure_progress(args.quiet or args.json)
     failures = args.fail or ["fail2"]
-    rows = run_demo(args.topology, failures, Path(args.out_dir), args.chunks)
+    from loopcoll._cmd_simulate import parse_size
+
+    size = parse_size(args.size)
+    rows = run_demo(args.topology, failures, Path(args.out_dir), args.chunks, args.profile, size)
     if args.json:
-        print_json({"topology": args.topology, "failures": failures, "rows": rows})
+        print_json({"topology": args.topology, "failures": failures, "profile": args.profile, "rows": rows})
         return 0
     print(f"loopcoll demo: {args.topology} with {'+'.join(failures)} (bandwidth-term algbw, GB/s)")
     head = (f"{'collective':<10} {'optimal':>8} {'NCCL':>8} {'static':>8} {'re-synth':>9} "
@@ -88,6 +121,14 @@ def _run(args: argparse.Namespace) -> int:
             f"{r['cold_s']:>7.3f} {r['warm_s']:>7.3f} {r['warm_mode']!s:>9}"
         )
     print("NCCL = NCCL-like baseline: " + ", ".join(f"{r['collective']} {r['nccl_baseline']}" for r in rows))
+    if args.profile is not None:
+        print(f"\nsimulated algbw at {args.size} per source, profile {rows[0]['profile']} (GB/s)")
+        head = f"{'collective':<10} {'NCCL':>8} {'static':>8} {'re-synth':>9} {'vs NCCL':>8}"
+        print(head)
+        print("-" * len(head))
+        for r in rows:
+            print(f"{r['collective']:<10} {r['nccl_sim_GBps']:>8.2f} {r['static_sim_GBps']:>8.2f} "
+                  f"{r['resynth_sim_GBps']:>9.2f} {r['sim_speedup_vs_nccl']:>7.2f}x")
     print(f"checked MSCCL XML and schedules written to {args.out_dir}/")
     return 0
 
@@ -104,6 +145,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--fail", action="append", metavar="F", help="failure scenario(s) to apply (default fail2)")
     p.add_argument("--out-dir", default="loopcoll-demo", metavar="DIR", help="where XML and schedules go (default ./loopcoll-demo)")
     p.add_argument("--chunks", type=int, default=None, metavar="C", help="chunks per source (AllToAll default 10)")
+    p.add_argument("--profile", metavar="PROFILE", default=None,
+                   help="also simulate at --size under this cost profile (ideal, h200, or a loopcoll.calibration/1 file)")
+    p.add_argument("--size", default="128M", metavar="SIZE", help="bytes per source for --profile (default 128M)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true", help="print the rows as one JSON object")
     p.set_defaults(func=_run)

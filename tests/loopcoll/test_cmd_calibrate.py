@@ -57,3 +57,36 @@ def test_simulate_names_the_profile(capsys):
     assert 0.85 * 622 <= calibrated <= 1.15 * 622  # measured 2xH200 NCCL AllToAll at 1 GB: 622 GB/s
     assert main(["simulate", "alltoall", "nvswitch:2", "--schedules", "nccl", "--sizes", "1G", "--profile", "nope"]) == 2
     assert "neither a shipped profile" in capsys.readouterr().err
+
+
+def test_demo_names_the_profile_and_simulates_under_it(tmp_path, capsys):
+    assert main(["demo", "--profile", "h200", "--size", "16M", "--out-dir", str(tmp_path), "--quiet", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["profile"] == "h200"
+    for row in doc["rows"]:
+        assert row["profile"] == "h200"
+        # fixed costs and efficiencies < 1 make every schedule slower than its bandwidth term
+        assert 0 < row["nccl_sim_GBps"] < row["nccl_GBps"] and 0 < row["resynth_sim_GBps"] < row["resynth_GBps"]
+
+
+def test_calibrate_from_telemetry(tmp_path, capsys):
+    """coll samples of native collectives (version null) fit NCCL's kernel; malformed lines are skipped."""
+    true = CostProfile("t", {"nccl_p2p": ExecutorCost(40.0, 3.4, {"nvlink": 0.8})})
+    obs = synthetic_observations(true, "nvswitch:2", "alltoall", ("direct",), [MB, 16 * MB, 256 * MB], executor="nccl_p2p")
+    lines = ["not json", json.dumps({"format": "loopcoll.telemetry/1", "kind": "pair", "bytes": 5, "busy_s": 1.0})]
+    for o in obs:
+        for jitter in (0.99, 1.0, 1.01):  # the median is the middle sample
+            lines.append(json.dumps({"format": "loopcoll.telemetry/1", "t_s": 1.0, "comm": "dp0", "seq": 1, "version": None,
+                                     "kind": "coll", "src": 0, "dst": None, "bytes": o.nbytes,
+                                     "busy_s": o.time_us * 1e-6 * jitter, "collective": "alltoall", "origin": "executor"}))
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "p.json"
+    base = tmp_path / "base.json"
+    from synth.simulation.costmodel import profile_to_dict
+
+    base.write_text(json.dumps(profile_to_dict(CostProfile("b", {"nccl_p2p": ExecutorCost(0.0, 3.4, {})}))))
+    assert main(["calibrate", "--telemetry", str(path), "--topology", "nvswitch:2", "--base", str(base), "-o", str(out)]) == 0
+    assert "telemetry (3 samples)" in capsys.readouterr().out
+    got = load_profile(str(out)).cost("nccl_p2p")
+    assert got.launch_us == pytest.approx(40.0, rel=1e-3) and got.efficiency["nvlink"] == pytest.approx(0.8, rel=1e-3)

@@ -180,7 +180,18 @@ OLD_A2A = """# nThread 1 nGpus 2 minBytes 8 maxBytes 8388608 step: 2(factor) war
 """
 
 
+# The per-iteration layout (nccl-tests 2.17+, per-iteration timing on): 8 more columns per half.
+PER_ITER = """# Collective test starting: alltoall_perf
+#  Rank  0 Group  0 Pid  77 on  n1 device  0 [0000:18:00] NVIDIA H200
+#  Rank  1 Group  0 Pid  78 on  n1 device  1 [0000:2a:00] NVIDIA H200
+#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99    i_cv%
+    67108864      16777216     float    none      -1   198.55  338.00  169.00       0   196.10   203.70   203.10     0.91   198.20  338.60  169.30       0   196.00   201.90   201.50     0.70
+"""
+
+
 def test_parse_real_nccl_tests_layouts():
+    it = parse_nccl_tests(PER_ITER)
+    assert it["collective"] == "alltoall" and it["nranks"] == 2 and it["rows"] == [(67108864, 198.55, 338.0)]
     ag = parse_nccl_tests(REAL_AG, collective="allgather")
     assert ag["nranks"] == 2
     assert ag["rows"] == [(1048576, 43.91, 23.88), (4194304, 48.52, 86.44), (1073741824, 2071.4, 518.36)]
