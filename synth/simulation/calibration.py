@@ -187,7 +187,7 @@ def tree_schedule(collective: str, topo: Topology) -> Schedule:
             routes.append(Route(RouteKind.IN_TREE, root, 1, up))
         if collective in ("allgather", "allreduce"):
             routes.append(Route(RouteKind.OUT_TREE, root, 1, down))
-    return Schedule(collective, n, 1, tuple(routes), meta={"synthesizer": "nccl-tree"})
+    return Schedule(collective, n, 1, tuple(routes), meta={"synthesizer": "nccl-tree"})  # type: ignore[arg-type]
 
 
 def _depth(schedule: Schedule) -> int:
@@ -220,7 +220,7 @@ def reference_schedule(collective: str, spec: str, shape: str) -> Schedule:
     if shape == "ring":
         if collective == "alltoall":
             raise CalibrationError("alltoall has no ring schedule here; use shape 'direct'")
-        return nccl_ring(collective, topo)
+        return nccl_ring(collective, topo)  # type: ignore[arg-type]
     if shape == "tree":
         return tree_schedule(collective, topo)
     if collective == "alltoall":
@@ -289,15 +289,21 @@ def _fit_executor(
     x0: list[float] = []
     lo: list[float] = []
     hi: list[float] = []
+    def add(name: str, start: float, low: float, high: float) -> None:
+        names.append(name)
+        x0.append(start)
+        lo.append(low)
+        hi.append(high)
+
     if "launch_us" not in fixed:
-        names.append("launch_us"), x0.append(start_launch), lo.append(0.0), hi.append(1e6)
+        add("launch_us", start_launch, 0.0, 1e6)
     if "hop_us" not in fixed and len(depths) >= 2:
-        names.append("hop_us"), x0.append(1.0), lo.append(0.0), hi.append(1e5)
+        add("hop_us", 1.0, 0.0, 1e5)
     for c in classes:
         if f"efficiency.{c}" not in fixed:
-            names.append(f"efficiency.{c}"), x0.append(0.8), lo.append(0.02), hi.append(4.0)
+            add(f"efficiency.{c}", 0.8, 0.02, 4.0)
 
-    def build(x: Sequence[float]) -> ExecutorCost:
+    def build(x: Sequence[float] | np.ndarray) -> ExecutorCost:
         v = dict(zip(names, x))
         eff = dict(base.efficiency) if base is not None else {}
         eff.update({c: v.get(f"efficiency.{c}", eff0[c]) for c in classes})
@@ -344,6 +350,12 @@ def fit_profile(
     groups: dict[str, list[Observation]] = defaultdict(list)
     for o in obs:
         groups[o.executor].append(o)
+    for kind, group in groups.items():
+        if len({o.timing for o in group}) > 1:
+            raise CalibrationError(
+                f"executor {kind!r}: measurements mix host-timed (wall) and kernel times (e.g. Inspector); their "
+                "launch costs differ, so fit them separately"
+            )
     fixed_sets = {k: set(v) for k, v in (fixed or {}).items()}
     executors = dict(base.executors)
     status: dict[str, str] = {}

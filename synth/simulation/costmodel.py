@@ -42,6 +42,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -223,7 +224,7 @@ def profile_from_dict(doc: Any, where: str = "profile") -> CostProfile:
         if not isinstance(body, dict) or not isinstance(body.get("efficiency"), dict):
             raise ProfileError(f"{where}: executor {kind!r} needs launch_us, hop_us and an efficiency object")
         try:
-            out[kind] = ExecutorCost(body.get("launch_us"), body.get("hop_us"), body["efficiency"])
+            out[kind] = ExecutorCost(body.get("launch_us"), body.get("hop_us"), body["efficiency"])  # type: ignore[arg-type]
         except ProfileError as exc:
             raise ProfileError(f"{where}: executor {kind!r}: {exc}") from None
     fit = doc.get("fit", {})
@@ -233,6 +234,12 @@ def profile_from_dict(doc: Any, where: str = "profile") -> CostProfile:
         return CostProfile(name, out, str(doc.get("description", "")), fit)
     except ProfileError as exc:
         raise ProfileError(f"{where}: {exc}") from None
+
+
+@lru_cache(maxsize=None)
+def _shipped(name: str) -> CostProfile:
+    raw = resources.files("synth.simulation").joinpath(f"profiles/{name}.json").read_text(encoding="utf-8")
+    return profile_from_dict(json.loads(raw), f"shipped profile {name!r}")
 
 
 def load_profile(name_or_path: str | Path | CostProfile | None) -> CostProfile:
@@ -248,14 +255,12 @@ def load_profile(name_or_path: str | Path | CostProfile | None) -> CostProfile:
     if text == "ideal":
         return IDEAL
     if text in SHIPPED_PROFILES:
-        raw = resources.files("synth.simulation").joinpath("profiles", f"{text}.json").read_text()
-        where = f"shipped profile {text!r}"
-    else:
-        path = Path(text)
-        if not path.is_file():
-            raise ProfileError(f"profile {text!r}: neither a shipped profile ({', '.join(SHIPPED_PROFILES)}) nor a readable file")
-        raw = path.read_text()
-        where = text
+        return _shipped(text)
+    path = Path(text)
+    if not path.is_file():
+        raise ProfileError(f"profile {text!r}: neither a shipped profile ({', '.join(SHIPPED_PROFILES)}) nor a readable file")
+    raw = path.read_text(encoding="utf-8")
+    where = text
     try:
         doc = json.loads(raw)
     except json.JSONDecodeError as exc:

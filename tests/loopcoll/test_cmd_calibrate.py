@@ -60,7 +60,8 @@ def test_simulate_names_the_profile(capsys):
 
 
 def test_demo_names_the_profile_and_simulates_under_it(tmp_path, capsys):
-    assert main(["demo", "--profile", "h200", "--size", "16M", "--out-dir", str(tmp_path), "--quiet", "--json"]) == 0
+    assert main(["demo", "--topology", "hpn:1x2x2", "--profile", "h200", "--size", "16M", "--out-dir", str(tmp_path), "--quiet",
+                 "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["profile"] == "h200"
     for row in doc["rows"]:

@@ -214,3 +214,10 @@ def test_predict_uses_failures_in_spec():
     o = Observation("allgather", "h200-proto", "nccl_ring", "ring", 128 * MB, 1.0)
     d = Observation("allgather", "h200-proto@scale:gpu0:tor0.0:0.5", "nccl_ring", "ring", 128 * MB, 1.0)
     assert predict_us(d, IDEAL) == pytest.approx(2 * predict_us(o, IDEAL), rel=0.02)
+
+
+def test_mixing_wall_and_kernel_times_in_one_executor_is_refused():
+    a = Observation("allgather", "nvswitch:2", "nccl_ring", "ring", 16 * MB, 80.0, "torch")
+    b = Observation("allgather", "nvswitch:2", "nccl_ring", "ring", 64 * MB, 200.0, "inspector", "kernel")
+    with pytest.raises(CalibrationError, match="mix host-timed"):
+        fit_profile([a, b], name="x")
