@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING
 
 from synth.simulation._build import build_model
 from synth.simulation._engine import run_engine
-from synth.simulation.simulator import _validate
+from synth.simulation.simulator import _costed, _validate
 
 if TYPE_CHECKING:
     from synth.schedule import Schedule
+    from synth.simulation.costmodel import CostProfile
     from synth.topologies.model import Topology
 
 __all__ = ["Transfer", "TransferTimes", "simulate_transfers"]
@@ -64,8 +65,13 @@ def simulate_transfers(
     slices_per_chunk: int = 4,
     rtol: float = 3e-4,
     check: bool = True,
+    profile: CostProfile | str | None = None,
+    executor: str | None = None,
 ) -> TransferTimes:
     """Simulate ``schedule`` like :func:`synth.simulation.simulate` and keep per-transfer timings.
+
+    ``profile`` / ``executor`` as for :func:`~synth.simulation.simulate` (default ``ideal``); under a
+    cost profile every transfer starts after the executor's ``launch_us``.
 
     Raises :class:`~synth.errors.ScheduleError` on bad arguments or an invalid schedule, as
     :func:`~synth.simulation.simulate` does.
@@ -74,6 +80,7 @@ def simulate_transfers(
     if check:
         schedule.validate(topology)
     model = build_model(schedule, topology, slices_per_chunk)
+    model, launch_s, _, _ = _costed(model, topology, schedule, profile, executor)
     slice_bytes = float(nbytes) / (schedule.nranks * schedule.nchunks * slices_per_chunk)
     run = run_engine(model, slice_bytes, rtol)
     assert run.flow_first_start_s is not None and run.flow_last_arrival_s is not None
@@ -83,6 +90,6 @@ def simulate_transfers(
     for i, route in enumerate(schedule.routes):
         for j, hop in enumerate(route.hops):
             out.append(Transfer(i, j, hop.src, hop.dst, hop.path, route.chunks * chunk_bytes,
-                                float(run.flow_first_start_s[f]), float(run.flow_last_arrival_s[f])))
+                                launch_s + float(run.flow_first_start_s[f]), launch_s + float(run.flow_last_arrival_s[f])))
             f += 1
-    return TransferTimes(run.time_s, float(nbytes), tuple(out))
+    return TransferTimes(launch_s + run.time_s, float(nbytes), tuple(out))

@@ -221,3 +221,16 @@ def test_mixing_wall_and_kernel_times_in_one_executor_is_refused():
     b = Observation("allgather", "nvswitch:2", "nccl_ring", "ring", 64 * MB, 200.0, "inspector", "kernel")
     with pytest.raises(CalibrationError, match="mix host-timed"):
         fit_profile([a, b], name="x")
+
+
+def test_transfer_timings_follow_the_profile():
+    from synth.simulation import simulate_transfers
+
+    topo = named_topology("nvswitch:4")
+    s = nccl_ring("allgather", topo)
+    ideal = simulate_transfers(s, topo, 16 * MB, rtol=0)
+    cal = simulate_transfers(s, topo, 16 * MB, rtol=0, profile="h200")
+    assert cal.time_s == pytest.approx(simulate(s, topo, 16 * MB, rtol=0, profile="h200").time_s, rel=1e-12)
+    launch = load_profile("h200").cost("nccl_ring").launch_us * 1e-6
+    assert min(t.start_s for t in cal.transfers) == pytest.approx(launch)
+    assert cal.time_s > ideal.time_s + launch
