@@ -467,7 +467,7 @@ def format_nccl_tests(collective: str, nranks: int, rows: Sequence[tuple[int, fl
     """An nccl-tests style stdout for ``rows`` of ``(size_B, time_us)`` (same time in place).
 
     >>> print(format_nccl_tests("alltoall", 2, [(8388608, 83.1)]).splitlines()[-5])
-         8388608       2097152     float    none      -1    83.10  100.95   50.47       0    83.10  100.95   50.47       0
+         8388608       1048576     float    none      -1    83.10  100.95   50.47       0    83.10  100.95   50.47       0
     """
     prog = {v: k for k, v in _NCCL_TESTS_NAMES.items()}[collective]
     op = "sum" if collective in ("allreduce", "reducescatter") else "none"
@@ -491,7 +491,8 @@ def format_nccl_tests(collective: str, nranks: int, rows: Sequence[tuple[int, fl
     for size, t in rows:
         a = size / 1e9 / (t * 1e-6)
         cols = f"{_w(t, 7)}  {_w(a, 6)}  {_w(a * factor, 6)}  {0:6d}"
-        out.append(f"{size:12d}  {size // 4:12d}  {'float':>8s}  {op:>6s}  {-1:6d}  {cols}  {cols}")
+        count = size // 4 if collective == "allreduce" else size // 4 // nranks  # nccl-tests prints the per-rank count
+        out.append(f"{size:12d}  {count:12d}  {'float':>8s}  {op:>6s}  {-1:6d}  {cols}  {cols}")
     out += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 0 ", "#",
             f"# Collective test concluded: {prog}_perf", ""]
     return "\n".join(out)
