@@ -312,12 +312,14 @@ def _emit(program, coll, steps, order, finish, send_ready, t_in, out_partner) ->
         for lst in w.values():
             lst.sort()
 
-    # A send whose transfer runs later than the round its data was captured in keeps its source
-    # only if nothing overwrites it meanwhile; otherwise it sends a snapshot taken at capture time.
+    # A send's data is captured when the step runs (buffered, as in MSCCL) but leaves in the comm phase of
+    # its transfer round. It sends its source in place only if no later step writes that memory in between
+    # (local ops after it in its capture round, receives in the transfer round, anything in rounds between);
+    # otherwise it sends a snapshot taken at capture time.
     position = {key: p for p, key in enumerate(order)}
     for a, (b, _tid) in out_partner.items():
         reg = send_region[a]
-        if reg[0] == "t" or t_in[b] == send_ready[a]:
+        if reg[0] == "t":
             continue
         rank = a[0]
         capture = (send_ready[a] - 1, 1, position[a])

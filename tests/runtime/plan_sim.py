@@ -61,7 +61,9 @@ def simulate_plan(plan: Plan, inplace: bool, chunk: int = 2, seed: int = 0) -> l
         for r in range(n):
             rnd = by_round[r].get(t)
             if rnd:
-                for m in rnd.recvs:
+                for m in rnd.recvs:  # one batch runs its ops concurrently: a receive must not touch a send's data
+                    if any(np.shares_memory(view(r, m.regions[0]), view(r, x.regions[0])) for x in rnd.sends):
+                        problems.append(f"round {t}: rank {r} receives into memory it sends in the same batch")
                     q = outbox.get((m.peer, r))
                     if not q:
                         problems.append(f"round {t}: rank {r} receives from {m.peer} with no send")

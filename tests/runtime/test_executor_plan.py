@@ -73,6 +73,30 @@ def test_synthesized_schedules_compile_to_correct_plans(coll, topo, chunks, inpl
         assert simulate_plan(plan, ip, chunk=3, seed=seed) == []
 
 
+def _reuse_program():
+    """2-rank allgather: send a scratch chunk, then receive into that same chunk (legal: sends are buffered)."""
+    from msccl_xml import BufferKind, Gpu, Program, Protocol, Step, StepType, Threadblock
+
+    i, o, s = BufferKind.INPUT, BufferKind.OUTPUT, BufferKind.SCRATCH
+
+    def gpu(r: int) -> Gpu:
+        p = 1 - r
+        steps = (Step(0, StepType.LOCAL_COPY, i, 0, s, 0, 1), Step(1, StepType.SEND, s, 0, o, r, 1),
+                 Step(2, StepType.RECV, s, 0, s, 0, 1), Step(3, StepType.LOCAL_COPY, s, 0, o, p, 1),
+                 Step(4, StepType.LOCAL_COPY, i, 0, o, r, 1))
+        return Gpu(r, 1, 2, 1, (Threadblock(0, p, p, 0, steps),))
+
+    return Program("reuse", Protocol.SIMPLE, 1, 2, 2, "allgather", 0, 1, 0, 0, (gpu(0), gpu(1)))
+
+
+def test_buffered_send_source_overwritten_later_is_snapshotted() -> None:
+    prog = _reuse_program()
+    assert check(prog).valid
+    plan = compile_program(prog)
+    assert simulate_plan(plan, False) == []
+    assert plan.nrounds == 1 and plan.ranks[0].temp_chunks == 1  # the send goes from a snapshot
+
+
 def test_unmatched_and_unsupported_programs_are_errors() -> None:
     ar = lower(synthesize("allreduce", named_topology("ring:4")).schedule)
     g0 = ar.gpus[0]
