@@ -1,0 +1,391 @@
+"""Lower an MSCCL program (or a loopcoll schedule, through :func:`msccl_xml.lower`) to an MSCCL++ plan.
+
+One lowering of schedule semantics is reused: :func:`msccl_xml.lower` turns routes into
+threadblocks of send/receive steps with a FIFO per (sender, receiver, channel); this module maps
+each of those steps onto MSCCL++ operations (``docs/mscclpp.md`` has the table):
+
+* every FIFO becomes one MSCCL++ connection (a channel on each side, paired by declaration
+  order): a **memory channel** when both GPUs share a host, else a **port channel**;
+* a message is written by the sender straight into a scratch slot of the receiver that belongs
+  to that message alone (``put`` + ``signal`` over a memory channel, ``pws`` over a port
+  channel); the receiver ``wait`` s, then consumes the slot: ``recv`` → ``copy``,
+  ``recv-reduce-copy`` → ``re`` (reduce), ``recv-copy-send`` → ``copy`` and forward the slot,
+  ``recv-reduce-send`` → ``re`` into the slot and forward it, and so on;
+* before its first message on a FIFO the sender waits for one credit signal the receiver sends
+  when its threadblock starts, so a launch never writes a slot the peer may still be reading
+  from the previous launch;
+* a cross-threadblock dependency (``depid``/``deps``) becomes a ``sem_release`` after the
+  producer step and a ``sem_acquire`` before the consumer step, one counting semaphore per
+  (producer, consumer) threadblock pair;
+* ``nop`` (``__syncthreads``) separates ops that are not both control ops or that touch
+  overlapping local data, as the MSCCL++ DSL does.
+
+Examples
+--------
+>>> from msccl_xml import BufferKind, Gpu, Program, Protocol, Step, StepType, Threadblock
+>>> o = BufferKind.OUTPUT
+>>> def gpu(r):
+...     return Gpu(r, 0, 2, 0, (Threadblock(0, 1 - r, 1 - r, 0, (
+...         Step(0, StepType.SEND, o, r, o, r, 1), Step(1, StepType.RECV, o, 1 - r, o, 1 - r, 1))),))
+>>> p = Program(name="ag", proto=Protocol.SIMPLE, nchannels=1, nchunksperloop=2, ngpus=2,
+...             coll="allgather", inplace=1, outofplace=0, min_bytes=0, max_bytes=0,
+...             gpus=(gpu(0), gpu(1)))
+>>> plan = lower(p)
+>>> [op.name for op in plan.gpus[0].threadblocks[0].ops]
+['signal', 'wait', 'nop', 'put', 'nop', 'signal', 'wait', 'nop', 'copy']
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from msccl_xml import Program, StepType
+from msccl_xml import lower as msccl_lower
+from synth.schedule import Schedule
+from synth.topologies import Topology
+
+from .errors import PlanError, PlanLimitError
+from .limits import MAX_CHANNEL, MAX_DEVICE_SEMAPHORES, MAX_OPERATION, MSCCLPP_COMMIT
+from .model import BufferRef, ChannelDecl, Op, Plan, PlanGpu, RemoteBuffer, TbChannels, TbRemoteRefs, Threadblock
+
+__all__ = ["lower", "lower_schedule"]
+
+_U64_MAX = 2**64 - 1
+_LIM = f"of MSCCL++ (mscclpp@{MSCCLPP_COMMIT[:7]} execution_common.hpp)"
+Fifo = tuple[int, int, int]  # (sender, receiver, MSCCL channel)
+
+
+def lower_schedule(
+    schedule: Schedule,
+    topology: Topology | None = None,
+    *,
+    inplace: bool = False,
+    name: str | None = None,
+    min_message_size: int = 0,
+    max_message_size: int = _U64_MAX,
+    verify: bool = True,
+) -> Plan:
+    """The MSCCL++ plan that executes ``schedule``: :func:`msccl_xml.lower`, then :func:`lower`.
+
+    ``topology`` decides the channel type of each GPU pair (memory channel within a host, port
+    channel across hosts); without it every pair gets a memory channel (one host).
+
+    Raises
+    ------
+    PlanError
+        If the schedule cannot be lowered (:class:`PlanLimitError` names the MSCCL++ limit).
+    """
+    program = msccl_lower(schedule, inplace=inplace, verify=False)
+    hosts = None
+    if topology is not None:
+        hosts = [topology.node(topology.gpu_id(r)).host for r in range(topology.nranks)]
+    return lower(program, hosts=hosts, name=name, min_message_size=min_message_size,
+                 max_message_size=max_message_size, verify=verify)
+
+
+def lower(
+    program: Program,
+    *,
+    hosts: Sequence[int | None] | None = None,
+    name: str | None = None,
+    min_message_size: int = 0,
+    max_message_size: int = _U64_MAX,
+    verify: bool = True,
+) -> Plan:
+    """The MSCCL++ plan that executes MSCCL ``program`` (see the module docstring).
+
+    Parameters
+    ----------
+    program
+        An MSCCL program that :func:`msccl_xml.check` finds valid; its in-place flag picks the
+        plan's mode.
+    hosts
+        Host of each rank; pairs on one host talk over memory channels, others over port
+        channels. ``None``: one host.
+    name
+        The plan's ``name`` (MSCCL++ keys its execution contexts by it); default
+        ``loopcoll_<coll>_<N>r_<C>c``.
+    min_message_size, max_message_size
+        The plan's selection range in bytes.
+    verify
+        Check the result with :func:`mscclpp_plan.check` and raise if it is not valid.
+
+    Raises
+    ------
+    PlanError
+        If the program uses a step MSCCL++ has no counterpart for, or its sends and receives
+        do not match.
+    PlanLimitError
+        If a threadblock needs more than 64 operations or 16 channels, or a GPU more than 16
+        semaphores.
+    """
+    n, c = program.ngpus, program.nchunksperloop
+    coll = program.coll.replace("_", "").lower()
+    if coll not in ("allgather", "reducescatter", "allreduce", "alltoall"):
+        raise PlanError(f"program {program.name!r}: collective {program.coll!r} has no MSCCL++ lowering here")
+    if c % n and coll in ("allgather", "reducescatter"):
+        raise PlanError(f"program {program.name!r}: nchunksperloop {c} is not a multiple of {n} ranks")
+    if hosts is not None and len(hosts) != n:
+        raise PlanError(f"hosts has {len(hosts)} entries for {n} ranks")
+    ic, oc = {"allgather": (c // n, c), "reducescatter": (c, c // n)}.get(coll, (c, c))
+    inplace = program.inplace == 1
+    sends, recvs = _fifos(program)
+    slots = _slots(program, sends, recvs)
+    ctype = {f: _channel_type(hosts, f[0], f[1]) for f in sends}
+    gpus = []
+    for g in program.gpus:
+        gpus.append(_lower_gpu(program, g.id, g.s_chunks, ic, oc, sends, recvs, slots, ctype, coll, inplace))
+    plan = Plan(
+        name=name or f"loopcoll_{coll}_{n}r_{c}c",
+        collective=coll,
+        protocol="Simple",
+        inplace=inplace,
+        gpus=tuple(gpus),
+        min_message_size=min_message_size,
+        max_message_size=max_message_size,
+    )
+    if verify:
+        from .checker import check
+
+        verdict = check(plan)
+        if not verdict.valid:
+            raise PlanError(f"lowering {program.name!r} produced an invalid plan (a bug): {verdict.errors[0]}")
+    return plan
+
+
+def _channel_type(hosts: Sequence[int | None] | None, a: int, b: int) -> str:
+    if hosts is None:
+        return "memory"
+    return "memory" if hosts[a] is not None and hosts[a] == hosts[b] else "port"
+
+
+def _fifos(program: Program) -> tuple[dict[Fifo, list[tuple[int, int, int]]], dict[Fifo, list[tuple[int, int, int]]]]:
+    """Per FIFO, the (tb, step, cnt) of its sends on the sender and of its receives on the receiver."""
+    sends: dict[Fifo, list[tuple[int, int, int]]] = defaultdict(list)
+    recvs: dict[Fifo, list[tuple[int, int, int]]] = defaultdict(list)
+    for g in program.gpus:
+        for tb in g.threadblocks:
+            for k, st in enumerate(tb.steps):
+                if st.type is StepType.RES_ADD:
+                    raise PlanError(f"gpu {g.id} tb {tb.id} step {k}: step type 'ra' (legacy MSCCL) has no "
+                                    "MSCCL++ lowering")
+                if st.type.sends:
+                    sends[(g.id, tb.send, tb.chan)].append((tb.id, k, st.cnt))
+                if st.type.receives:
+                    recvs[(tb.recv, g.id, tb.chan)].append((tb.id, k, st.cnt))
+    for f in sorted(set(sends) | set(recvs)):
+        a, b = sends.get(f, []), recvs.get(f, [])
+        if len(a) != len(b) or any(x[2] != y[2] for x, y in zip(a, b)):
+            raise PlanError(f"gpu {f[0]} -> gpu {f[1]} channel {f[2]}: {len(a)} sends do not match {len(b)} "
+                            "receives (check the MSCCL program first)")
+    return dict(sends), dict(recvs)
+
+
+def _slots(program: Program, sends: dict[Fifo, list], recvs: dict[Fifo, list]) -> dict[tuple[int, int, int], int]:
+    """Scratch slot (first chunk) of every receive, keyed (receiver, tb, step); slots follow the
+    program's own scratch chunks and are never reused within a launch."""
+    slots: dict[tuple[int, int, int], int] = {}
+    for g in program.gpus:
+        nxt = g.s_chunks
+        for tb in g.threadblocks:
+            for k, st in enumerate(tb.steps):
+                if st.type.receives:
+                    slots[(g.id, tb.id, k)] = nxt
+                    nxt += st.cnt
+    return slots
+
+
+class _Emitter:
+    """Appends ops, inserting ``nop`` where threads of the block must synchronise."""
+
+    def __init__(self, canon: object) -> None:
+        self.ops: list[Op] = []
+        self.kind: str | None = None  # "control" or "data" of the ops since the last nop
+        self.touched: list[tuple[str, int, int, bool]] = []
+        self.canon = canon
+
+    def emit(self, op: Op) -> None:
+        kind = "control" if op.is_control else "data"
+        acc = self._accesses(op)
+        if self.kind is not None:
+            need = kind != self.kind or (kind == "data" and self._conflict(acc))
+            if need:
+                self.ops.append(Op("nop"))
+                self.touched = []
+        self.kind = kind
+        self.touched.extend(acc)
+        self.ops.append(op)
+
+    def _accesses(self, op: Op) -> list[tuple[str, int, int, bool]]:
+        out = []
+        for refs, write in ((op.src_buff, False), (op.dst_buff, True)):
+            for b in refs:
+                if b.type is not None:
+                    space, lo = self.canon(b.type, b.index)  # type: ignore[operator]
+                    out.append((space, lo, lo + b.size, write))
+        return out
+
+    def _conflict(self, acc: list[tuple[str, int, int, bool]]) -> bool:
+        for s1, lo1, hi1, w1 in acc:
+            for s2, lo2, hi2, w2 in self.touched:
+                if s1 == s2 and lo1 < hi2 and lo2 < hi1 and (w1 or w2):
+                    return True
+        return False
+
+
+def _lower_gpu(
+    program: Program, r: int, s_chunks: int, ic: int, oc: int,
+    sends: dict[Fifo, list[tuple[int, int, int]]], recvs: dict[Fifo, list[tuple[int, int, int]]],
+    slots: dict[tuple[int, int, int], int], ctype: dict[Fifo, str], coll: str, inplace: bool,
+) -> PlanGpu:  # fmt: skip
+    gpu = program.gpu(r)
+    mine = sorted(f for f in sends if r in (f[0], f[1]))
+    flat: dict[str, list[int]] = {"memory": [], "port": []}
+    chan_of: dict[Fifo, tuple[str, int]] = {}
+    for f in mine:  # one connection per FIFO; both ends list them in the same (sorted) order
+        t = ctype[f]
+        chan_of[f] = (t, len(flat[t]))
+        flat[t].append(f[1] if f[0] == r else f[0])
+    rbuf_of: dict[int, int] = {}
+    rbufs: list[RemoteBuffer] = []
+    for f in mine:
+        if f[0] == r and f[1] not in rbuf_of:
+            rbuf_of[f[1]] = len(rbufs)
+            rbufs.append(RemoteBuffer(rank=f[1], type="s", access_channel_types=(ctype[f],)))
+    acquires, releases, nsems = _semaphores(program, r)
+    if nsems > MAX_DEVICE_SEMAPHORES:
+        raise PlanLimitError(f"gpu {r}: {nsems} threadblock pairs with dependencies need {nsems} semaphores, more "
+                             f"than MAX_DEVICE_SEMAPHORES = {MAX_DEVICE_SEMAPHORES} {_LIM}")
+    # message k of FIFO f lands in the receiver's slot of its k-th receive
+    send_slot: dict[tuple[int, int], int] = {}
+    for f, lst in sends.items():
+        if f[0] != r:
+            continue
+        for (tb_id, k, _), (rtb, rk, _) in zip(lst, recvs[f]):
+            send_slot[(tb_id, k)] = slots[(f[1], rtb, rk)]
+    recv_total = sum(st.cnt for tb in gpu.threadblocks for st in tb.steps if st.type.receives)
+
+    def canon(btype: str, index: int) -> tuple[str, int]:
+        if btype == "s":
+            return "s", index
+        if not inplace:
+            return btype, index
+        if coll == "allgather" and btype == "i":
+            return "o", r * ic + index
+        if coll == "reducescatter" and btype == "o":
+            return "i", r * oc + index
+        return "i", index
+
+    tbs = []
+    for tb in gpu.threadblocks:
+        send_f = (r, tb.send, tb.chan) if tb.send >= 0 else None
+        recv_f = (tb.recv, r, tb.chan) if tb.recv >= 0 else None
+        tb_chans: dict[str, list[int]] = {"memory": [], "port": []}
+        local: dict[Fifo, tuple[str, int]] = {}
+        for f in (send_f, recv_f):
+            if f is not None and f in chan_of:
+                t, g = chan_of[f]
+                if g not in tb_chans[t]:
+                    tb_chans[t].append(g)
+                local[f] = (t, tb_chans[t].index(g))
+        em = _Emitter(canon)
+        if recv_f is not None and recv_f in local:  # credit: my slots are free for this launch
+            t, lc = local[recv_f]
+            em.emit(Op("signal", channel_ids=(lc,), channel_type=t))
+        credited = False
+        for k, st in enumerate(tb.steps):
+            if (tb.id, k) in acquires:
+                em.emit(Op("sem_acquire", semaphore_ids=tuple(acquires[(tb.id, k)])))
+            t_ = st.type
+            slot = slots.get((r, tb.id, k))
+            if t_.receives:
+                assert recv_f is not None and slot is not None
+                t, lc = local[recv_f]
+                em.emit(Op("wait", channel_ids=(lc,), channel_type=t))
+            src = BufferRef(st.srcoff, st.cnt, type=st.srcbuf.value)
+            dst = BufferRef(st.dstoff, st.cnt, type=st.dstbuf.value)
+            sl = BufferRef(slot, st.cnt, type="s") if slot is not None else None
+            out: BufferRef | None = None  # what a sending step sends
+            if t_ is StepType.SEND:
+                out = src
+            elif t_ is StepType.RECV:
+                em.emit(Op("copy", (sl,), (dst,)))  # type: ignore[arg-type]
+            elif t_ is StepType.RECV_COPY_SEND:
+                em.emit(Op("copy", (sl,), (dst,)))  # type: ignore[arg-type]
+                out = sl
+            elif t_ is StepType.RECV_REDUCE_COPY:
+                em.emit(Op("re", (src, sl), (dst,), reduce_op="sum"))  # type: ignore[arg-type]
+            elif t_ is StepType.RECV_REDUCE_SEND:
+                em.emit(Op("re", (sl, src), (sl,), reduce_op="sum"))  # type: ignore[arg-type]
+                out = sl
+            elif t_ is StepType.RECV_REDUCE_COPY_SEND:
+                em.emit(Op("re", (src, sl), (dst,), reduce_op="sum"))  # type: ignore[arg-type]
+                out = dst
+            elif t_ is StepType.LOCAL_COPY:
+                em.emit(Op("copy", (src,), (dst,)))
+            elif t_ is StepType.REDUCE:
+                em.emit(Op("re", (dst, src), (dst,), reduce_op="sum"))
+            if out is not None:
+                assert send_f is not None
+                t, lc = local[send_f]
+                if not credited:
+                    em.emit(Op("wait", channel_ids=(lc,), channel_type=t))
+                    credited = True
+                remote = BufferRef(send_slot[(tb.id, k)], st.cnt, buffer_id=0)
+                if t == "memory":
+                    em.emit(Op("put", (out,), (remote,), channel_ids=(lc,), channel_type=t))
+                    em.emit(Op("signal", channel_ids=(lc,), channel_type=t))
+                else:
+                    em.emit(Op("pws", (out,), (remote,), channel_ids=(lc,), channel_type=t))
+            if (tb.id, k) in releases:
+                em.emit(Op("sem_release", semaphore_ids=tuple(releases[(tb.id, k)])))
+        if len(em.ops) > MAX_OPERATION:
+            raise PlanLimitError(f"gpu {r} tb {tb.id}: {len(em.ops)} operations, more than MAX_OPERATION = "
+                                 f"{MAX_OPERATION} {_LIM}; use fewer chunks per source")
+        if max(len(v) for v in tb_chans.values()) > MAX_CHANNEL:
+            raise PlanLimitError(f"gpu {r} tb {tb.id}: more than MAX_CHANNEL = {MAX_CHANNEL} channels {_LIM}")
+        chans = tuple(TbChannels(t, tuple(ids)) for t, ids in tb_chans.items() if ids)
+        refs = ()
+        if send_f is not None and send_f in local:
+            refs = (TbRemoteRefs(ctype[send_f], (rbuf_of[send_f[1]],)),)
+        tbs.append(Threadblock(id=tb.id, ops=tuple(em.ops), channels=chans, remote_buffer_refs=refs))
+    decls = tuple(ChannelDecl(t, tuple(peers)) for t, peers in flat.items() if peers)
+    return PlanGpu(
+        id=r,
+        input_chunks=ic,
+        output_chunks=oc,
+        scratch_chunks=s_chunks + recv_total,
+        threadblocks=tuple(tbs),
+        channels=decls,
+        remote_buffers=tuple(rbufs),
+        semaphores=(0,) * nsems,
+    )
+
+
+def _semaphores(
+    program: Program, r: int
+) -> tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int], list[int]], int]:
+    """Acquires before (tb, step) and releases after (tb, step), and the semaphore count.
+
+    Dependencies of consumer ``B`` on producer ``A`` are kept as a running maximum over ``B``'s
+    steps: each time it grows to step ``i`` of ``A``, ``A`` releases after ``i`` and ``B``
+    acquires once, so releases and acquires pair up in order on one counting semaphore.
+    """
+    gpu = program.gpu(r)
+    acquires: dict[tuple[int, int], list[int]] = defaultdict(list)
+    releases: dict[tuple[int, int], list[int]] = defaultdict(list)
+    sem_of: dict[tuple[int, int], int] = {}
+    for tb in gpu.threadblocks:
+        best: dict[int, int] = {}
+        for k, st in enumerate(tb.steps):
+            if st.depid < 0:
+                continue
+            a, i = st.depid, st.deps
+            if a == tb.id or i <= best.get(a, -1):
+                continue
+            best[a] = i
+            sem = sem_of.setdefault((a, tb.id), len(sem_of))
+            acquires[(tb.id, k)].append(sem)
+            releases[(a, i)].append(sem)
+    return dict(acquires), dict(releases), len(sem_of)
