@@ -1,9 +1,10 @@
-"""``loopcoll check FILE.xml|DIR [--topology SPEC] [--runtime R] [--json]``.
+"""``loopcoll check FILE.xml|PLAN.json|DIR [--topology SPEC] [--runtime R] [--json]``.
 
-Checks MSCCL XML files (a directory: every ``*.xml`` in it, sorted) and prints one line, or with
-``--json`` one JSON object, per file. Exit status 0 when every file is valid, 1 when any is
-invalid; in a directory an unreadable file is reported as invalid (``unreadable: …``) and the
-rest are still checked; a single unreadable FILE raises :class:`~synth.errors.XmlError` (exit 2).
+Checks MSCCL XML files and MSCCL++ JSON execution plans (told apart by content; a directory:
+every ``*.xml`` and ``*.json`` in it, sorted) and prints one line, or with ``--json`` one JSON
+object, per file. Exit status 0 when every file is valid, 1 when any is invalid; in a directory an
+unreadable file is reported as invalid (``unreadable: …``) and the rest are still checked; a single
+unreadable FILE raises :class:`~synth.errors.XmlError` or :class:`~mscclpp_plan.PlanError` (exit 2).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ def register(sub: Any) -> None:
     """Add the ``check`` subcommand to the argparse subparsers ``sub``."""
     p = sub.add_parser(
         "check",
-        help="check MSCCL XML files against a runtime's rules and their collective",
+        help="check MSCCL XML files or MSCCL++ plans against a runtime's rules and their collective",
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
-    p.add_argument("path", metavar="FILE.xml|DIR", help="an MSCCL XML file or a directory of them")
+    p.add_argument("path", metavar="FILE.xml|PLAN.json|DIR", help="an MSCCL XML file, an MSCCL++ plan, or a directory of them")
     p.add_argument(
         "--topology",
         metavar="SPEC",
@@ -53,9 +54,9 @@ def run(args: argparse.Namespace) -> int:
     """Check the file or directory in ``args.path``; return the exit status."""
     path = Path(args.path)
     if path.is_dir():
-        files = sorted(p for p in path.glob("*.xml") if p.is_file())
+        files = sorted(p for p in (*path.glob("*.xml"), *path.glob("*.json")) if p.is_file())
         if not files:
-            raise XmlError(f"{path}: no *.xml files in this directory")
+            raise XmlError(f"{path}: no *.xml or *.json files in this directory")
     elif path.exists():
         files = [path]
     else:
@@ -86,7 +87,42 @@ def run(args: argparse.Namespace) -> int:
     return 0 if all_valid else 1
 
 
+def _is_plan(file: Path) -> bool:
+    """MSCCL++ plans are JSON objects; MSCCL programs are XML."""
+    try:
+        with open(file, "rb") as fh:
+            head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    except OSError:
+        return False
+    return head.startswith(b"{")
+
+
+def _plan_report(file: Path, topology: Any) -> dict[str, Any]:
+    from mscclpp_plan import check, plan_algbw_GBps, read as read_plan
+
+    plan = read_plan(file)
+    result = check(plan)
+    report: dict[str, Any] = {
+        "valid": result.valid,
+        "collective": result.collective,
+        "nranks": result.nranks,
+        "errors": list(result.errors),
+        "format": "mscclpp",
+    }
+    if topology is not None:
+        report["algbw_GBps"] = None
+        if result.valid:
+            try:
+                report["algbw_GBps"] = plan_algbw_GBps(plan, topology)
+            except LoopcollError as exc:
+                report["valid"] = False
+                report["errors"].append(f"topology: {exc}")
+    return report
+
+
 def _report(file: Path, runtime: str, topology: Any) -> dict[str, Any]:
+    if _is_plan(file):
+        return _plan_report(file, topology)
     result = check_file(file, runtime=runtime)
     report: dict[str, Any] = {
         "valid": result.valid,

@@ -133,7 +133,8 @@ def _run(args: argparse.Namespace) -> int:
     print(f"  {'warm' if result.warm else 'cold'} solve {result.solve_time_s:.3f} s; {result.status.value}: {result.message}")
     if capped:
         print(f"  {capped[1]}")
-    for path, what in ((args.output, "MSCCL XML"), (args.schedule_out, "schedule")):
+    fmt = "MSCCL++ plan" if getattr(args, "format", "xml") == "mscclpp" else "MSCCL XML"
+    for path, what in ((args.output, fmt), (args.schedule_out, "schedule")):
         if path:
             print(f"  wrote {what} to {path}")
     return 0
@@ -151,15 +152,28 @@ def _export_fitting(
     from msccl_xml import runtime_limits
 
     assert result.schedule is not None
+    mscclpp = getattr(args, "format", "xml") == "mscclpp"
+
+    def write_out(sched: Schedule) -> None:
+        if mscclpp:
+            from mscclpp_plan import export as export_plan
+
+            export_plan(sched, topo, args.output, inplace=getattr(args, "inplace", False))
+        else:
+            export(sched, topo, args.output, runtime=args.runtime, protocol=args.protocol)
+
     try:
-        export(result.schedule, topo, args.output, runtime=args.runtime, protocol=args.protocol)
+        write_out(result.schedule)
         return result, None
     except RuntimeLimitError as exc:
         if args.collective == "alltoall" or args.chunks is not None:
             raise
         first = exc
     uncapped = result.schedule.nchunks
-    cap = min(uncapped - 1, (runtime_limits(args.runtime).max_offset + 1) // topo.nranks)
+    if mscclpp:  # MSCCL++ limits operations per threadblock, not offsets: halve the chunks
+        cap = max(1, uncapped // 2) if uncapped > 1 else 0
+    else:
+        cap = min(uncapped - 1, (runtime_limits(args.runtime).max_offset + 1) // topo.nranks)
     log = logging.getLogger("synth.cli")
     while cap >= 1:
         log.warning("%s; re-synthesizing with at most %d chunks per source", first, cap)
@@ -168,13 +182,14 @@ def _export_fitting(
             raise ScheduleError(f"{args.collective} on {topo.name} with at most {cap} chunks per source: no schedule "
                                 f"({capped.status.value}: {capped.message})")
         try:
-            export(capped.schedule, topo, args.output, runtime=args.runtime, protocol=args.protocol)
+            write_out(capped.schedule)
         except RuntimeLimitError as exc:
             first = exc
             cap = min(cap, capped.schedule.nchunks) // 2
             continue
+        target = "MSCCL++" if mscclpp else args.runtime
         note = (f"re-synthesized with at most {cap} chunks per source: the uncapped schedule's {uncapped} "
-                f"chunks exceed {args.runtime}'s limits")
+                f"chunks exceed {target}'s limits")
         return capped, (cap, note)
     raise RuntimeLimitError(f"{first} (even with 1 chunk per source)")
 
@@ -203,7 +218,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        "collective with status time_limit (an error when no schedule was built)")
         c.add_argument("--warm-from", metavar="SCHED.json", help="warm-start from a previous schedule of this collective")
         c.add_argument("--schedule-out", metavar="SCHED.json", help="write the schedule JSON here (atomically)")
-        c.add_argument("-o", "--output", metavar="OUT.xml", help="write the schedule as MSCCL XML (checked before writing)")
+        c.add_argument("-o", "--output", metavar="OUT.xml", help="write the schedule as MSCCL XML, or with --format mscclpp as an MSCCL++ execution plan (checked before writing)")
+        c.add_argument("--format", choices=("xml", "mscclpp"), default="xml", help="format of -o: MSCCL XML (default) or an MSCCL++ JSON execution plan (docs/mscclpp.md)")
+        c.add_argument("--inplace", action="store_true", help="with --format mscclpp: write the in-place plan (default out of place)")
         c.add_argument("--runtime", default="msccl-executor-nccl", help="MSCCL runtime whose limits the XML must meet")
         c.add_argument("--protocol", default="Simple", choices=("Simple", "LL", "LL128"), help="MSCCL protocol (default Simple)")
         c.add_argument("--json", action="store_true", help="print one JSON object (implies --quiet)")

@@ -26,6 +26,7 @@ from .checker import (
     plan_algbw_GBps,
     plan_link_loads,
 )
+from ._export import export
 from .errors import PlanError, PlanLimitError
 from .limits import MSCCLPP_COMMIT
 from .lowering import lower, lower_schedule
@@ -61,6 +62,7 @@ __all__ = [
     "check",
     "check_file",
     "check_text",
+    "export",
     "lower",
     "lower_schedule",
     "parse",

@@ -438,7 +438,7 @@ def _flow(
             else:
                 acc = acc | v
         values.append(acc)
-    for (b, pkt), locs in zip(dsts, dst_locs):
+    for (_b, pkt), locs in zip(dsts, dst_locs):
         assert locs is not None
         for u, loc in enumerate(locs):
             _access(st, loc, e, pred, True, place)

@@ -114,6 +114,9 @@ def structural_problems(plan: Plan) -> tuple[list[str], list[str]]:
         for k, c in enumerate(gpu.channels):
             if c.channel_type == "switch":
                 errors.append(f"{where} channels[{k}]: {_NVLS}")
+                if c.buffer_key != "buffer_type":
+                    warnings.append(f"{where} channels[{k}]: switch channel names its buffer with "
+                                    f"{c.buffer_key!r}, but the executor reads 'buffer_type'")
             elif c.channel_type == "none":
                 errors.append(f"{where} channels[{k}]: channel type 'none' cannot connect peers")
             for p in c.connected_to:

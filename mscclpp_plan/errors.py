@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from synth.errors import LoopcollError
+from synth.errors import LoopcollError, RuntimeLimitError
 
 __all__ = ["PlanError", "PlanLimitError"]
 
@@ -15,5 +15,6 @@ class PlanError(LoopcollError):
     """An MSCCL++ execution plan is unreadable or malformed, or a program cannot be lowered to one."""
 
 
-class PlanLimitError(PlanError):
-    """A program does not fit one of the MSCCL++ executor's limits (the message names the limit)."""
+class PlanLimitError(PlanError, RuntimeLimitError):
+    """A schedule does not fit one of the MSCCL++ executor's limits (the message names the limit;
+    fewer chunks may fit, as for :class:`~synth.errors.RuntimeLimitError`)."""

@@ -103,14 +103,18 @@ def parse_obj(obj: Any, *, source: str = "<object>") -> Plan:
     """Build a :class:`Plan` from already-decoded JSON ``obj``."""
     r = _Reader(source)
     d = r.obj(obj, "plan")
+    name = r.str(r.req(d, "name", "name"), "name")
+    collective = r.str(r.req(d, "collective", "collective"), "collective")
+    protocol = r.token(r.req(d, "protocol", "protocol"), "protocol", ("Simple", "LL"))
+    inplace = r.bool(r.req(d, "inplace", "inplace"), "inplace")
     gpus_raw = r.list(r.req(d, "gpus", "gpus"), "gpus", _MAX_GPUS)
     gpus = tuple(r.gpu(g, f"gpus[{k}]") for k, g in enumerate(gpus_raw))
     extra = tuple((k, json.dumps(v, sort_keys=True)) for k, v in d.items() if k not in _PLAN_KEYS)
     return Plan(
-        name=r.str(r.req(d, "name", "name"), "name"),
-        collective=r.str(r.req(d, "collective", "collective"), "collective"),
-        protocol=r.token(r.req(d, "protocol", "protocol"), "protocol", ("Simple", "LL")),
-        inplace=r.bool(r.req(d, "inplace", "inplace"), "inplace"),
+        name=name,
+        collective=collective,
+        protocol=protocol,
+        inplace=inplace,
         gpus=gpus,
         reuse_resources=r.bool(d.get("reuse_resources", False), "reuse_resources"),
         num_threads_per_block=r.int(d.get("num_threads_per_block", 1024), "num_threads_per_block", lo=1),

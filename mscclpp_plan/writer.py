@@ -20,7 +20,7 @@ import json
 import os
 from typing import Any
 
-from synth._atomic import write_text_atomic
+from synth.fileio import write_text_atomic
 
 from .model import BufferRef, ChannelDecl, Op, Plan, PlanGpu, Threadblock
 
