@@ -112,13 +112,13 @@ def simulate(plan: Plan, *, runs: int = 1) -> tuple[list[str], list[str], list[T
     for r, gpu in enumerate(plan.gpus):
         for k, v in enumerate(gpu.semaphores):
             st.sems[(r, k)] = deque([0] * v)
-        for t, tb in enumerate(gpu.threadblocks):
+        for t, ptb in enumerate(gpu.threadblocks):
             flat: list[tuple[Op, str]] = []
             for run in range(runs):
                 pre = f"launch {run + 1}: " if runs > 1 else ""
                 if run:
                     flat.append((_LAUNCH, f"{pre}gpu {r} tb {t} launch"))
-                for k, op in enumerate(tb.ops):
+                for k, op in enumerate(ptb.ops):
                     if op.name == "pipeline":
                         flat.extend((o, f"{pre}gpu {r} tb {t} op {k}.{j} ({o.name})") for j, o in enumerate(op.ops))
                     else:
@@ -127,17 +127,17 @@ def simulate(plan: Plan, *, runs: int = 1) -> tuple[list[str], list[str], list[T
     progress = True
     while progress:
         progress = False
-        for key, tb in tbs.items():
-            while tb.pc < len(tb.ops) and not tb.at_barrier:
-                if not _step(st, key, tb, tbs):
+        for key, cur in tbs.items():
+            while cur.pc < len(cur.ops) and not cur.at_barrier:
+                if not _step(st, key, cur, tbs):
                     break
                 progress = True
             if len(st.errors) > _MAX_ERRORS:
                 return st.errors, st.warnings, st.transfers
     stuck = [(k, tb) for k, tb in tbs.items() if tb.pc < len(tb.ops)]
-    for (r, t), tb in stuck[:8]:
-        op, place = tb.ops[tb.pc]
-        st.error(f"{place}: deadlock: {_blocked_reason(st, r, t, op)}")
+    for (r, t), stb in stuck[:8]:
+        sop, place = stb.ops[stb.pc]
+        st.error(f"{place}: deadlock: {_blocked_reason(st, r, t, sop)}")
     if len(stuck) > 8:
         st.error(f"deadlock: {len(stuck) - 8} more threadblocks are stuck")
     if not stuck:

@@ -229,7 +229,7 @@ def _operand_problems(
             errors.append(f"{where}: {len(refs)} {label} entries, more than {MAX_BUFFERS_PER_OPERATION} {_LIM}")
     if op.name in _PAIRED:
         ok = len(op.src_buff) == len(op.dst_buff) >= 1
-        kinds = ["L"] * len(op.src_buff), ["R"] * len(op.dst_buff)
+        kinds: tuple[list[str] | None, list[str] | None] = ["L"] * len(op.src_buff), ["R"] * len(op.dst_buff)
         if not ok:
             errors.append(f"{where}: needs as many src_buff as dst_buff entries (one per destination), got "
                           f"{len(op.src_buff)} and {len(op.dst_buff)}")

@@ -283,12 +283,12 @@ def _lower_gpu(
         recv_f = (tb.recv, r, tb.chan) if tb.recv >= 0 else None
         tb_chans: dict[str, list[int]] = {"memory": [], "port": []}
         local: dict[Fifo, tuple[str, int]] = {}
-        for f in (send_f, recv_f):
-            if f is not None and f in chan_of:
-                t, g = chan_of[f]
+        for maybe in (send_f, recv_f):
+            if maybe is not None and maybe in chan_of:
+                t, g = chan_of[maybe]
                 if g not in tb_chans[t]:
                     tb_chans[t].append(g)
-                local[f] = (t, tb_chans[t].index(g))
+                local[maybe] = (t, tb_chans[t].index(g))
         em = _Emitter(canon)
         if recv_f is not None and recv_f in local:  # credit: my slots are free for this launch
             t, lc = local[recv_f]
@@ -346,7 +346,7 @@ def _lower_gpu(
         if max(len(v) for v in tb_chans.values()) > MAX_CHANNEL:
             raise PlanLimitError(f"gpu {r} tb {tb.id}: more than MAX_CHANNEL = {MAX_CHANNEL} channels {_LIM}")
         chans = tuple(TbChannels(t, tuple(ids)) for t, ids in tb_chans.items() if ids)
-        refs = ()
+        refs: tuple[TbRemoteRefs, ...] = ()
         if send_f is not None and send_f in local:
             refs = (TbRemoteRefs(ctype[send_f], (rbuf_of[send_f[1]],)),)
         tbs.append(Threadblock(id=tb.id, ops=tuple(em.ops), channels=chans, remote_buffer_refs=refs))

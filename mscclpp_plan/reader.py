@@ -103,11 +103,11 @@ def parse_obj(obj: Any, *, source: str = "<object>") -> Plan:
     """Build a :class:`Plan` from already-decoded JSON ``obj``."""
     r = _Reader(source)
     d = r.obj(obj, "plan")
-    name = r.str(r.req(d, "name", "name"), "name")
-    collective = r.str(r.req(d, "collective", "collective"), "collective")
+    name = r.text(r.req(d, "name", "name"), "name")
+    collective = r.text(r.req(d, "collective", "collective"), "collective")
     protocol = r.token(r.req(d, "protocol", "protocol"), "protocol", ("Simple", "LL"))
-    inplace = r.bool(r.req(d, "inplace", "inplace"), "inplace")
-    gpus_raw = r.list(r.req(d, "gpus", "gpus"), "gpus", _MAX_GPUS)
+    inplace = r.flag(r.req(d, "inplace", "inplace"), "inplace")
+    gpus_raw = r.seq(r.req(d, "gpus", "gpus"), "gpus", _MAX_GPUS)
     gpus = tuple(r.gpu(g, f"gpus[{k}]") for k, g in enumerate(gpus_raw))
     extra = tuple((k, json.dumps(v, sort_keys=True)) for k, v in d.items() if k not in _PLAN_KEYS)
     return Plan(
@@ -116,12 +116,12 @@ def parse_obj(obj: Any, *, source: str = "<object>") -> Plan:
         protocol=protocol,
         inplace=inplace,
         gpus=gpus,
-        reuse_resources=r.bool(d.get("reuse_resources", False), "reuse_resources"),
-        num_threads_per_block=r.int(d.get("num_threads_per_block", 1024), "num_threads_per_block", lo=1),
-        use_double_scratch_buffer=r.bool(d.get("use_double_scratch_buffer", False), "use_double_scratch_buffer"),
-        buffer_alignment=r.int(d.get("buffer_alignment", 16), "buffer_alignment", lo=1),
-        min_message_size=r.int(d.get("min_message_size", 0), "min_message_size", hi=2**64 - 1),
-        max_message_size=r.int(d.get("max_message_size", 2**64 - 1), "max_message_size", hi=2**64 - 1),
+        reuse_resources=r.flag(d.get("reuse_resources", False), "reuse_resources"),
+        num_threads_per_block=r.integer(d.get("num_threads_per_block", 1024), "num_threads_per_block", lo=1),
+        use_double_scratch_buffer=r.flag(d.get("use_double_scratch_buffer", False), "use_double_scratch_buffer"),
+        buffer_alignment=r.integer(d.get("buffer_alignment", 16), "buffer_alignment", lo=1),
+        min_message_size=r.integer(d.get("min_message_size", 0), "min_message_size", hi=2**64 - 1),
+        max_message_size=r.integer(d.get("max_message_size", 2**64 - 1), "max_message_size", hi=2**64 - 1),
         extra=extra,
     )
 
@@ -143,24 +143,24 @@ class _Reader:
             raise self.fail(where, "missing")
         return d[key]
 
-    def list(self, v: Any, where: str, cap: int = _MAX_LIST) -> list[Any]:
+    def seq(self, v: Any, where: str, cap: int = _MAX_LIST) -> list[Any]:
         if not isinstance(v, list):
             raise self.fail(where, f"expected a list, got {_show(v)}")
         if len(v) > cap:
             raise self.fail(where, f"{len(v)} entries, more than the cap of {cap}")
         return v
 
-    def str(self, v: Any, where: str) -> str:
+    def text(self, v: Any, where: str) -> str:
         if not isinstance(v, str):
             raise self.fail(where, f"expected a string, got {_show(v)}")
         return v
 
-    def bool(self, v: Any, where: str) -> bool:
+    def flag(self, v: Any, where: str) -> bool:
         if not isinstance(v, bool):
             raise self.fail(where, f"expected true or false, got {_show(v)}")
         return v
 
-    def int(self, v: Any, where: str, lo: int = 0, hi: int = _MAX_INT) -> int:
+    def integer(self, v: Any, where: str, lo: int = 0, hi: int = _MAX_INT) -> int:
         if isinstance(v, bool) or not isinstance(v, int):
             raise self.fail(where, f"expected an integer, got {_show(v)}")
         if not lo <= v <= hi:
@@ -168,33 +168,33 @@ class _Reader:
         return v
 
     def ints(self, v: Any, where: str) -> tuple[int, ...]:
-        return tuple(self.int(x, f"{where}[{k}]") for k, x in enumerate(self.list(v, where)))
+        return tuple(self.integer(x, f"{where}[{k}]") for k, x in enumerate(self.seq(v, where)))
 
     def token(self, v: Any, where: str, allowed: tuple[str, ...] | frozenset[str]) -> str:
-        s = self.str(v, where)
+        s = self.text(v, where)
         if s not in allowed:
             raise self.fail(where, f"unknown value {s!r} (expected one of {', '.join(sorted(allowed))})")
         return s
 
     def gpu(self, v: Any, where: str) -> PlanGpu:
         d = self.obj(v, where)
-        tbs_raw = self.list(self.req(d, "threadblocks", f"{where}.threadblocks"), f"{where}.threadblocks", _MAX_TBS)
-        chans = self.list(d.get("channels", []), f"{where}.channels")
-        rbufs = self.list(d.get("remote_buffers", []), f"{where}.remote_buffers")
-        sems = self.list(d.get("semaphores", []), f"{where}.semaphores")
+        tbs_raw = self.seq(self.req(d, "threadblocks", f"{where}.threadblocks"), f"{where}.threadblocks", _MAX_TBS)
+        chans = self.seq(d.get("channels", []), f"{where}.channels")
+        rbufs = self.seq(d.get("remote_buffers", []), f"{where}.remote_buffers")
+        sems = self.seq(d.get("semaphores", []), f"{where}.semaphores")
         return PlanGpu(
-            id=self.int(self.req(d, "id", f"{where}.id"), f"{where}.id"),
-            input_chunks=self.int(self.req(d, "input_chunks", f"{where}.input_chunks"), f"{where}.input_chunks",
+            id=self.integer(self.req(d, "id", f"{where}.id"), f"{where}.id"),
+            input_chunks=self.integer(self.req(d, "input_chunks", f"{where}.input_chunks"), f"{where}.input_chunks",
                                   hi=2**31 - 1),
-            output_chunks=self.int(self.req(d, "output_chunks", f"{where}.output_chunks"), f"{where}.output_chunks",
+            output_chunks=self.integer(self.req(d, "output_chunks", f"{where}.output_chunks"), f"{where}.output_chunks",
                                    hi=2**31 - 1),
-            scratch_chunks=self.int(self.req(d, "scratch_chunks", f"{where}.scratch_chunks"),
+            scratch_chunks=self.integer(self.req(d, "scratch_chunks", f"{where}.scratch_chunks"),
                                     f"{where}.scratch_chunks", hi=2**31 - 1),
             threadblocks=tuple(self.tb(t, f"{where}.threadblocks[{k}]") for k, t in enumerate(tbs_raw)),
             channels=tuple(self.chan(c, f"{where}.channels[{k}]") for k, c in enumerate(chans)),
             remote_buffers=tuple(self.rbuf(b, f"{where}.remote_buffers[{k}]") for k, b in enumerate(rbufs)),
             semaphores=tuple(
-                self.int(self.req(self.obj(s, f"{where}.semaphores[{k}]"), "init_value",
+                self.integer(self.req(self.obj(s, f"{where}.semaphores[{k}]"), "init_value",
                                   f"{where}.semaphores[{k}].init_value"), f"{where}.semaphores[{k}].init_value")
                 for k, s in enumerate(sems)
             ),
@@ -206,9 +206,9 @@ class _Reader:
                            CHANNEL_TYPES)
         if ctype == "switch":
             groups = []
-            for k, g in enumerate(self.list(self.req(d, "rank_groups", f"{where}.rank_groups"), f"{where}.rank_groups")):
+            for k, g in enumerate(self.seq(self.req(d, "rank_groups", f"{where}.rank_groups"), f"{where}.rank_groups")):
                 gd = self.obj(g, f"{where}.rank_groups[{k}]")
-                groups.append((self.int(self.req(gd, "size", f"{where}.rank_groups[{k}].size"),
+                groups.append((self.integer(self.req(gd, "size", f"{where}.rank_groups[{k}].size"),
                                         f"{where}.rank_groups[{k}].size"),
                                self.ints(self.req(gd, "ranks", f"{where}.rank_groups[{k}].ranks"),
                                          f"{where}.rank_groups[{k}].ranks")))
@@ -220,10 +220,10 @@ class _Reader:
 
     def rbuf(self, v: Any, where: str) -> RemoteBuffer:
         d = self.obj(v, where)
-        types = self.list(self.req(d, "access_channel_types", f"{where}.access_channel_types"),
+        types = self.seq(self.req(d, "access_channel_types", f"{where}.access_channel_types"),
                           f"{where}.access_channel_types")
         return RemoteBuffer(
-            rank=self.int(self.req(d, "rank", f"{where}.rank"), f"{where}.rank"),
+            rank=self.integer(self.req(d, "rank", f"{where}.rank"), f"{where}.rank"),
             type=self.token(self.req(d, "type", f"{where}.type"), f"{where}.type", BUFFER_TYPES),
             access_channel_types=tuple(
                 self.token(t, f"{where}.access_channel_types[{k}]", CHANNEL_TYPES) for k, t in enumerate(types)
@@ -232,9 +232,9 @@ class _Reader:
 
     def tb(self, v: Any, where: str) -> Threadblock:
         d = self.obj(v, where)
-        ops_raw = self.list(self.req(d, "ops", f"{where}.ops"), f"{where}.ops", _MAX_OPS)
+        ops_raw = self.seq(self.req(d, "ops", f"{where}.ops"), f"{where}.ops", _MAX_OPS)
         chans = []
-        for k, c in enumerate(self.list(d.get("channels", []), f"{where}.channels")):
+        for k, c in enumerate(self.seq(d.get("channels", []), f"{where}.channels")):
             cw = f"{where}.channels[{k}]"
             cd = self.obj(c, cw)
             chans.append(TbChannels(
@@ -244,7 +244,7 @@ class _Reader:
                 buff=self.token(cd["buff"], f"{cw}.buff", BUFFER_TYPES) if "buff" in cd else None,
             ))
         refs = []
-        for k, c in enumerate(self.list(d.get("remote_buffer_refs", []), f"{where}.remote_buffer_refs")):
+        for k, c in enumerate(self.seq(d.get("remote_buffer_refs", []), f"{where}.remote_buffer_refs")):
             cw = f"{where}.remote_buffer_refs[{k}]"
             cd = self.obj(c, cw)
             refs.append(TbRemoteRefs(
@@ -254,7 +254,7 @@ class _Reader:
                                             f"{cw}.remote_buffer_ids"),
             ))
         return Threadblock(
-            id=self.int(self.req(d, "id", f"{where}.id"), f"{where}.id"),
+            id=self.integer(self.req(d, "id", f"{where}.id"), f"{where}.id"),
             ops=tuple(self.op(o, f"{where}.ops[{k}]", nested=False) for k, o in enumerate(ops_raw)),
             channels=tuple(chans),
             remote_buffer_refs=tuple(refs),
@@ -267,21 +267,21 @@ class _Reader:
         if name == "pipeline":
             if nested:
                 raise self.fail(where, "a pipeline inside a pipeline")
-            inner_raw = self.list(self.req(d, "ops", f"{where}.ops"), f"{where}.ops", _MAX_OPS)
+            inner_raw = self.seq(self.req(d, "ops", f"{where}.ops"), f"{where}.ops", _MAX_OPS)
             inner = tuple(self.op(o, f"{where}.ops[{k}]", nested=True) for k, o in enumerate(inner_raw))
         tbg = None
         if "tbg_info" in d:
             t = self.obj(d["tbg_info"], f"{where}.tbg_info")
-            size = self.int(self.req(t, "tbg_size", f"{where}.tbg_info.tbg_size"), f"{where}.tbg_info.tbg_size",
+            size = self.integer(self.req(t, "tbg_size", f"{where}.tbg_info.tbg_size"), f"{where}.tbg_info.tbg_size",
                             lo=1, hi=1024)
-            tbg = (self.int(self.req(t, "tb_id", f"{where}.tbg_info.tb_id"), f"{where}.tbg_info.tb_id",
+            tbg = (self.integer(self.req(t, "tb_id", f"{where}.tbg_info.tb_id"), f"{where}.tbg_info.tb_id",
                             hi=size - 1), size)
         it = None
         if "iter_context" in d:
             c = self.obj(d["iter_context"], f"{where}.iter_context")
-            it = (self.int(self.req(c, "unit_size", f"{where}.iter_context.unit_size"),
+            it = (self.integer(self.req(c, "unit_size", f"{where}.iter_context.unit_size"),
                            f"{where}.iter_context.unit_size", lo=1),
-                  self.int(self.req(c, "num_chunks", f"{where}.iter_context.num_chunks"),
+                  self.integer(self.req(c, "num_chunks", f"{where}.iter_context.num_chunks"),
                            f"{where}.iter_context.num_chunks"))
         return Op(
             name=name,
@@ -290,10 +290,10 @@ class _Reader:
             channel_ids=self.ints(d["channel_ids"], f"{where}.channel_ids") if "channel_ids" in d else None,
             channel_type=(self.token(d["channel_type"], f"{where}.channel_type", CHANNEL_TYPES)
                           if "channel_type" in d else None),
-            reduce_op=self.str(d["reduce_op"], f"{where}.reduce_op") if "reduce_op" in d else None,
+            reduce_op=self.text(d["reduce_op"], f"{where}.reduce_op") if "reduce_op" in d else None,
             semaphore_ids=self.ints(d["semaphore_ids"], f"{where}.semaphore_ids") if "semaphore_ids" in d else None,
-            barrier_id=self.int(d["barrier_id"], f"{where}.barrier_id") if "barrier_id" in d else None,
-            num_threadblocks=(self.int(d["num_threadblocks"], f"{where}.num_threadblocks", lo=1)
+            barrier_id=self.integer(d["barrier_id"], f"{where}.barrier_id") if "barrier_id" in d else None,
+            num_threadblocks=(self.integer(d["num_threadblocks"], f"{where}.num_threadblocks", lo=1)
                               if "num_threadblocks" in d else None),
             tbg=tbg,
             iter_context=it,
@@ -305,18 +305,18 @@ class _Reader:
         if key not in d:
             return ()
         out = []
-        for k, b in enumerate(self.list(d[key], f"{where}.{key}", 64)):
+        for k, b in enumerate(self.seq(d[key], f"{where}.{key}", 64)):
             bw = f"{where}.{key}[{k}]"
             bd = self.obj(b, bw)
             names = [n for n in ("type", "buffer_id", "switch_channel_id") if n in bd]
             if len(names) != 1:
                 raise self.fail(bw, "needs exactly one of type, buffer_id, switch_channel_id")
             out.append(BufferRef(
-                index=self.int(self.req(bd, "index", f"{bw}.index"), f"{bw}.index", hi=2**31 - 1),
-                size=self.int(self.req(bd, "size", f"{bw}.size"), f"{bw}.size", hi=2**31 - 1),
+                index=self.integer(self.req(bd, "index", f"{bw}.index"), f"{bw}.index", hi=2**31 - 1),
+                size=self.integer(self.req(bd, "size", f"{bw}.size"), f"{bw}.size", hi=2**31 - 1),
                 type=self.token(bd["type"], f"{bw}.type", BUFFER_TYPES) if "type" in bd else None,
-                buffer_id=self.int(bd["buffer_id"], f"{bw}.buffer_id") if "buffer_id" in bd else None,
-                switch_channel_id=(self.int(bd["switch_channel_id"], f"{bw}.switch_channel_id")
+                buffer_id=self.integer(bd["buffer_id"], f"{bw}.buffer_id") if "buffer_id" in bd else None,
+                switch_channel_id=(self.integer(bd["switch_channel_id"], f"{bw}.switch_channel_id")
                                    if "switch_channel_id" in bd else None),
             ))
         return tuple(out)
