@@ -80,6 +80,9 @@ class _State:
     transfers: list[Transfer] = field(default_factory=list)
     events: int = 0
     race_reported: set[Loc] = field(default_factory=set)
+    # sources of port-channel puts the proxy may still read: loc -> (put's place, completing flush event)
+    async_src: dict[Loc, tuple[str, int | None]] = field(default_factory=dict)
+    unflushed: dict[tuple[int, int], list[Loc]] = field(default_factory=lambda: defaultdict(list))
 
     def error(self, msg: str) -> None:
         if len(self.errors) <= _MAX_ERRORS:
@@ -319,14 +322,43 @@ def _step(st: _State, key: tuple[int, int], tb: _Tb, tbs: dict[tuple[int, int], 
     elif name == "sem_release":
         for s in op.semaphore_ids or ():
             st.sems[(r, s)].append(pred | bit)
-    elif name in ("wait", "rlxwait", "sem_acquire", "flush"):
+    elif name in ("wait", "rlxwait", "sem_acquire"):
         pass
+    elif name == "flush":
+        _flushed(st, r, t, op, e, place)
     else:
         _data(st, r, t, op, place, e, pred, tb.run)
+        if op.channel_type == "port" and name in ("put", "pws", "pwsf", "ppkt"):
+            _posted(st, r, t, op, e, place)
         if name in ("pws", "pwsf") and op.channel_type == "port":
             for p, tag in _channel_peers(st, r, t, op):
                 st.signals[(r, p, "port", tag)].append(pred | bit)
     return True
+
+
+def _port_channels(st: _State, r: int, t: int, op: Op) -> list[int]:
+    ids = st.res.channels.get((r, t, "port"), ())
+    return [ids[c] for c in op.channel_ids or ()]
+
+
+def _posted(st: _State, r: int, t: int, op: Op, e: int, place: str) -> None:
+    """A port put only posts a request: its source stays in use until the channel is flushed."""
+    for k, (b, g) in enumerate(zip(op.src_buff, _port_channels(st, r, t, op))):
+        locs = _operand(st, r, t, op, b, False, place) or []
+        for loc in locs:
+            st.async_src[loc] = (place, None)
+            st.unflushed[(r, g)].append(loc)
+        del k
+    if op.name == "pwsf":
+        _flushed(st, r, t, op, e, place)
+
+
+def _flushed(st: _State, r: int, t: int, op: Op, e: int, place: str) -> None:
+    for g in _port_channels(st, r, t, op):
+        for loc in st.unflushed.pop((r, g), []):
+            if loc in st.async_src and st.async_src[loc][1] is None:
+                st.async_src[loc] = (st.async_src[loc][0], e)
+    del place
 
 
 def _arrive(st: _State, r: int, t: int, tb: _Tb, op: Op, tbs: dict[tuple[int, int], _Tb]) -> bool:
@@ -465,6 +497,12 @@ def _access(st: _State, loc: Loc, e: int, pred: int, write: bool, place: str) ->
         prior.append(w)
     if write:
         prior.extend(x for x in st.reads[loc] if x[0] != e)
+    if write and loc in st.async_src:
+        put_place, done = st.async_src.pop(loc)
+        if (done is None or not (pred >> done) & 1) and loc not in st.race_reported:
+            st.race_reported.add(loc)
+            st.error(f"{place}: race: overwrites gpu {loc[0]} {_loc_name(st, loc)}, the source of {put_place}, "
+                     "which the proxy may still be reading (no flush ordered before this write)")
     for e2, place2 in prior:
         if not (pred >> e2) & 1 and loc not in st.race_reported:
             st.race_reported.add(loc)

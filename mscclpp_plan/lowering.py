@@ -277,7 +277,7 @@ def _lower_gpu(
             return "i", r * oc + index
         return "i", index
 
-    tbs = []
+    pieces: list[tuple[int, list[list[Op]], tuple[TbChannels, ...], tuple[TbRemoteRefs, ...]]] = []
     for tb in gpu.threadblocks:
         send_f = (r, tb.send, tb.chan) if tb.send >= 0 else None
         recv_f = (tb.recv, r, tb.chan) if tb.recv >= 0 else None
@@ -289,67 +289,109 @@ def _lower_gpu(
                 if g not in tb_chans[t]:
                     tb_chans[t].append(g)
                 local[maybe] = (t, tb_chans[t].index(g))
-        em = _Emitter(canon)
+        steps: list[list[Op]] = []  # the raw ops (no nops yet) of each MSCCL step
         if recv_f is not None and recv_f in local:  # credit: my slots are free for this launch
             t, lc = local[recv_f]
-            em.emit(Op("signal", channel_ids=(lc,), channel_type=t))
+            steps.append([Op("signal", channel_ids=(lc,), channel_type=t)])
         credited = False
         for k, st in enumerate(tb.steps):
+            ops: list[Op] = []
+            steps.append(ops)
             if (tb.id, k) in acquires:
-                em.emit(Op("sem_acquire", semaphore_ids=tuple(acquires[(tb.id, k)])))
+                ops.append(Op("sem_acquire", semaphore_ids=tuple(acquires[(tb.id, k)])))
             t_ = st.type
             slot = slots.get((r, tb.id, k))
             if t_.receives:
                 assert recv_f is not None and slot is not None
                 t, lc = local[recv_f]
-                em.emit(Op("wait", channel_ids=(lc,), channel_type=t))
+                ops.append(Op("wait", channel_ids=(lc,), channel_type=t))
             src = BufferRef(st.srcoff, st.cnt, type=st.srcbuf.value)
             dst = BufferRef(st.dstoff, st.cnt, type=st.dstbuf.value)
-            sl = BufferRef(slot, st.cnt, type="s") if slot is not None else None
-            out: BufferRef | None = None  # what a sending step sends
+            sl = BufferRef(slot, st.cnt, type="s") if slot is not None else BufferRef(0, 0, type="s")
+            # (local result op, its sources, its local destination, what is sent) per step type
             if t_ is StepType.SEND:
-                out = src
+                local_op, srcs, ldst, out = None, (src,), None, src
             elif t_ is StepType.RECV:
-                em.emit(Op("copy", (sl,), (dst,)))  # type: ignore[arg-type]
+                local_op, srcs, ldst, out = "copy", (sl,), dst, None
             elif t_ is StepType.RECV_COPY_SEND:
-                em.emit(Op("copy", (sl,), (dst,)))  # type: ignore[arg-type]
-                out = sl
+                local_op, srcs, ldst, out = "copy", (sl,), dst, sl
             elif t_ is StepType.RECV_REDUCE_COPY:
-                em.emit(Op("re", (src, sl), (dst,), reduce_op="sum"))  # type: ignore[arg-type]
+                local_op, srcs, ldst, out = "re", (src, sl), dst, None
             elif t_ is StepType.RECV_REDUCE_SEND:
-                em.emit(Op("re", (sl, src), (sl,), reduce_op="sum"))  # type: ignore[arg-type]
-                out = sl
+                local_op, srcs, ldst, out = "re", (sl, src), sl, sl
             elif t_ is StepType.RECV_REDUCE_COPY_SEND:
-                em.emit(Op("re", (src, sl), (dst,), reduce_op="sum"))  # type: ignore[arg-type]
-                out = dst
+                local_op, srcs, ldst, out = "re", (src, sl), dst, dst
             elif t_ is StepType.LOCAL_COPY:
-                em.emit(Op("copy", (src,), (dst,)))
+                local_op, srcs, ldst, out = "copy", (src,), dst, None
             elif t_ is StepType.REDUCE:
-                em.emit(Op("re", (dst, src), (dst,), reduce_op="sum"))
+                local_op, srcs, ldst, out = "re", (dst, src), dst, None
+            else:  # nop: dependencies only
+                local_op, srcs, ldst, out = None, (), None, None
+            send: tuple[str, int] | None = None
+            remote = None
             if out is not None:
                 assert send_f is not None
-                t, lc = local[send_f]
+                send = local[send_f]
                 if not credited:
-                    em.emit(Op("wait", channel_ids=(lc,), channel_type=t))
+                    ops.append(Op("wait", channel_ids=(send[1],), channel_type=send[0]))
                     credited = True
                 remote = BufferRef(send_slot[(tb.id, k)], st.cnt, buffer_id=0)
-                if t == "memory":
-                    em.emit(Op("put", (out,), (remote,), channel_ids=(lc,), channel_type=t))
-                    em.emit(Op("signal", channel_ids=(lc,), channel_type=t))
-                else:
-                    em.emit(Op("pws", (out,), (remote,), channel_ids=(lc,), channel_type=t))
+            reduce_op = "sum" if local_op == "re" else None
+            if send is not None and send[0] == "memory" and local_op is not None:
+                # fused: compute locally and write the peer's slot in one pass ("res")
+                assert ldst is not None and remote is not None
+                ops.append(Op("res", srcs, (ldst, remote), channel_type="memory", reduce_op="sum"))
+                ops.append(Op("signal", channel_ids=(send[1],), channel_type="memory"))
+            else:
+                if local_op is not None:
+                    assert ldst is not None
+                    ops.append(Op(local_op, srcs, (ldst,), reduce_op=reduce_op))
+                if send is not None:
+                    assert out is not None and remote is not None
+                    t, lc = send
+                    if t == "memory":
+                        ops.append(Op("put", (out,), (remote,), channel_ids=(lc,), channel_type=t))
+                        ops.append(Op("signal", channel_ids=(lc,), channel_type=t))
+                    else:
+                        ops.append(Op("pwsf", (out,), (remote,), channel_ids=(lc,), channel_type=t))
             if (tb.id, k) in releases:
-                em.emit(Op("sem_release", semaphore_ids=tuple(releases[(tb.id, k)])))
-        if len(em.ops) > MAX_OPERATION:
-            raise PlanLimitError(f"gpu {r} tb {tb.id}: {len(em.ops)} operations, more than MAX_OPERATION = "
-                                 f"{MAX_OPERATION} {_LIM}; use fewer chunks per source")
+                ops.append(Op("sem_release", semaphore_ids=tuple(releases[(tb.id, k)])))
         if max(len(v) for v in tb_chans.values()) > MAX_CHANNEL:
             raise PlanLimitError(f"gpu {r} tb {tb.id}: more than MAX_CHANNEL = {MAX_CHANNEL} channels {_LIM}")
         chans = tuple(TbChannels(t, tuple(ids)) for t, ids in tb_chans.items() if ids)
         refs: tuple[TbRemoteRefs, ...] = ()
         if send_f is not None and send_f in local:
             refs = (TbRemoteRefs(ctype[send_f], (rbuf_of[send_f[1]],)),)
-        tbs.append(Threadblock(id=tb.id, ops=tuple(em.ops), channels=chans, remote_buffer_refs=refs))
+        pieces.append((tb.id, steps, chans, refs))
+    # A threadblock longer than MAX_OPERATION runs as a chain of threadblocks, each starting when
+    # the previous one has finished (a semaphore per link of the chain).
+    nsem = nsems
+    first_ids: list[Threadblock] = []
+    extra: list[Threadblock] = []
+    for tb_id, steps, chans, refs in pieces:
+        segments = _segments(steps, canon, f"gpu {r} tb {tb_id}")
+        for j, seg in enumerate(segments):
+            ops = list(seg)
+            if j > 0:
+                ops.insert(0, Op("sem_acquire", semaphore_ids=(nsem - 1,)))
+            if j < len(segments) - 1:
+                ops.append(Op("sem_release", semaphore_ids=(nsem,)))
+                nsem += 1
+            em = _Emitter(canon)
+            for op in ops:
+                em.emit(op)
+            if len(em.ops) > MAX_OPERATION:
+                raise PlanLimitError(f"gpu {r} tb {tb_id}: one step needs {len(em.ops)} operations, more than "
+                                     f"MAX_OPERATION = {MAX_OPERATION} {_LIM}")
+            new_id = tb_id if j == 0 else len(pieces) + len(extra)
+            block = Threadblock(id=new_id, ops=tuple(em.ops), channels=chans, remote_buffer_refs=refs)
+            (first_ids if j == 0 else extra).append(block)
+    if nsem > MAX_DEVICE_SEMAPHORES:
+        raise PlanLimitError(f"gpu {r}: needs {nsem} semaphores ({nsems} for dependencies between threadblocks, "
+                             f"{nsem - nsems} to chain threadblocks longer than MAX_OPERATION = {MAX_OPERATION}), "
+                             f"more than MAX_DEVICE_SEMAPHORES = {MAX_DEVICE_SEMAPHORES} {_LIM}")
+    tbs = first_ids + extra
+    nsems = nsem
     decls = tuple(ChannelDecl(t, tuple(peers)) for t, peers in flat.items() if peers)
     return PlanGpu(
         id=r,
@@ -361,6 +403,21 @@ def _lower_gpu(
         remote_buffers=tuple(rbufs),
         semaphores=(0,) * nsems,
     )
+
+
+def _segments(steps: list[list[Op]], canon: object, where: str) -> list[list[Op]]:
+    """Pack consecutive steps into runs that fit MAX_OPERATION with their nops and chain ops."""
+    budget = MAX_OPERATION - 4  # sem_acquire + nop at the start, nop + sem_release at the end
+    segments: list[list[Op]] = [[]]
+    for ops in steps:
+        trial = _Emitter(canon)
+        for op in segments[-1] + ops:
+            trial.emit(op)
+        if len(trial.ops) > budget and segments[-1]:
+            segments.append([])
+        segments[-1].extend(ops)
+    del where
+    return segments
 
 
 def _semaphores(
