@@ -309,6 +309,10 @@ def _lower_gpu(
             dst = BufferRef(st.dstoff, st.cnt, type=st.dstbuf.value)
             sl = BufferRef(slot, st.cnt, type="s") if slot is not None else BufferRef(0, 0, type="s")
             # (local result op, its sources, its local destination, what is sent) per step type
+            local_op: str | None
+            srcs: tuple[BufferRef, ...]
+            ldst: BufferRef | None
+            out: BufferRef | None
             if t_ is StepType.SEND:
                 local_op, srcs, ldst, out = None, (src,), None, src
             elif t_ is StepType.RECV:
