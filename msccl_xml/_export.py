@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
 
+from synth.errors import XmlError, expect_type
 from synth.fileio import write_text_atomic
-from synth.errors import XmlError
 from synth.schedule import Schedule
 from synth.topologies.model import Topology
 
@@ -27,6 +28,9 @@ def export(
         If lowering fails, the re-parsed program is invalid, or its algbw on ``topo`` differs from
         the schedule's (naming the first hop whose path differs from the runtime's).
     """
+    expect_type(sched, Schedule, "sched", XmlError)
+    expect_type(topo, Topology, "topo", XmlError)
+    expect_type(path, (str, os.PathLike), "path", XmlError)
     from msccl_xml import check, lower, parse, program_algbw_GBps, write
 
     program = lower(sched, protocol=protocol, runtime=runtime, verify=False)  # checked below, once

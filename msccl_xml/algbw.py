@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from synth.errors import XmlError
+from synth.errors import XmlError, expect_type
 from synth.paths import switch_path as synth_switch_path
 from synth.topologies import Topology
 
@@ -61,6 +61,9 @@ def switch_path(topology: Topology, src: str, dst: str) -> tuple[str, ...]:
     >>> switch_path(load_topology("hpn:1x2x2"), "gpu0", "gpu2")
     ('gpu0', 'tor0.0', 'gpu2')
     """
+    expect_type(topology, Topology, "topology", XmlError)
+    expect_type(src, str, "src", XmlError)
+    expect_type(dst, str, "dst", XmlError)
     path = synth_switch_path(topology, src, dst) if src != dst else None
     if path is None:
         raise XmlError(
@@ -151,6 +154,8 @@ def program_link_loads(program: Program, topology: Topology) -> dict[tuple[str, 
     ...     gpus=()), load_topology("ring:2"))
     {}
     """
+    expect_type(program, Program, "program", XmlError)
+    expect_type(topology, Topology, "topology", XmlError)
     if topology.nranks != program.ngpus:
         raise XmlError(
             f"topology {topology.name!r} has {topology.nranks} ranks but the program has "
@@ -190,6 +195,8 @@ def program_algbw_GBps(program: Program, topology: Topology) -> float:  # noqa: 
     ...     gpus=()), load_topology("ring:2"))
     inf
     """
+    expect_type(program, Program, "program", XmlError)
+    expect_type(topology, Topology, "topology", XmlError)
     phases = program_phase_loads(program, topology)
     if program.coll != "allreduce":
         merged: dict[tuple[str, str], int] = defaultdict(int)

@@ -31,6 +31,8 @@ import os
 from dataclasses import dataclass
 from enum import Enum
 
+from synth.errors import XmlError, expect_type
+
 from ._layout import canonical_coll, layout_for
 from ._matching import match_problems
 from ._simulate import simulate
@@ -145,10 +147,9 @@ def check(
     >>> r.valid, r.errors[0][:30]
     (False, "algo: coll 'custom' is not acc")
     """
+    expect_type(program, Program, "program", XmlError)
     limits = runtime_limits(runtime)
     if fifo_depth is not None and fifo_depth < 1:
-        from synth.errors import XmlError
-
         raise XmlError(f"fifo_depth must be >= 1 or None, got {fifo_depth!r}")
     errors, warnings = structural_problems(program, limits)
     errors.extend(match_problems(program))
@@ -194,6 +195,7 @@ def check_text(
     ...            source="a.xml").errors[0][:39]
     'a.xml: line 1: XML declaration or proce'
     """
+    expect_type(text, str, "text", XmlError)
     program = parse(text, source=source)
     lexical = [f"{source}: {p}" for p in lint_text(text)]
     result = check(program, runtime=runtime)
@@ -217,6 +219,7 @@ def check_file(
     ...
     synth.errors.XmlError: /nonexistent.xml: cannot read: No such file or directory
     """
+    expect_type(path, (str, os.PathLike), "path", XmlError)
     name = os.fspath(path)
     read(name)  # raises XmlError for unreadable files with a uniform message
     with open(name, encoding="utf-8") as fh:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from synth.errors import XmlError
+from synth.errors import XmlError, expect_type
 
 from .program import Program, StepType
 from .writer import ALGO_ATTRS
@@ -157,6 +157,7 @@ def runtime_limits(runtime: str) -> RuntimeLimits:
     >>> runtime_limits("msccl-legacy").max_steps_per_tb
     256
     """
+    expect_type(runtime, str, "runtime", XmlError)
     try:
         return RUNTIMES[runtime]
     except KeyError:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 
+from synth.errors import XmlError, expect_type
+
 __all__ = ["lint_text"]
 
 _MAX_ATTRS = 16
@@ -59,6 +61,7 @@ def lint_text(text: str) -> tuple[str, ...]:
     >>> lint_text('<algo>\\n\\t<gpu id="0"/>\\n</algo>\\n')
     ('line 2: tab character: the runtime reader skips only spaces and newlines',)
     """
+    expect_type(text, str, "text", XmlError)
     problems: list[str] = []
     if text.startswith("\ufeff"):
         problems.append("line 1: byte order mark: the runtime reader expects '<'")

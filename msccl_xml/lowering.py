@@ -20,7 +20,7 @@ Examples
 
 from __future__ import annotations
 
-from synth.errors import RuntimeLimitError, XmlError
+from synth.errors import RuntimeLimitError, XmlError, expect_type
 from synth.schedule import Schedule
 
 from ._lower_assign import assign_channels, build_threadblocks
@@ -103,6 +103,7 @@ def lower(
     >>> [st.type.value for g in lower(rs).gpus for tb in g.threadblocks for st in tb.steps]
     ['rrc', 's', 'rrc', 's']
     """
+    expect_type(schedule, Schedule, "schedule", XmlError)
     limits = runtime_limits(runtime)
     if protocol not in _PROTOCOLS:
         raise XmlError(f"unknown protocol {protocol!r}; expected one of {sorted(_PROTOCOLS)}")

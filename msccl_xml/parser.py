@@ -118,7 +118,7 @@ def parse(text: str, *, source: str = "<string>") -> Program:
     synth.errors.XmlError: x.xml:1: <algo> is missing required attribute 'proto'
     """
     if not isinstance(text, str):
-        raise XmlError(f"{source}: MSCCL XML must be a str, got {type(text).__name__}")
+        raise XmlError(f"{source}: text (the MSCCL XML) must be a str, got {type(text).__name__}")
     if not isinstance(source, str):
         raise XmlError(f"source must be a str, got {type(source).__name__}")
     try:

@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from synth.errors import XmlError, short_repr
+
 __all__ = [
     "BufferKind",
     "Gpu",
@@ -33,6 +35,13 @@ __all__ = [
 ]
 
 Attrs = tuple[tuple[str, str], ...]
+
+
+class _NoGpu(XmlError, KeyError):
+    """No ``<gpu>`` with that id: an XmlError, and a KeyError for callers written against the old API."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class Protocol(str, Enum):
@@ -277,8 +286,8 @@ class Program:
 
         Raises
         ------
-        KeyError
-            If no ``<gpu>`` has that id.
+        XmlError
+            If no ``<gpu>`` has that id (also a ``KeyError``, as before).
 
         Examples
         --------
@@ -290,4 +299,4 @@ class Program:
         for gpu in self.gpus:
             if gpu.id == rank:
                 return gpu
-        raise KeyError(rank)
+        raise _NoGpu(f"program has no <gpu> with id {short_repr(rank)}")

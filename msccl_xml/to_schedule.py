@@ -40,7 +40,7 @@ from itertools import pairwise
 from typing import cast
 
 from synth import Collective
-from synth.errors import XmlError
+from synth.errors import XmlError, expect_type
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.topologies import Topology
 
@@ -99,6 +99,8 @@ def program_to_schedule(program: Program, topology: Topology) -> Schedule:
     >>> program_to_schedule(lower(rs), load_topology("ring:2")).routes == rs.routes
     True
     """
+    expect_type(program, Program, "program", XmlError)
+    expect_type(topology, Topology, "topology", XmlError)
     label = "program" if program.name is None else f"program {program.name!r}"
     coll = _validate(program, topology, label)
     layout, problem = layout_for(program, program.inplace == 1)

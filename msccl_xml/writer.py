@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from synth.errors import XmlError
+from synth.errors import XmlError, expect_type
 
 from .program import Attrs, Gpu, Program, Step, Threadblock
 
@@ -86,6 +86,7 @@ def write(program: Program) -> str:
     ...               gpus=()))
     '<algo proto="LL" nchannels="1" nchunksperloop="1" ngpus="1" coll="allreduce" inplace="1" outofplace="0" minBytes="0" maxBytes="0"/>\n'
     """
+    expect_type(program, Program, "program", XmlError)
     lines: list[str] = []
     algo = _algo_attrs(program)
     if not program.gpus:

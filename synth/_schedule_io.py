@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, cast
 
 from synth._types import Collective
-from synth.errors import ScheduleError, short_repr
+from synth.errors import ScheduleError, expect_type, short_repr
 from synth.schedule import SCHEDULE_FORMAT, CutLink, Hop, Route, RouteKind, Schedule
 
 __all__ = ["read_schedule", "schedule_from_dict", "write_schedule"]
@@ -85,6 +86,7 @@ def read_schedule(path: str) -> Schedule:
     """Read a schedule JSON file written by :func:`write_schedule`."""
     from pathlib import Path
 
+    expect_type(path, (str, os.PathLike), "path", ScheduleError)
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -97,4 +99,6 @@ def write_schedule(sched: Schedule, path: str) -> None:
     """Write a schedule as JSON, atomically."""
     from synth._atomic import write_text_atomic
 
+    expect_type(sched, Schedule, "sched", ScheduleError)
+    expect_type(path, (str, os.PathLike), "path", ScheduleError)
     write_text_atomic(path, sched.to_json())

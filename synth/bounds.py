@@ -31,7 +31,7 @@ from synth._types import COLLECTIVES, Collective, NodeId, Rank
 from synth._deadline import check_time_limit, solving
 from synth.bounds_allgather import allgather_rate_gbps
 from synth.bounds_alltoall import alltoall_rate_GBps
-from synth.errors import SolverError
+from synth.errors import SolverError, expect_type, short_repr
 from synth.result import Status
 from synth.topologies.communicator import communicator
 from synth.topologies.model import Topology
@@ -96,6 +96,11 @@ def busbw_GBps(collective: Collective, algbw_GBps: float, nranks: int) -> float:
     >>> busbw_GBps("allreduce", 100.0, 4)
     150.0
     """
+    expect_type(collective, str, "collective", SolverError)
+    expect_type(algbw_GBps, (int, float), "algbw_GBps", SolverError)
+    expect_type(nranks, int, "nranks", SolverError)
+    if nranks < 1:
+        raise SolverError(f"nranks must be >= 1, got {nranks}")
     factor = 2 if collective == "allreduce" else 1
     return algbw_GBps * factor * (nranks - 1) / nranks
 
@@ -125,8 +130,10 @@ def optimal_bound(
     """
     import time
 
+    expect_type(collective, str, "collective", SolverError)
     if collective not in COLLECTIVES:
-        raise SolverError(f"unknown collective {collective!r}; known: {', '.join(COLLECTIVES)}")
+        raise SolverError(f"unknown collective {short_repr(collective)}; known: {', '.join(COLLECTIVES)}")
+    expect_type(topo, Topology, "topo", SolverError)
     if ranks is not None:
         topo = communicator(topo, ranks, relay=relay)
     elif relay:

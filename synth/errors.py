@@ -22,6 +22,7 @@ __all__ = [
     "TimeLimitError",
     "TopologyError",
     "XmlError",
+    "expect_type",
     "short_repr",
 ]
 
@@ -67,3 +68,22 @@ def short_repr(value: object, limit: int = 80) -> str:
     if len(text) <= limit:
         return text
     return f"{text[: limit - 1]}… ({len(text)} characters)"
+
+
+def expect_type(value: object, types: type | tuple[type, ...], what: str, error: type[LoopcollError]) -> None:
+    """Raise ``error`` naming ``what`` unless ``value`` is an instance of ``types`` (bool is no number).
+
+    >>> expect_type(3, int, "nranks", SolverError)
+    >>> expect_type("3", int, "nranks", SolverError)
+    Traceback (most recent call last):
+    ...
+    synth.errors.SolverError: nranks must be int, got str '3'
+    """
+    wanted = types if isinstance(types, tuple) else (types,)
+    if isinstance(value, bool) and bool not in wanted:
+        ok = False
+    else:
+        ok = isinstance(value, wanted)
+    if not ok:
+        names = " or ".join(t.__name__ for t in wanted)
+        raise error(f"{what} must be {names}, got {type(value).__name__} {short_repr(value, 40)}")

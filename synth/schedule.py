@@ -38,7 +38,7 @@ from types import MappingProxyType
 from typing import Any
 
 from synth._types import COLLECTIVES, Collective, NodeId, Rank
-from synth.errors import ScheduleError
+from synth.errors import ScheduleError, expect_type, short_repr
 from synth.topologies.model import Topology
 
 __all__ = ["CutLink", "Hop", "Route", "RouteKind", "Schedule", "SCHEDULE_FORMAT"]
@@ -186,6 +186,7 @@ class Schedule:
 
     def _max_ratio(self, topo: Topology) -> Fraction:
         """Sum over phases of ``max_a n_a / c_a`` (one phase except AllReduce: reduce, then broadcast)."""
+        expect_type(topo, Topology, "topo", ScheduleError)
         total = Fraction(0)
         for loads in self._phase_loads():
             total += self._phase_ratio(topo, loads)
@@ -219,10 +220,12 @@ class Schedule:
 
     def time_s(self, topo: Topology, nbytes: float) -> float:
         """Bandwidth-term completion time for an algbw numerator of ``nbytes`` bytes."""
+        expect_type(nbytes, (int, float), "nbytes", ScheduleError)
         return nbytes / (self.algbw_GBps(topo) * 1e9)
 
     def slacks(self, topo: Topology) -> dict[tuple[NodeId, NodeId], float]:
         """Per used link, the unused fraction of capacity at the bottleneck rate ``x_min``."""
+        expect_type(topo, Topology, "topo", ScheduleError)
         loads = self.link_loads()
         caps = {key: topo.link(*key).GBps for key in loads}
         x_min = min(caps[key] / n for key, n in loads.items())
@@ -237,7 +240,10 @@ class Schedule:
         if cut is None:
             keys = sorted(k for k, v in slacks.items() if v <= 1e-9)
         else:
-            keys = sorted(set(cut))
+            try:
+                keys = sorted({(str(a), str(b)) for a, b in cut})
+            except (TypeError, ValueError):
+                raise ScheduleError(f"cut must be (src, dst) pairs of node ids, got {short_repr(cut)}") from None
         return tuple(CutLink(a, b, slacks.get((a, b), 1.0)) for a, b in keys)
 
     def with_bottleneck(self, topo: Topology, cut: Iterable[tuple[NodeId, NodeId]] | None = None) -> Schedule:
@@ -255,6 +261,7 @@ class Schedule:
         """
         from synth._validate_schedule import validate_schedule
 
+        expect_type(topo, Topology, "topo", ScheduleError)
         validate_schedule(self, topo)
 
     # -- JSON ---------------------------------------------------------------------------------

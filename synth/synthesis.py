@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from synth._types import Collective, Rank
 from synth._deadline import check_time_limit, solving
-from synth.errors import ScheduleError, SolverError, TimeLimitError, short_repr
+from synth.errors import ScheduleError, SolverError, TimeLimitError, expect_type, short_repr
 from synth.result import Status, SynthResult
 from synth.schedule import Schedule
 from synth.topologies.communicator import communicator
@@ -56,6 +56,7 @@ def synthesize(
     >>> r.schedule.nranks, r.schedule.meta["global_ranks"]
     (3, [0, 1, 2])
     """
+    expect_type(collective, str, "collective", SolverError)
     if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int)):
         raise SolverError(f"chunks must be an integer >= 1 or None, got {short_repr(chunks)}")
     if chunks is not None and chunks < 1:

@@ -22,7 +22,7 @@ from types import MappingProxyType
 from typing import Any
 
 from synth._types import NodeId, Rank
-from synth.errors import TopologyError, short_repr
+from synth.errors import TopologyError, expect_type, short_repr
 from synth.topologies.capacity import CapacityGrid, capacity_grid
 
 __all__ = ["ROLES", "Link", "Node", "NodeKind", "Topology", "exact_gbps"]
@@ -89,6 +89,21 @@ def exact_gbps(gbps: float) -> Fraction:
     return Fraction(repr(float(gbps)))
 
 
+def _tuple_of(items: Any, kind: type, what: str) -> tuple[Any, ...]:
+    """``tuple(items)``, every element a ``kind``; :class:`TopologyError` naming ``what`` otherwise."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise TopologyError(f"{what} must be an iterable of {kind.__name__}, got {type(items).__name__}")
+    out = tuple(items)
+    for item in out:
+        expect_type(item, kind, f"each of {what}", TopologyError)
+    return out
+
+
+def _node_key(node_id: Any, what: str = "node_id") -> str:
+    expect_type(node_id, str, what, TopologyError)
+    return str(node_id)
+
+
 def _freeze_meta(meta: Mapping[str, Any] | None) -> Mapping[str, Any]:
     # A JSON round trip both deep-copies and rejects what JSON cannot hold.
     try:
@@ -133,8 +148,8 @@ class Topology:
         """Validate and build a topology (see docs/topology.md for the rules)."""
         from synth.topologies._validate import validate_parts
 
-        nodes_t = tuple(nodes)
-        links_t = tuple(links)
+        nodes_t = _tuple_of(nodes, Node, "nodes")
+        links_t = _tuple_of(links, Link, "links")
         validate_parts(name, nodes_t, links_t)
         return cls(name=name, nodes=nodes_t, links=links_t, meta=_freeze_meta(meta))
 
@@ -163,16 +178,18 @@ class Topology:
 
     def node(self, node_id: NodeId) -> Node:
         """The node with this id; :class:`TopologyError` if there is none."""
+        _node_key(node_id)
         try:
             return self._node_index[node_id]
         except KeyError:
             raise TopologyError(f"topology {short_repr(self.name)} has no node {short_repr(node_id)}") from None
 
     def has_node(self, node_id: NodeId) -> bool:
-        return node_id in self._node_index
+        return isinstance(node_id, str) and node_id in self._node_index
 
     def gpu_id(self, rank: Rank) -> NodeId:
         """Node id of the GPU of this rank."""
+        expect_type(rank, int, "rank", TopologyError)
         if not 0 <= rank < self.nranks:
             raise TopologyError(f"topology {short_repr(self.name)} has no rank {short_repr(rank)} (ranks 0..{self.nranks - 1})")
         return self.gpus[rank].id
@@ -186,13 +203,15 @@ class Topology:
 
     def link(self, src: NodeId, dst: NodeId) -> Link:
         """The link ``src->dst``; :class:`TopologyError` if absent."""
+        _node_key(src, "src")
+        _node_key(dst, "dst")
         try:
             return self._link_index[(src, dst)]
         except KeyError:
             raise TopologyError(f"topology {short_repr(self.name)} has no link {src}->{dst}") from None
 
     def has_link(self, src: NodeId, dst: NodeId) -> bool:
-        return (src, dst) in self._link_index
+        return isinstance(src, str) and isinstance(dst, str) and (src, dst) in self._link_index
 
     @cached_property
     def capacity_grid(self) -> CapacityGrid:
@@ -269,6 +288,8 @@ class Topology:
     # -- derived topologies -------------------------------------------------------------------
     def with_links(self, links: Iterable[Link], *, name: str | None = None) -> Topology:
         """A new topology with the same nodes and these links (validated)."""
+        if name is not None:
+            expect_type(name, str, "name", TopologyError)
         return Topology.create(name or self.name, self.nodes, links, self.meta)
 
     def with_link(
@@ -281,6 +302,9 @@ class Topology:
     ) -> Topology:
         """A copy in which link ``src->dst`` has a new capacity and/or latency."""
         self.link(src, dst)
+        for value, what in ((gbps, "gbps"), (latency_us, "latency_us")):
+            if value is not None:
+                expect_type(value, (int, float), what, TopologyError)
         new = tuple(
             Link(
                 lk.src,
@@ -296,6 +320,7 @@ class Topology:
 
     def scaled(self, src: NodeId, dst: NodeId, factor: float) -> Topology:
         """Multiply the capacity of ``src->dst`` and ``dst->src`` (where present) by ``factor``."""
+        expect_type(factor, (int, float), "factor", TopologyError)
         if not math.isfinite(factor) or factor < 0:
             raise TopologyError(f"scale factor for {src}->{dst} must be finite and >= 0, got {short_repr(factor)}")
         self.link(src, dst)
