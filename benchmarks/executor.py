@@ -73,11 +73,12 @@ def main(argv: list[str] | None = None) -> int:
             def med(key: str, res=res) -> float:
                 return statistics.median(s[key] for s in res["swaps"]) * 1e3
             swap_rows.append({"nprocs": n, "swaps": len(res["swaps"]), "staging_ms": med("staging_s"),
+                              "check_ms": med("check_s"), "compile_ms": med("compile_s"),
                               "agreement_ms": med("agreement_s"), "first_delay_ms": med("first_delay_s"),
                               "total_ms": med("staging_s") + med("agreement_s") + med("first_delay_s"),
                               "mccl_total_ms": 11.6})
     algbw_cols = ["nprocs", "collective", "size_MiB", "correct", "rounds", "executor_GBps", "native_GBps", "ratio"]
-    swap_cols = ["nprocs", "swaps", "staging_ms", "agreement_ms", "first_delay_ms", "total_ms", "mccl_total_ms"]
+    swap_cols = ["nprocs", "swaps", "staging_ms", "check_ms", "compile_ms", "agreement_ms", "first_delay_ms", "total_ms", "mccl_total_ms"]
     tel_cols = ["nprocs", "collective", "size_MiB", "off_ms", "on_ms", "overhead_pct", "emit_cpu_us"]
     tables = [("algbw (" + args.backend + ")", markdown_table(algbw_cols, rows)),
               ("swap latency (medians; MCCL: 11.6 ms = 5.74 ms sync + 4.48 ms loading + rest)",

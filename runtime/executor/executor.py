@@ -121,6 +121,8 @@ class Executor:
         self.history: deque[tuple[int, str, int | None]] = deque(maxlen=history)
         self.swaps: list[SwapReport] = []
         self.staging_s: dict[int, float] = {}
+        #: Per version: seconds loading (file/lowering), checking (msccl_xml.check) and compiling the plans.
+        self.staging_split: dict[int, dict[str, float]] = {}
         self._workspaces: OrderedDict[tuple, Any] = OrderedDict()
         self._said: set[str] = set()
         self._pending: deque[tuple[Timing, dict]] = deque()
@@ -159,29 +161,36 @@ class Executor:
         if not programs:
             raise StagingError(f"version {version}: nothing to stage")
         plans: dict[str, list[Plan]] = {}
+        t1 = time.perf_counter()
+        checking = 0.0
         for prog in programs:
-            plan = self._validate(prog, version)
+            plan, check_s = self._validate(prog, version)
+            checking += check_s
             plans.setdefault(plan.collective, []).append(plan)
         staged = {c: tuple(sorted(p, key=lambda x: x.min_bytes)) for c, p in plans.items()}
         dt = time.perf_counter() - t0
+        split = {"load_s": t1 - t0, "check_s": checking, "compile_s": time.perf_counter() - t1 - checking}
         with self._lock:
             for coll, bands in staged.items():
                 self._staged.setdefault(coll, {})[version] = bands
             self.staging_s[version] = dt
+            self.staging_split[version] = split
         return StagedVersion(version, staged, dt)
 
-    def _validate(self, prog: Program, version: int) -> Plan:
+    def _validate(self, prog: Program, version: int) -> tuple[Plan, float]:
         where = f"version {version} program {prog.name!r}"
         if prog.ngpus != self.size:
             raise StagingError(f"{where}: ngpus={prog.ngpus} but comm {self.comm!r} has {self.size} ranks")
+        t0 = time.perf_counter()
         result = check(prog)
+        check_s = time.perf_counter() - t0
         if not result.valid:
             raise StagingError(f"{where} fails validation: {result.errors[0]}")
         try:
             plan = compile_program(prog)
         except ExecutorError as exc:
             raise StagingError(f"{where}: {exc}") from exc
-        return plan
+        return plan, check_s
 
     def follow(self, client: Any, *, telemetry: bool = True) -> None:
         """Take versions pushed by the loopcoll daemon through ``client`` (a ``runtime.Client``) and send it samples.

@@ -153,7 +153,9 @@ def swap_latency(rank: int, world: int, programs: list[Program], size_bytes: int
         _sync(torch, device)
         first = time.perf_counter() - t1
         again = _time(torch, device, lambda: _call(ex, dist, coll, inp, out, False), 3, warmup=0)
-        rows.append({"staging_s": staging, "agreement_s": rep.agreement_s, "first_collective_s": first,
+        split = ex.staging_split.get(v, {})
+        rows.append({"staging_s": staging, "check_s": split.get("check_s", 0.0),
+                     "compile_s": split.get("compile_s", 0.0), "agreement_s": rep.agreement_s, "first_collective_s": first,
                      "steady_s": again, "first_delay_s": max(first - again, 0.0), "switched": bool(rep.switched),
                      "steady_before_s": steady})
     return rows
