@@ -64,8 +64,12 @@ class ControllerConfig:
         A pending re-synthesis is aborted when ``max δ`` falls to ``Γ·(1 − hysteresis)`` or below.
     cooldown_s
         No re-synthesis of a (comm, collective) within this long after its last swap (or kept decision).
-    time_limit_s, chunks, solver
+    time_limit_s, solver
         Passed to :func:`synth.synthesize`.
+    chunks, alltoall_chunks
+        ``chunks`` for the tree collectives (at most this many chunks per source: MSCCL programs need
+        few; ``None`` = the exact optimum, whose chunk count can explode on measured decimals) and for
+        AllToAll (``None`` = the synthesizer's default, 10).
     min_gain
         A new version must beat the current one by this fraction on the measured topology.
     recovery_check_s
@@ -88,7 +92,8 @@ class ControllerConfig:
     hysteresis: float = 0.5
     cooldown_s: float = 1.0
     time_limit_s: float | None = 30.0
-    chunks: int | None = None
+    chunks: int | None = 16
+    alltoall_chunks: int | None = None
     solver: str = "highs"
     min_gain: float = 0.02
     recovery_check_s: float | None = 5.0
@@ -102,7 +107,8 @@ class ControllerConfig:
 
     def manager_config(self) -> ManagerConfig:
         return ManagerConfig(gamma=self.gamma, hysteresis=self.hysteresis, cooldown_s=self.cooldown_s,
-                             time_limit_s=self.time_limit_s, chunks=self.chunks, solver=self.solver,
+                             time_limit_s=self.time_limit_s, chunks=self.chunks,
+                             alltoall_chunks=self.alltoall_chunks, solver=self.solver,
                              min_gain=self.min_gain, recovery_check_s=self.recovery_check_s,
                              export_xml=self.export_xml)
 

@@ -259,11 +259,12 @@ class LinkEstimator:
             verdicts.append(is_slow)
             if is_slow and kind == "pair":
                 slow_pairs.add((src, dst))
-        for (kind, src, dst, rate, links, pc), is_slow in zip(rows, verdicts):
+        paced = self._paced_set(routing, rows, verdicts, slow_pairs, per_chunk)
+        for (kind, src, dst, rate, links, _pc), is_slow in zip(rows, verdicts):
             if not is_slow:
                 healthy.update(links)
                 continue
-            if self._paced(routing, kind, src, dst, pc, slow_pairs, per_chunk):
+            if (kind, src, dst) in paced:
                 continue
             for a, n in links.items():
                 implied = rate * routing.link_chunks[a] / n
@@ -275,14 +276,37 @@ class LinkEstimator:
         self.groups += 1
         return out
 
-    def _paced(self, routing: ScheduleRouting, kind: str, src: int, dst: int | None, per_chunk: float,
-               slow_pairs: set[tuple[int, int]], rates: Mapping[tuple[int, int], float]) -> bool:
-        if kind == "pair" and dst is not None:
-            feeders: Iterable[tuple[int, int]] = routing.upstream.get((src, dst), ())
-        else:
-            feeders = {f for (u, v), ups in routing.upstream.items() if u == src for f in ups}
-        limit = (1.0 + self.pace_tolerance) * per_chunk
-        return any(f in slow_pairs and rates.get(f, math.inf) <= limit for f in feeders)
+    def _paced_set(self, routing: ScheduleRouting, rows: Sequence[tuple[Any, ...]], verdicts: Sequence[bool],
+                   slow_pairs: set[tuple[int, int]], rates: Mapping[tuple[int, int], float]) -> set[tuple[Any, ...]]:
+        """Slow measurements explained by a slow feeder upstream of them (pacing), cycles resolved.
+
+        Edge m → f when a feeder pair f of m (slow or not) runs at a per-chunk rate at most
+        ``1 + pace_tolerance`` times m's: m relays at its input's pace. Measurements that pace each
+        other in a cycle (a ring slowed as a whole) form one strongly connected component; a component
+        with an edge leaving it is paced by something upstream, one without (a sink) holds the cause
+        and is kept as evidence.
+        """
+        import networkx as nx
+
+        g = nx.DiGraph()
+        for (kind, src, dst, _rate, _links, pc), is_slow in zip(rows, verdicts):
+            if not is_slow:
+                continue
+            node = (kind, src, dst)
+            g.add_node(node)
+            if kind == "pair" and dst is not None:
+                feeders: Iterable[tuple[int, int]] = routing.upstream.get((src, dst), ())
+            else:
+                feeders = {f for (u, _v), ups in routing.upstream.items() if u == src for f in ups}
+            limit = (1.0 + self.pace_tolerance) * pc
+            for f in sorted(feeders):
+                if rates.get(f, math.inf) <= limit and ("pair", *f) != node:
+                    g.add_edge(node, ("pair", *f))
+        if g.number_of_edges() == 0:
+            return set()
+        cond = nx.condensation(g)
+        members = cond.graph["mapping"]
+        return {n for n in g.nodes if cond.out_degree(members[n]) > 0}
 
     # -- queries ----------------------------------------------------------------------------
     def estimate_gbps(self, key: LinkKey) -> float:

@@ -65,7 +65,8 @@ class ManagerConfig:
     hysteresis: float = 0.5
     cooldown_s: float = 1.0
     time_limit_s: float | None = 30.0
-    chunks: int | None = None
+    chunks: int | None = 16
+    alltoall_chunks: int | None = None
     solver: str = "highs"
     min_gain: float = 0.02
     recovery_check_s: float | None = 5.0
@@ -126,6 +127,8 @@ class ScheduleManager:
         self.jobs: dict[tuple[str, str], Job] = {}
         self.schedules: dict[tuple[str, str, int], Schedule] = {}
         self.counters = ManagerCounters()
+        #: simulated time charged per synthesis instead of its measured duration (timeline tests)
+        self.charged_synth_s: float | None = None
         self.sizes: dict[tuple[str, str], tuple[int, ...]] = {}
         for comm in profile.communicators:
             if sorted(comm.ranks) != list(range(nominal.nranks)):
@@ -165,14 +168,15 @@ class ScheduleManager:
 
     # -- synthesis ------------------------------------------------------------------------
     def _synthesize(self, collective: str, topo: Topology, warm: SynthResult | Schedule | None) -> SynthResult:
+        chunks = self.config.alltoall_chunks if collective == "alltoall" else self.config.chunks
         try:
-            return synthesize(collective, topo, chunks=self.config.chunks, warm_from=warm,  # type: ignore[arg-type]
+            return synthesize(collective, topo, chunks=chunks, warm_from=warm,  # type: ignore[arg-type]
                               solver=self.config.solver, time_limit_s=self.config.time_limit_s)
         except LoopcollError as exc:
             if warm is None:
                 raise
             self._log({"event": "warm_failed", "collective": collective, "error": str(exc)[:300]})
-            return synthesize(collective, topo, chunks=self.config.chunks,  # type: ignore[arg-type]
+            return synthesize(collective, topo, chunks=chunks,  # type: ignore[arg-type]
                               solver=self.config.solver, time_limit_s=self.config.time_limit_s)
 
     def _publish(self, key: tuple[str, str], result: SynthResult, topo: Topology, reason: str,
@@ -263,7 +267,8 @@ class ScheduleManager:
                        "synth_time_s": took, "status": res.status.value,
                        "warm_mode": res.stats.get("warm_mode") if res.stats else None,
                        "algbw_GBps": res.algbw_GBps})
-            ready = now + took if clock is None else max(now + took, clock())
+            charged = took if self.charged_synth_s is None else self.charged_synth_s
+            ready = now + charged if clock is None else max(now + took, clock())
             self.jobs[key] = Job(key, reason, v if v.flagged else None, res, topo, now, ready, trigger_samples)
             if clock is not None:
                 e = self._finish(key, clock(), trigger_samples)

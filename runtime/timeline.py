@@ -91,6 +91,7 @@ class Scenario:
     slices_per_chunk: int = 4
     rtol: float = 0.001
     fast_forward: bool = True
+    charge_synth_s: float | None = None
 
 
 def _num(doc: Mapping[str, Any], key: str, where: str, default: float | None = None, *, minimum: float = 0.0) -> float:
@@ -107,7 +108,7 @@ def scenario_from_dict(doc: Any, *, topology: str | None = None) -> Scenario:
     if doc.get("format") != SCENARIO_FORMAT:
         raise ScenarioError(f"scenario: format must be {SCENARIO_FORMAT!r}, got {str(doc.get('format'))[:60]!r}")
     known = {"format", "topology", "duration_s", "workload", "events", "gap_s", "swap_s", "controller", "sim",
-             "fast_forward", "description"}
+             "fast_forward", "description", "charge_synth_s"}
     extra = sorted(set(doc) - known)
     if extra:
         raise ScenarioError(f"scenario: unknown field {extra[0]!r} (known: {', '.join(sorted(known))})")
@@ -163,7 +164,8 @@ def scenario_from_dict(doc: Any, *, topology: str | None = None) -> Scenario:
         raise ScenarioError(f"scenario: sim: slices_per_chunk must be an integer >= 1, got {spc!r}")
     return Scenario(topo, duration, tuple(workload), tuple(changes), _num(doc, "gap_s", "scenario", 0.0),
                     _num(doc, "swap_s", "scenario", 0.0), dict(ctl), spc, _num(sim, "rtol", "scenario: sim", 0.001),
-                    bool(doc.get("fast_forward", True)))
+                    bool(doc.get("fast_forward", True)),
+                    None if doc.get("charge_synth_s") is None else _num(doc, "charge_synth_s", "scenario"))
 
 
 def load_scenario(path: str | os.PathLike[str], *, topology: str | None = None) -> Scenario:
@@ -196,6 +198,7 @@ class ChangeReport:
     reaction_s: float | None
     version_before: int | None
     version_after: int | None
+    version_final: int | None
     algbw_before_GBps: float | None
     algbw_stale_GBps: float | None
     algbw_adapted_GBps: float | None
@@ -217,6 +220,7 @@ class TimelineResult:
     syntheses: int
     aborts: int
     false_positives: int
+    refinements: int
     wall_s: float
     message: str
 
@@ -224,7 +228,8 @@ class TimelineResult:
         sc = asdict(self.scenario)
         return {"format": "loopcoll.timeline/1", "scenario": sc, "collectives": self.collectives,
                 "publications": self.publications, "syntheses": self.syntheses, "aborts": self.aborts,
-                "false_positives": self.false_positives, "wall_s": self.wall_s, "message": self.message,
+                "false_positives": self.false_positives, "refinements": self.refinements, "wall_s": self.wall_s,
+                "message": self.message,
                 "changes": [asdict(c) for c in self.changes], "decisions": list(self.decisions),
                 "rows": list(self.rows)}
 
@@ -275,6 +280,7 @@ def run_timeline(scenario: Scenario, *, store_dir: str | os.PathLike[str] | None
         store_dir = tmp.name
     try:
         ctl = Controller(topo, profile, store_dir, config=cfg, clock=lambda: clock[0], log=decisions.append)
+        ctl.manager.charged_synth_s = scenario.charge_synth_s
         ctl.bootstrap()
         return _loop(scenario, topo, ctl, clock, decisions, wall0)
     finally:
@@ -302,6 +308,7 @@ def _loop(scenario: Scenario, topo: Topology, ctl: Controller, clock: list[float
                                                                                   ((key, v) for key, (v, _) in
                                                                                    active.items())}
     false_pos = 0
+    refinements = 0
     seen_flags = 0
     stable = 0
     last_sig: tuple[Any, ...] | None = None
@@ -347,9 +354,12 @@ def _loop(scenario: Scenario, topo: Topology, ctl: Controller, clock: list[float
             k2 = (d["comm"], d["collective"])
             base = persistent_at_version.get((k2, d["version"]), ())
             now_p = tuple(j for j, c in enumerate(scenario.changes) if c.active(d["t_s"]) and not c.transient)
-            if now_p == base:
+            if now_p == base == ():
                 false_pos += 1
                 d["false_positive"] = True
+            elif now_p == base:
+                refinements += 1
+                d["refinement"] = True
         seen_flags = len(flags)
         # fast-forward a converged steady state to the next moment something can change
         sig = (on, tuple((k2, v2) for k2, (v2, _) in sorted(active.items(), key=lambda kv: kv[0])))
@@ -374,7 +384,7 @@ def _loop(scenario: Scenario, topo: Topology, ctl: Controller, clock: list[float
                 for c in {c for c, _, _ in scenario.workload}:
                     seq[c] += k
                 stable = 0
-    return _report(scenario, rows, decisions, false_pos, ctl, wall0)
+    return _report(scenario, rows, decisions, false_pos, refinements, ctl, wall0)
 
 
 def _next_moment(scenario: Scenario, ctl: Controller, t: float) -> float:
@@ -399,7 +409,7 @@ def _mean(rows: Sequence[dict[str, Any]]) -> float | None:
 
 
 def _report(scenario: Scenario, rows: list[dict[str, Any]], decisions: list[dict[str, Any]], false_pos: int,
-            ctl: Controller, wall0: float) -> TimelineResult:
+            refinements: int, ctl: Controller, wall0: float) -> TimelineResult:
     reports = []
     flags = [d for d in decisions if d.get("event") == "flag"]
     synths = [d for d in decisions if d.get("event") == "synthesized"]
@@ -417,7 +427,9 @@ def _report(scenario: Scenario, rows: list[dict[str, Any]], decisions: list[dict
                           and r["t_s"] >= c.start_s), None)
         inside = [r for r in rows if c.start_s <= r["t_s"] < end]
         stale = [r for r in inside if r["version"] == v0]
-        adapted = [r for r in inside if pub is not None and r["version"] == pub["version"]]
+        later = [r for r in inside if pub is not None and r["version"] != v0 and r["t_s"] >= pub["t_s"]]
+        final_v = later[-1]["version"] if later else None
+        adapted = [r for r in later if r["version"] == final_v]
         det_rows = [r for r in inside if flag is not None and r["t_end_s"] <= flag["t_s"]]
         n_det = sum(r["n"] for r in det_rows) if flag is not None else None
         s_det = sum(r["samples"] for r in det_rows) if flag is not None else None
@@ -433,7 +445,7 @@ def _report(scenario: Scenario, rows: list[dict[str, Any]], decisions: list[dict
             detection_samples=s_det,
             synth_time_s=None if synth is None else synth["synth_time_s"],
             reaction_s=None if first_new is None else first_new["t_s"] - c.start_s,
-            version_before=v0, version_after=None if pub is None else pub["version"],
+            version_before=v0, version_after=None if pub is None else pub["version"], version_final=final_v,
             algbw_before_GBps=_mean(before), algbw_stale_GBps=s_stale, algbw_adapted_GBps=s_adapt,
             speedup=None if not s_stale or s_adapt is None else s_adapt / s_stale,
             recovery_reaction_s=None if first_back is None or c.end_s is None else first_back["t_s"] - c.end_s,
@@ -442,10 +454,11 @@ def _report(scenario: Scenario, rows: list[dict[str, Any]], decisions: list[dict
     n = sum(r["n"] for r in rows)
     msg = (f"{n} collectives in {scenario.duration_s:g} s simulated ({time.perf_counter() - wall0:.1f} s wall); "
            f"{counts.syntheses - len({(c, k) for c, k, _ in scenario.workload})} re-syntheses, "
-           f"{len(pubs)} new versions, {counts.aborts} aborted, {false_pos} false positives; re-synthesis wall time "
-           "is charged to the simulated clock")
+           f"{len(pubs)} new versions, {counts.aborts} aborted, {false_pos} false positives, {refinements} "
+           "refinements; re-synthesis wall time is charged to the simulated clock")
     return TimelineResult(scenario, tuple(rows), tuple(_jsonable(d) for d in decisions), tuple(reports), n,
-                          len(pubs), counts.syntheses, counts.aborts, false_pos, time.perf_counter() - wall0, msg)
+                          len(pubs), counts.syntheses, counts.aborts, false_pos, refinements,
+                          time.perf_counter() - wall0, msg)
 
 
 def _jsonable(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -501,7 +514,7 @@ def format_table(result: TimelineResult) -> str:
             extra = f" v{d['version']}" if "version" in d else ""
             took = f" ({d['synth_time_s'] * 1e3:.1f} ms)" if "synth_time_s" in d and d["event"] == "synthesized" \
                 else ""
-            fp = " [false positive]" if d.get("false_positive") else ""
+            fp = " [false positive]" if d.get("false_positive") else " [refinement]" if d.get("refinement") else ""
             lines.append(f"  {d['t_s'] * 1e3:11.3f} ms {d['event']:<12} {d.get('collective', '')}{extra}{took} "
                          f"{what}{fp}")
     for c in result.changes:
@@ -514,7 +527,7 @@ def format_table(result: TimelineResult) -> str:
                      f"{(c.synth_time_s or 0) * 1e3:.2f} ms; reaction "
                      + (f"{c.reaction_s * 1e3:.2f} ms" if c.reaction_s is not None else "none (no new version)"))
         lines.append(f"  algbw before {_fmt(c.algbw_before_GBps)} -> stale {_fmt(c.algbw_stale_GBps)} -> adapted "
-                     f"{_fmt(c.algbw_adapted_GBps)} GB/s (speedup {_fmt(c.speedup, '.3f')}x)"
+                     f"{_fmt(c.algbw_adapted_GBps)} GB/s (v{c.version_final}; speedup {_fmt(c.speedup, '.3f')}x)"
                      + (f"; back after recovery in {c.recovery_reaction_s * 1e3:.2f} ms at "
                         f"{_fmt(c.algbw_recovered_GBps)} GB/s" if c.recovery_reaction_s is not None else ""))
     return "\n".join(lines)
