@@ -14,6 +14,7 @@ import math
 import time
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from synth._types import Collective, Rank
 from synth._deadline import check_time_limit, solving
@@ -23,11 +24,28 @@ from synth.schedule import Schedule
 from synth.topologies.communicator import communicator
 from synth.topologies.model import Link, Topology
 
+if TYPE_CHECKING:
+    from synth.alltoall_cg.alltoallv import AllToAllvResult
+
 __all__ = ["synthesize"]
 
 
-def synthesize(
-    collective: Collective,
+@overload
+def synthesize(collective: Literal["alltoallv"], topo: Topology, *, chunks: int | None = None,
+               warm_from: Any = None, max_steps: int | None = None, solver: str = "highs",
+               time_limit_s: float | None = None, ranks: Sequence[Rank] | None = None, relay: bool = False,
+               demand: Any = None) -> AllToAllvResult: ...
+
+
+@overload
+def synthesize(collective: Collective, topo: Topology, *, chunks: int | None = None,
+               warm_from: Any = None, max_steps: int | None = None,
+               solver: str = "highs", time_limit_s: float | None = None, ranks: Sequence[Rank] | None = None,
+               relay: bool = False, demand: Any = None) -> SynthResult: ...
+
+
+def synthesize(  # type: ignore[misc]
+    collective: Collective | Literal["alltoallv"],
     topo: Topology,
     *,
     chunks: int | None = None,
@@ -37,7 +55,8 @@ def synthesize(
     time_limit_s: float | None = None,
     ranks: Sequence[Rank] | None = None,
     relay: bool = False,
-) -> SynthResult:
+    demand: Any = None,
+) -> SynthResult | AllToAllvResult:
     """Synthesize ``collective`` on ``topo`` with the matching synthesizer.
 
     ``chunks`` is ``max_chunks`` for the tree collectives and ``nchunks`` (default 10) for AllToAll.
@@ -50,6 +69,9 @@ def synthesize(
     passing ``topo.communicator(ranks, relay=relay)``): the schedule's ranks are ``0..k-1`` in the
     order given and its ``meta["global_ranks"]`` maps them back; the other GPUs forward data only
     with ``relay=True``. A warm start must come from the same communicator.
+    ``"alltoallv"`` needs ``demand`` (an N×N matrix of bytes per ordered rank pair, N the
+    communicator's size) and returns an :class:`~synth.alltoall_cg.AllToAllvResult`; ``warm_from``
+    is then a previous AllToAllv result (see :func:`synth.alltoall_cg.synthesize_alltoallv`).
 
     >>> from synth import load_topology
     >>> r = synthesize("allgather", load_topology("ring:6"), ranks=[0, 1, 2])
@@ -68,6 +90,15 @@ def synthesize(
         topo = communicator(topo, ranks, relay=relay)
     elif relay:
         raise SolverError("relay=True needs ranks (the communicator whose non-members relay)")
+    if collective == "alltoallv":
+        from synth.alltoall_cg import synthesize_alltoallv
+
+        if demand is None:
+            raise SolverError("alltoallv needs demand= (an N x N matrix of bytes per ordered rank pair)")
+        return synthesize_alltoallv(topo, demand, nchunks=10 if chunks is None else chunks, max_steps=max_steps,
+                                    solver=solver, time_limit_s=time_limit_s, warm_start=warm_from)
+    if demand is not None:
+        raise SolverError(f"demand= is for alltoallv only, not {collective!r}")
     if isinstance(warm_from, Schedule):
         _check_warm_schedule(warm_from, topo)
     elif warm_from is not None and not isinstance(warm_from, SynthResult):

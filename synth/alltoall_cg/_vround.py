@@ -1,0 +1,178 @@
+"""Rounding an AllToAllv LP solution to ``K`` equal chunks per block, then load-aware chunk moves.
+
+``disaggregate_v`` turns tree weights λ into fractional chunk counts per path (``K · Σ_{τ∋p} λ_τ``
+for blocks with demand); ``largest_remainder_v`` rounds them per block to exactly K; ``improve``
+moves single chunks off the most loaded link onto another pooled path of the same block while
+that strictly lowers the link's time without lifting any other link to it. Loads are in bytes
+of the demand matrix divided by K per chunk, so chunks of big blocks weigh more.
+
+Examples
+--------
+>>> y = np.array([2.6, 7.4, 10.0]); block = np.array([0, 0, 1])
+>>> largest_remainder_v(block, y, 10).tolist()
+[3, 7, 10]
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import numpy.typing as npt
+
+from synth.alltoall_cg._vcg import WeightedCg
+
+__all__ = ["disaggregate_v", "improve", "largest_remainder_v", "link_loads"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def disaggregate_v(cg: WeightedCg, lam: FloatArray, nchunks: int) -> tuple[IntArray, FloatArray]:
+    """(path ids, fractional chunks) of blocks with demand; chunks of a block sum to K."""
+    n = cg.net.n_gpus
+    rows = np.flatnonzero(lam > 1e-12)
+    src = np.repeat(cg.trees.source[rows], n)
+    dst = np.tile(np.arange(n), len(rows))
+    flat = cg.trees.paths[rows].ravel()
+    vals = np.repeat(nchunks * lam[rows], n)
+    keep = (flat >= 0) & (cg.demand[src, dst] > 0)
+    pids, inv = np.unique(flat[keep], return_inverse=True)
+    y = np.bincount(inv, weights=vals[keep], minlength=len(pids))
+    block = cg.paths.src[pids] * n + cg.paths.dst[pids]
+    total = np.bincount(np.unique(block, return_inverse=True)[1], weights=y)
+    y = y * nchunks / total[np.unique(block, return_inverse=True)[1]]
+    return pids, y
+
+
+def largest_remainder_v(block: IntArray, y: FloatArray, nchunks: int) -> IntArray:
+    """Integer chunks per path, exactly ``nchunks`` per block (``y`` sums to it per block)."""
+    base = np.floor(y + 1e-9).astype(np.int64)
+    frac = y - base
+    _, inv = np.unique(block, return_inverse=True)
+    rem = nchunks - np.bincount(inv, weights=base).astype(np.int64)
+    order = np.lexsort((-frac, inv))
+    first = np.r_[0, np.flatnonzero(np.diff(inv[order])) + 1]
+    rank = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
+    out = base.copy()
+    out[order] += (rank < rem[inv[order]]).astype(np.int64)
+    return out
+
+
+def link_loads(cg: WeightedCg, pids: IntArray, chunks: IntArray, nchunks: int) -> FloatArray:
+    """Normalised demand units per link of the rounded solution."""
+    starts, links = cg.paths.link_csr(pids)
+    size = cg.demand[cg.paths.src[pids], cg.paths.dst[pids]] * chunks / nchunks
+    return np.bincount(links, weights=np.repeat(size, np.diff(starts)), minlength=cg.net.n_links)
+
+
+def improve(cg: WeightedCg, pids: IntArray, chunks: IntArray, nchunks: int, *, max_moves: int,
+            deadline: float | None, good_enough: float = 0.0) -> tuple[IntArray, IntArray, int]:
+    """Chunk moves that lower the bottleneck (see the module docstring) until its time (load /
+    capacity, normalised) is at most ``good_enough``; returns the new (path ids, chunks) and how
+    many moves were made."""
+    caps = np.where(cg.net.caps_GBps > 0, cg.net.caps_GBps, np.inf)
+    paths = cg.paths
+    n = cg.net.n_gpus
+    pool_block = paths.src * n + paths.dst
+    pool_order = np.argsort(pool_block, kind="stable")
+    pool_sorted = pool_block[pool_order]
+    by_block: dict[int, IntArray] = {}
+    chunk_of = dict(zip(pids.tolist(), chunks.tolist()))
+    loads = link_loads(cg, pids, chunks, nchunks)
+    links_of = cg.links_cache
+
+    def lk(p: int) -> list[int]:
+        got = links_of.get(p)
+        if got is None:
+            got = links_of[p] = paths.links(p).tolist()
+        return got
+
+    starts, all_links = paths.link_csr(pids)
+    owner = np.repeat(pids, np.diff(starts))
+    extra: set[int] = set()  # paths that received a chunk by a move
+    moves = 0
+    blocked: set[int] = set()
+    while moves < max_moves and (deadline is None or time.perf_counter() < deadline):
+        ratio = loads / caps
+        e = int(np.argmax(ratio))
+        t = float(ratio[e])
+        if t <= good_enough or e in blocked:
+            break
+        cand = set(owner[all_links == e].tolist()) | {p for p in extra if e in lk(p)}
+        users = [p for p in sorted(cand) if chunk_of.get(p, 0) > 0]
+        users.sort(key=lambda p: -cg.demand[paths.src[p], paths.dst[p]])
+        done = False
+        for p in users:
+            s, d = int(paths.src[p]), int(paths.dst[p])
+            size = cg.demand[s, d] / nchunks
+            b = s * n + d
+            alts = by_block.get(b)
+            if alts is None:
+                lo, hi = np.searchsorted(pool_sorted, [b, b + 1])
+                alts = by_block[b] = pool_order[lo:hi]
+            lp = set(lk(p))
+            best_q, best_t = -1, t * (1 - 1e-12)
+            for q in alts.tolist():
+                if q == p:
+                    continue
+                lq = lk(q)
+                if e in lq:
+                    continue
+                new = [x for x in lq if x not in lp]
+                if not new:
+                    continue
+                worst = max((loads[x] + size) / caps[x] for x in new)
+                if worst < best_t:
+                    best_q, best_t = q, worst
+            if best_q >= 0:
+                np.subtract.at(loads, lk(p), size)
+                np.add.at(loads, lk(best_q), size)
+                chunk_of[p] -= 1
+                chunk_of[best_q] = chunk_of.get(best_q, 0) + 1
+                extra.add(best_q)
+                moves += 1
+                done = True
+                break
+        if not done:
+            blocked.add(e)
+            break
+    items = sorted((p, c) for p, c in chunk_of.items() if c > 0)
+    return (np.array([p for p, _ in items], dtype=np.int64), np.array([c for _, c in items], dtype=np.int64), moves)
+
+
+def greedy_remainder(cg: WeightedCg, pids: IntArray, y: FloatArray, nchunks: int) -> IntArray:
+    """Integer chunks per path, exactly ``nchunks`` per block: whole parts of ``y`` first, then each
+    block's remaining chunks (largest blocks first) onto its fractional path whose links stay least
+    loaded relative to capacity."""
+    n = cg.net.n_gpus
+    paths = cg.paths
+    base = np.floor(y + 1e-9).astype(np.int64)
+    caps = np.where(cg.net.caps_GBps > 0, cg.net.caps_GBps, np.inf)
+    loads = link_loads(cg, pids, base, nchunks)
+    block = paths.src[pids] * n + paths.dst[pids]
+    uniq, inv = np.unique(block, return_inverse=True)
+    rem = nchunks - np.bincount(inv, weights=base).astype(np.int64)
+    size = cg.demand[uniq // n, uniq % n] / nchunks
+    frac = y - base
+    order = np.argsort(inv, kind="stable")
+    first = np.searchsorted(inv[order], np.arange(len(uniq)))
+    last = np.r_[first[1:], len(order)]
+    out = base.copy()
+    cap_l = caps.tolist()
+    for b in np.lexsort((uniq, -size * (rem > 0))).tolist():
+        if rem[b] <= 0:
+            break
+        members = order[first[b]:last[b]].tolist()
+        cand = [i for i in members if frac[i] > 1e-9] or members
+        sz = float(size[b])
+        for _ in range(int(rem[b])):
+            best_i, best_t = cand[0], np.inf
+            for i in cand:
+                lk = paths.links(int(pids[i])).tolist()
+                worst = max((loads[x] + sz) / cap_l[x] for x in lk)
+                if worst < best_t:
+                    best_i, best_t = i, worst
+            out[best_i] += 1
+            np.add.at(loads, paths.links(int(pids[best_i])), sz)
+    return out
