@@ -1,16 +1,22 @@
-"""``loopcoll bound COLLECTIVE SPEC``: the optimal algbw and its bottleneck."""
+"""``loopcoll bound COLLECTIVE SPEC``: the optimal algbw and its bottleneck (``alltoallv --demand M``:
+the optimal completion time)."""
 
 from __future__ import annotations
 
 import argparse
 
 from loopcoll._common import add_topology_args, positive_seconds, print_json, topology_from_args
-from synth import COLLECTIVES, optimal_bound
+from loopcoll._cmd_alltoallv import add_demand_arg, run_bound
+from synth import COLLECTIVES, LoopcollError, optimal_bound
 
 __all__ = ["register"]
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.collective == "alltoallv":
+        return run_bound(args)
+    if args.demand:
+        raise LoopcollError(f"--demand is for alltoallv only, not {args.collective}")
     topo = topology_from_args(args)
     bound = optimal_bound(args.collective, topo, time_limit_s=args.time_limit)
     if args.json:
@@ -35,8 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         help="optimal algbw of a collective on a topology",
         description="Print the optimal (physical-limit) algbw and busbw of a collective, with its bottleneck links.",
     )
-    p.add_argument("collective", choices=COLLECTIVES, help="the collective")
+    p.add_argument("collective", choices=(*COLLECTIVES, "alltoallv"), help="the collective")
     add_topology_args(p)
+    add_demand_arg(p, required=False)
     p.add_argument("--time-limit", type=positive_seconds, default=None, metavar="SEC",
                    help="stop after SEC seconds with the best proven upper bound (status time_limit)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

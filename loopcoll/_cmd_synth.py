@@ -226,3 +226,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         c.add_argument("--json", action="store_true", help="print one JSON object (implies --quiet)")
         c.add_argument("--quiet", action="store_true", help="no progress on stderr")
         c.set_defaults(func=_run)
+    from loopcoll._cmd_alltoallv import add_synth_parser
+
+    add_synth_parser(csub)

@@ -25,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -34,7 +35,7 @@ from synth.errors import ScheduleError
 from synth.schedule import Hop, Route, RouteKind
 from synth.topologies.model import Topology
 
-__all__ = ["ALLTOALLV_FORMAT", "AllToAllvSchedule", "check_demand"]
+__all__ = ["ALLTOALLV_FORMAT", "AllToAllvSchedule", "check_demand", "read_demand"]
 
 ALLTOALLV_FORMAT = "loopcoll-alltoallv/1"
 
@@ -84,6 +85,38 @@ def check_demand(demand: Any, nranks: int | None = None, *, what: str = "demand"
             vals.append(0.0 if s == d else x)
         out.append(tuple(vals))
     return tuple(out)
+
+
+def read_demand(path: str | Path, nranks: int | None = None) -> tuple[tuple[float, ...], ...]:
+    """A demand matrix from ``.npy`` (a 2-D numeric array) or JSON (a list of rows, or an object
+    with ``"demand_bytes"``); raises :class:`ScheduleError` naming the file.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "m.json")
+    >>> _ = open(p, "w").write('{"demand_bytes": [[0, 3], [1, 0]]}')
+    >>> read_demand(p)
+    ((0.0, 3.0), (1.0, 0.0))
+    """
+    p = Path(path)
+    what = f"demand file {str(p)!r}"
+    try:
+        if p.suffix.lower() == ".npy":
+            arr = np.load(p, allow_pickle=False)
+            if arr.dtype.kind not in "iuf":
+                raise ScheduleError(f"{what}: holds a {arr.dtype} array, not numbers")
+            return check_demand(arr, nranks, what=what)
+        doc = json.loads(p.read_text())
+    except OSError as exc:
+        raise ScheduleError(f"{what}: cannot read: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ScheduleError(f"{what}: unreadable: {str(exc)[:200]}") from None
+    if isinstance(doc, dict):
+        if "demand_bytes" not in doc:
+            raise ScheduleError(f"{what}: a JSON object needs a 'demand_bytes' matrix")
+        doc = doc["demand_bytes"]
+    if not isinstance(doc, list):
+        raise ScheduleError(f"{what}: expected a list of rows")
+    return check_demand(doc, nranks, what=what)
 
 
 def _freeze(meta: Mapping[str, Any] | None) -> Mapping[str, Any]:
