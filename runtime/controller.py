@@ -40,6 +40,7 @@ from synth import Schedule, Topology
 
 from runtime.detector import Verdict
 from runtime.errors import ProfileError, StoreError
+from runtime.demand import AllToAllvPlanner, DemandEstimator
 from runtime.estimator import LinkEstimator, ScheduleRouting
 from runtime.manager import ManagerConfig, ScheduleManager
 from runtime.profile import JobProfile
@@ -180,6 +181,11 @@ class Controller:
                                        snap=config.snap)
         self.manager = ScheduleManager(topology, profile, self.store, self.estimator, config.manager_config(),
                                        self._log)
+        # AllToAllv: demand samples -> traffic matrix -> versions per (comm, alltoallv) (runtime.demand)
+        a2av = {c.name: c.ranks for c in profile.communicators if c.collective("alltoallv") is not None}
+        self.demand = DemandEstimator(a2av, alpha=config.alpha, nranks=topology.nranks)
+        self.alltoallv = AllToAllvPlanner(self.estimator.measured_topology, a2av, directory=self.store.directory,
+                                          log=self._log)
 
     # -- logging ------------------------------------------------------------------------------
     def _log(self, record: dict[str, Any]) -> None:
@@ -210,6 +216,7 @@ class Controller:
             while len(self._pending) > self.config.max_pending_samples:
                 self._pending.popleft()
                 self._skipped["pending_overflow"] += 1
+        self.demand.observe(ok)
         if report.rejected_total:
             self._log({"event": "samples_rejected", "rejected": dict(report.rejected),
                        "first_error": report.first_error})
@@ -290,6 +297,7 @@ class Controller:
                 trig = self.samples_since_publish
             clock = self._clock if now_s is None else None
             out = self.manager.step(now, clock, trig)
+            self.alltoallv.poll(self.demand, now_s=now)
             # samples that arrived during a synthesis count before its abort/publish decision
             if out:
                 with self._lock:
