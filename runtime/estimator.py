@@ -103,16 +103,19 @@ class ScheduleRouting:
         chunks: dict[tuple[int, int], int] = defaultdict(int)
         paths: dict[tuple[int, int], set[tuple[str, ...]]] = defaultdict(set)
         upstream: dict[tuple[int, int], set[tuple[int, int]]] = defaultdict(set)
+        # a communicator's schedule has local ranks 0..k-1; samples and paths use the job's global ranks
+        g = list(schedule.meta.get("global_ranks") or range(schedule.nranks))
         for route in schedule.routes:
             into: dict[int, tuple[int, int]] = {}
             for hop in route.hops:
-                chunks[(hop.src, hop.dst)] += route.chunks
-                paths[(hop.src, hop.dst)].add(hop.path)
-                into[hop.dst] = (hop.src, hop.dst)
+                pair = (g[hop.src], g[hop.dst])
+                chunks[pair] += route.chunks
+                paths[pair].add(hop.path)
+                into[g[hop.dst]] = pair
             for hop in route.hops:
-                parent = into.get(hop.src)
+                parent = into.get(g[hop.src])
                 if parent is not None and route.kind.value != "in_tree":
-                    upstream[(hop.src, hop.dst)].add(parent)
+                    upstream[(g[hop.src], g[hop.dst])].add(parent)
         pair_links: dict[tuple[int, int], tuple[LinkKey, ...]] = {}
         link_chunks: dict[LinkKey, int] = defaultdict(int)
         for pair in sorted(chunks):

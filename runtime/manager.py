@@ -130,12 +130,16 @@ class ScheduleManager:
         #: simulated time charged per synthesis instead of its measured duration (timeline tests)
         self.charged_synth_s: float | None = None
         self.sizes: dict[tuple[str, str], tuple[int, ...]] = {}
+        #: per communicator: (ranks to synthesize on, or None for the whole topology in rank order; relay)
+        self.members: dict[str, tuple[tuple[int, ...] | None, bool]] = {}
         for comm in profile.communicators:
-            if sorted(comm.ranks) != list(range(nominal.nranks)):
-                raise ProfileError(
-                    f"communicator {comm.name!r}: communicator subsets need communicator sub-topologies, "
-                    f"which this controller does not have yet; ranks must be all {nominal.nranks} GPUs of "
-                    f"{nominal.name}")
+            whole = list(comm.ranks) == list(range(nominal.nranks))
+            self.members[comm.name] = (None if whole else tuple(comm.ranks), comm.relay)
+            if not whole:
+                try:
+                    nominal.communicator(comm.ranks, relay=comm.relay)
+                except LoopcollError as exc:
+                    raise ProfileError(f"communicator {comm.name!r}: {exc}") from None
             for spec in comm.collectives:
                 self.sizes[(comm.name, spec.collective)] = spec.sizes_bytes
         for entry in store.latest():
@@ -167,23 +171,33 @@ class ScheduleManager:
         return detect(loads, d.cut, caps, gamma=self.config.gamma)
 
     # -- synthesis ------------------------------------------------------------------------
-    def _synthesize(self, collective: str, topo: Topology, warm: SynthResult | Schedule | None) -> SynthResult:
+    def comm_topology(self, comm: str, topo: Topology) -> Topology:
+        """``topo`` restricted to communicator ``comm`` (itself for a communicator of every GPU)."""
+        ranks, relay = self.members[comm]
+        return topo if ranks is None else topo.communicator(ranks, relay=relay)
+
+    def _synthesize(self, key: tuple[str, str], topo: Topology, warm: SynthResult | Schedule | None) -> SynthResult:
+        collective = key[1]
+        ranks, relay = self.members[key[0]]
         chunks = self.config.alltoall_chunks if collective == "alltoall" else self.config.chunks
         try:
             return synthesize(collective, topo, chunks=chunks, warm_from=warm,  # type: ignore[arg-type]
-                              solver=self.config.solver, time_limit_s=self.config.time_limit_s)
+                              solver=self.config.solver, time_limit_s=self.config.time_limit_s,
+                              ranks=ranks, relay=relay)
         except LoopcollError as exc:
             if warm is None:
                 raise
             self._log({"event": "warm_failed", "collective": collective, "error": str(exc)[:300]})
             return synthesize(collective, topo, chunks=chunks,  # type: ignore[arg-type]
-                              solver=self.config.solver, time_limit_s=self.config.time_limit_s)
+                              solver=self.config.solver, time_limit_s=self.config.time_limit_s,
+                              ranks=ranks, relay=relay)
 
     def _publish(self, key: tuple[str, str], result: SynthResult, topo: Topology, reason: str,
                  verdict: Verdict | None, trigger_samples: int, now: float) -> VersionEntry:
         comm, coll = key
         bands = [(lo, hi, result) for lo, hi, _ in size_bands(self.sizes[key])]
-        entry = self.store.publish(comm, coll, bands, reason=reason, topology=topo, nominal=self.nominal,
+        entry = self.store.publish(comm, coll, bands, reason=reason, topology=self.comm_topology(comm, topo),
+                                   nominal=self.comm_topology(comm, self.nominal),
                                    verdict=None if verdict is None else verdict.to_dict(),
                                    trigger_samples=trigger_samples, created_t_s=now,
                                    export_xml=self.config.export_xml)
@@ -209,7 +223,7 @@ class ScheduleManager:
                            "message": f"{key[1]} schedules need a demand matrix; left to the native library"})
                 continue
             t0 = time.perf_counter()
-            res = self._synthesize(key[1], topo, None)
+            res = self._synthesize(key, topo, None)
             self.counters.syntheses += 1
             if res.schedule is None:
                 raise RuntimeStateError(f"{key[0]}/{key[1]}: bootstrap synthesis failed: {res.message}")
@@ -254,7 +268,7 @@ class ScheduleManager:
                        "measured_fingerprint": topo.fingerprint})
             t0 = time.perf_counter()
             try:
-                res = self._synthesize(key[1], topo, d.result if d.result is not None else d.schedule)
+                res = self._synthesize(key, topo, d.result if d.result is not None else d.schedule)
             except LoopcollError as exc:
                 self.counters.failures += 1
                 d.swapped_t_s = now  # back off for a cool-down before trying again
@@ -346,7 +360,8 @@ class ScheduleManager:
             return None
         try:
             pred = d.schedule.algbw_GBps(measured)
-            opt = optimal_bound(key[1], measured).algbw_GBps  # type: ignore[arg-type]
+            ranks, relay = self.members[key[0]]
+            opt = optimal_bound(key[1], measured, ranks=ranks, relay=relay).algbw_GBps  # type: ignore[arg-type]
         except LoopcollError:
             return None
         made = d.entry.algbw_GBps / d.entry.optimal_algbw_GBps if d.entry.optimal_algbw_GBps > 0 else 1.0

@@ -92,6 +92,7 @@ class Scenario:
     rtol: float = 0.001
     fast_forward: bool = True
     charge_synth_s: float | None = None
+    ranks: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # communicator -> its global ranks
 
 
 def _num(doc: Mapping[str, Any], key: str, where: str, default: float | None = None, *, minimum: float = 0.0) -> float:
@@ -120,13 +121,21 @@ def scenario_from_dict(doc: Any, *, topology: str | None = None) -> Scenario:
     if not isinstance(work, list) or not work:
         raise ScenarioError("scenario: workload must be a non-empty list")
     workload = []
+    ranks: dict[str, tuple[int, ...]] = {}
     for i, w in enumerate(work):
         if not isinstance(w, Mapping) or not isinstance(w.get("collective"), str):
             raise ScenarioError(f"scenario: workload[{i}] must be an object with a collective")
         size = w.get("size_bytes")
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ScenarioError(f"scenario: workload[{i}]: size_bytes must be an integer >= 1, got {size!r}")
-        workload.append((str(w.get("comm", "world")), w["collective"], size))
+        comm_name = str(w.get("comm", "world"))
+        workload.append((comm_name, w["collective"], size))
+        if w.get("ranks") is not None:
+            r = w["ranks"]
+            if not isinstance(r, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in r):
+                raise ScenarioError(f"scenario: workload[{i}]: ranks must be a list of global ranks")
+            if ranks.setdefault(comm_name, tuple(r)) != tuple(r):
+                raise ScenarioError(f"scenario: workload[{i}]: communicator {comm_name!r} given two rank lists")
     changes = []
     for i, e in enumerate(doc.get("events", [])):
         where = f"scenario: events[{i}]"
@@ -165,7 +174,7 @@ def scenario_from_dict(doc: Any, *, topology: str | None = None) -> Scenario:
     return Scenario(topo, duration, tuple(workload), tuple(changes), _num(doc, "gap_s", "scenario", 0.0),
                     _num(doc, "swap_s", "scenario", 0.0), dict(ctl), spc, _num(sim, "rtol", "scenario: sim", 0.001),
                     bool(doc.get("fast_forward", True)),
-                    None if doc.get("charge_synth_s") is None else _num(doc, "charge_synth_s", "scenario"))
+                    None if doc.get("charge_synth_s") is None else _num(doc, "charge_synth_s", "scenario"), ranks)
 
 
 def load_scenario(path: str | os.PathLike[str], *, topology: str | None = None) -> Scenario:
@@ -265,7 +274,7 @@ def run_timeline(scenario: Scenario, *, store_dir: str | os.PathLike[str] | None
     for comm, coll, size in scenario.workload:
         comms[comm][coll].add(size)
     profile = profile_from_dict({"format": "loopcoll.profile/1", "topology": scenario.topology, "communicators": [
-        {"name": c, "ranks": list(range(topo.nranks)),
+        {"name": c, "ranks": list(scenario.ranks.get(c, range(topo.nranks))),
          "collectives": [{"collective": k, "sizes": sorted(v)} for k, v in sorted(colls.items())]}
         for c, colls in sorted(comms.items())]})
     try:
@@ -330,8 +339,8 @@ def _loop(scenario: Scenario, topo: Topology, ctl: Controller, clock: list[float
         ck = (key, version, on, size)
         tt = sim_cache.get(ck)
         if tt is None:
-            tt = simulate_transfers(sched, true, size, slices_per_chunk=scenario.slices_per_chunk,
-                                    rtol=scenario.rtol, check=False)
+            tt = simulate_transfers(sched, ctl.manager.comm_topology(comm, true), size,
+                                    slices_per_chunk=scenario.slices_per_chunk, rtol=scenario.rtol, check=False)
             sim_cache[ck] = tt
         granks = sched.meta.get("global_ranks") or list(range(sched.nranks))
         samples = _samples(tt, t, comm, coll, seq[comm], version, granks, host)

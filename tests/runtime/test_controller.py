@@ -74,9 +74,26 @@ def test_samples_of_unknown_versions_and_reductions_are_skipped(ctl: Controller)
                                                            "unknown_version": 1}
 
 
-def test_communicator_subsets_are_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(ProfileError, match="communicator 'world': communicator subsets need"):
-        Controller(load_topology(TOPO), _profile(ranks=[0, 4]), tmp_path)
+def test_communicator_subsets_get_their_own_schedules(tmp_path: Path) -> None:
+    prof = profile_from_dict({"format": "loopcoll.profile/1", "topology": TOPO, "communicators": [
+        {"name": "world", "ranks": list(range(8)), "collectives": [{"collective": "allgather", "sizes": [1 << 24]}]},
+        {"name": "rail1", "ranks": [5, 1], "collectives": [{"collective": "alltoall", "sizes": [1 << 24]}]},
+        {"name": "host0", "ranks": [0, 1, 2, 3], "collectives": [{"collective": "allgather", "sizes": [1 << 22]}]}]})
+    ctl = Controller(load_topology(TOPO), prof, tmp_path, config=ControllerConfig(export_xml=False))
+    entries = {e.comm: e for e in ctl.bootstrap()}
+    assert sorted(entries) == ["host0", "rail1", "world"]
+    rail = ctl.deployed_schedule("rail1", "alltoall")[1]
+    assert rail.nranks == 2 and list(rail.meta["global_ranks"]) == [5, 1]
+    assert entries["rail1"].topology_fingerprint == load_topology(TOPO).communicator([5, 1]).fingerprint
+    routing = ctl._routing_for("rail1", "alltoall", 1)
+    assert set(routing.pair_chunks) == {(5, 1), (1, 5)}  # global ranks
+    assert ctl.ingest([_sample(comm="rail1", src=5, dst=1, collective="alltoall")]).accepted == 1
+    assert ctl.ingest([_sample(comm="rail1", src=0, dst=1, collective="alltoall")]).rejected["unknown_rank"] == 1
+
+
+def test_a_communicator_that_cannot_connect_is_a_profile_error(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match="communicator 'world'"):
+        Controller(load_topology(TOPO), _profile(ranks=[0, 5]), tmp_path)  # different rails, no relay
 
 
 def test_profile_rank_outside_topology_and_bad_config(tmp_path: Path) -> None:

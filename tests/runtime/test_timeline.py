@@ -84,3 +84,22 @@ def test_cli_replay_json_and_errors(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert err.count("\n") == 1 and "workload[0]: size_bytes must be an integer >= 1" in err
     assert main(["replay", str(tmp_path / "missing.json")]) == 2
     assert "cannot read scenario" in capsys.readouterr().err
+
+
+def test_a_communicator_subset_is_detected_and_adapted() -> None:
+    doc = _doc([{"start_s": 0.004, "failure": "fail2"}], duration_s=0.03,
+               workload=[{"comm": "pair_of_rails", "ranks": [0, 1, 4, 5], "collective": "alltoall",
+                          "size_bytes": 4 << 20}])
+    res = run_timeline(scenario_from_dict(doc))
+    (c,) = res.changes
+    assert c.detected_s is not None and c.version_after == 2 and c.speedup > 1.5, format_table(res)
+    assert res.false_positives == 0
+
+
+def test_no_gain_keeps_the_version() -> None:
+    """fail1 on one host: gpu0's only NVLink binds every schedule; re-synthesis cannot help."""
+    doc = _doc([{"start_s": 0.004, "failure": "fail1"}], duration_s=0.02,
+               workload=[{"comm": "host0", "ranks": [0, 1, 2, 3], "collective": "allgather", "size_bytes": 16 << 20}])
+    res = run_timeline(scenario_from_dict(doc))
+    assert res.changes[0].detected_s is not None and res.publications == 0
+    assert [d["event"] for d in res.decisions if d["event"] in ("no_gain", "publish")] == ["publish", "no_gain"]
