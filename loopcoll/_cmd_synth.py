@@ -153,6 +153,11 @@ def _export_fitting(
 
     assert result.schedule is not None
     mscclpp = getattr(args, "format", "xml") == "mscclpp"
+    if mscclpp and args.protocol != "Simple":
+        from mscclpp_plan import PlanError
+
+        raise PlanError(f"--protocol {args.protocol}: MSCCL++ plans are lowered with protocol Simple only "
+                        "(LL packets are read and checked, not generated)")
 
     def write_out(sched: Schedule) -> None:
         if mscclpp:
@@ -222,7 +227,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         c.add_argument("--format", choices=("xml", "mscclpp"), default="xml", help="format of -o: MSCCL XML (default) or an MSCCL++ JSON execution plan (docs/mscclpp.md)")
         c.add_argument("--inplace", action="store_true", help="with --format mscclpp: write the in-place plan (default out of place)")
         c.add_argument("--runtime", default="msccl-executor-nccl", help="MSCCL runtime whose limits the XML must meet")
-        c.add_argument("--protocol", default="Simple", choices=("Simple", "LL", "LL128"), help="MSCCL protocol (default Simple)")
+        c.add_argument("--protocol", default="Simple", choices=("Simple", "LL", "LL128"), help="MSCCL protocol (default Simple; --format mscclpp supports Simple only)")
         c.add_argument("--json", action="store_true", help="print one JSON object (implies --quiet)")
         c.add_argument("--quiet", action="store_true", help="no progress on stderr")
         c.set_defaults(func=_run)

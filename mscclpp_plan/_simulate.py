@@ -80,6 +80,7 @@ class _State:
     transfers: list[Transfer] = field(default_factory=list)
     events: int = 0
     race_reported: set[Loc] = field(default_factory=set)
+    scratch_kinds: set[str] = field(default_factory=set)
     # sources of port-channel puts the proxy may still read: loc -> (put's place, completing flush event)
     async_src: dict[Loc, tuple[str, int | None]] = field(default_factory=dict)
     unflushed: dict[tuple[int, int], list[Loc]] = field(default_factory=lambda: defaultdict(list))
@@ -143,6 +144,9 @@ def simulate(plan: Plan, *, runs: int = 1) -> tuple[list[str], list[str], list[T
         st.error(f"{place}: deadlock: {_blocked_reason(st, r, t, sop)}")
     if len(stuck) > 8:
         st.error(f"deadlock: {len(stuck) - 8} more threadblocks are stuck")
+    if st.scratch_kinds == {"data", "packets"}:
+        st.warnings.append("plan: scratch is used both as data and as packets (at twice the offset); "
+                           "overlaps between the two views are not checked")
     if not stuck:
         _leftovers(st)
         if st.values:
@@ -223,6 +227,8 @@ def _operand(
     if b.index + b.size > size:
         st.error(f"{place}: {btype}[{b.index}..{b.index + b.size}) of gpu {owner} outside its {size} chunks")
         return None
+    if btype == "s" and owner == r:
+        st.scratch_kinds.add("packets" if packet else "data")
     if packet:  # a double scratch buffer alternates its halves between launches
         space = f"p{run % 2}" if st.plan.use_double_scratch_buffer else "p"
         return [(owner, space, u) for u in _units(st, op, b)]

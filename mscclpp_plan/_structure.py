@@ -35,6 +35,7 @@ _SHAPES: dict[str, tuple[str, str]] = {
     "recspkt": ("L L*", "L L R*"), "rppkt": ("L", "R R*"),
 }  # fmt: skip
 _PAIRED = frozenset({"put", "pws", "pwsf", "ppkt"})  # n local sources, n remote destinations
+_MEMORY_ONLY = frozenset({"get", "res", "rres", "rre", "respkt", "recspkt"})
 _CHANNEL_OPS = frozenset({"signal", "wait", "rlxsignal", "rlxwait", "flush"})
 _REMOTE_OPS = frozenset({"put", "pws", "pwsf", "ppkt", "rppkt", "get", "res", "rres", "rre", "respkt", "recspkt"})
 
@@ -243,6 +244,16 @@ def _operand_problems(
             errors.append(f"{where}: operands do not fit {op.name}: src {_SHAPES[op.name][0]!r}, dst "
                           f"{_SHAPES[op.name][1]!r} (L local, R remote)")
             return
+    if op.name in _MEMORY_ONLY and op.channel_type != "memory":
+        errors.append(f"{where}: {op.name} reaches peer memory directly and works over memory channels only "
+                      "(execution_kernel.hpp indexes the memory-channel buffer table)")
+        return
+    if op.name in ("put", "pws", "pwsf") and len({b.type for b in op.src_buff}) > 1:
+        errors.append(f"{where}: sources of different buffer types; the executor reads every source from the "
+                      "first one's buffer (handlePut)")
+    if op.name == "get" and op.src_buff[0].index != op.dst_buff[0].index:
+        errors.append(f"{where}: source index {op.src_buff[0].index} differs from destination index "
+                      f"{op.dst_buff[0].index}; handleGet at this commit uses each offset for the other buffer")
     refs_avail = len(res.remote_refs.get((r, t, op.channel_type or ""), ()))
     sizes = set()
     for label, refs, kind in (("src_buff", op.src_buff, kinds[0]), ("dst_buff", op.dst_buff, kinds[1])):

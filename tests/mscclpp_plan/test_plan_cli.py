@@ -66,3 +66,10 @@ def test_check_malformed_plan_is_one_error_line(tmp_path: Path, capsys: pytest.C
     assert main(["check", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err == f"loopcoll: error: {bad}: inplace: missing\n"
+
+
+def test_synth_refuses_a_protocol_the_plan_lowering_lacks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "x.json"
+    assert main(["synth", "allgather", "ring:4", "--chunks", "1", "--format", "mscclpp", "--protocol", "LL",
+                 "-o", str(out)]) == 2  # fmt: skip
+    assert "protocol Simple only" in capsys.readouterr().err and not out.exists()

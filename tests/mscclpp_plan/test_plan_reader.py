@@ -180,3 +180,25 @@ def test_random_local_plans_round_trip_and_check_without_crashing(ops: list[list
     # a plan valid in place stays valid when the mode does not alias anything differently.
     if verdict.valid and not inplace:
         assert any(op.name in ("copy", "re") and op.dst_buff[0].type == "o" for o in ops for op in o)
+
+
+def test_executor_quirks_are_errors() -> None:
+    plan = read(VECTORS / "reduce.json")
+    r, t, k = next((r, t, k) for r, g in enumerate(plan.gpus) for t, tb in enumerate(g.threadblocks)
+                   for k, op in enumerate(tb.ops) if op.name == "get")  # fmt: skip
+    ops = list(plan.gpus[r].threadblocks[t].ops)
+    get = ops[k]
+    shifted = Op(**{**_fields(get), "dst_buff": (BufferRef(get.dst_buff[0].index + 1, 1, type="s"),)})
+    errors = check(_replace_op(plan, r, t, k, shifted)).errors
+    assert any("handleGet at this commit uses each offset for the other buffer" in e for e in errors)
+    over_port = Op(**{**_fields(get), "channel_type": "port"})
+    errors = check(_replace_op(plan, r, t, k, over_port)).errors
+    assert any("works over memory channels only" in e for e in errors)
+
+
+def _replace_op(plan: Plan, r: int, t: int, k: int, op: Op) -> Plan:
+    from ._plan_helpers import with_ops
+
+    ops = list(plan.gpus[r].threadblocks[t].ops)
+    ops[k] = op
+    return with_ops(plan, r, t, ops)
