@@ -10,6 +10,7 @@ from synth.schedule import Schedule
 from synth.topologies import Topology
 
 from .checker import check, plan_algbw_GBps
+from ._args import need, need_path
 from .errors import PlanError
 from .lowering import lower_schedule
 from .reader import parse
@@ -31,6 +32,8 @@ def export(
         re-parsed plan is invalid, or its algbw differs from the schedule's (a transfer that
         leaves the runtime's switch path, as for MSCCL XML).
     """
+    need(topo, Topology, "topo")
+    need_path(path, "path")
     plan = lower_schedule(sched, topo, inplace=inplace, name=name, verify=False)
     text = write(plan)
     parsed = parse(text)

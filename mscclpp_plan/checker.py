@@ -30,9 +30,11 @@ from synth.topologies import Topology
 
 from ._simulate import Transfer, simulate
 from ._structure import canonical_collective, structural_problems
+from ._args import need, need_path, need_str
 from .errors import PlanError
 from .model import Plan
-from .reader import parse, read
+from .reader import parse, parse_obj, read
+from .writer import to_obj
 
 __all__ = [
     "PlanCheckResult",
@@ -89,6 +91,8 @@ class PlanCheckResult:
 
 def check(plan: Plan) -> PlanCheckResult:
     """Check ``plan`` (see the module docstring)."""
+    need(plan, Plan, "plan")
+    plan = parse_obj(to_obj(plan), source=f"plan {plan.name!r}")  # hand-built plans get the reader's checks
     errors, warnings = structural_problems(plan)
     if not errors:
         sim_errors, sim_warnings, _ = simulate(plan)
@@ -105,11 +109,13 @@ def check(plan: Plan) -> PlanCheckResult:
 
 def check_text(text: str, *, source: str = "<string>") -> PlanCheckResult:
     """Parse and check plan JSON ``text`` (raises :class:`PlanError` if it cannot be parsed)."""
+    need_str(text, "text")
     return check(parse(text, source=source))
 
 
 def check_file(path: str | os.PathLike[str]) -> PlanCheckResult:
     """Read and check the plan file at ``path`` (raises :class:`PlanError` if unreadable)."""
+    need_path(path, "path")
     return check(read(path))
 
 
@@ -133,6 +139,8 @@ def plan_link_loads(plan: Plan, topology: Topology) -> dict[str, dict[tuple[str,
     PlanError
         If the plan is invalid or its rank count differs from the topology's.
     """
+    need(plan, Plan, "plan")
+    need(topology, Topology, "topology")
     if topology.nranks != plan.nranks:
         raise PlanError(f"topology {topology.name!r} has {topology.nranks} ranks but the plan has {plan.nranks}")
     L = _units_per_chunk(plan)
@@ -155,12 +163,13 @@ def plan_algbw_GBps(plan: Plan, topology: Topology) -> float:  # noqa: N802
     PlanError
         As :func:`plan_link_loads`.
     """
+    loads = plan_link_loads(plan, topology)
     gpu = plan.gpus[0]
     coll = canonical_collective(plan.collective)
     s_chunks = gpu.output_chunks if coll == "allgather" else gpu.input_chunks
     worst = 0.0
-    for loads in plan_link_loads(plan, topology).values():
-        worst += max((chunks / topology.link(a, b).GBps for (a, b), chunks in loads.items()), default=0.0)
+    for phase in loads.values():
+        worst += max((chunks / topology.link(a, b).GBps for (a, b), chunks in phase.items()), default=0.0)
     return float("inf") if worst == 0 else s_chunks / worst
 
 

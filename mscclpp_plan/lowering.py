@@ -45,6 +45,7 @@ from msccl_xml import lower as msccl_lower
 from synth.schedule import Schedule
 from synth.topologies import Topology
 
+from ._args import need, need_bool, need_int
 from .errors import PlanError, PlanLimitError
 from .limits import MAX_CHANNEL, MAX_DEVICE_SEMAPHORES, MAX_OPERATION, MSCCLPP_COMMIT
 from .model import BufferRef, ChannelDecl, Op, Plan, PlanGpu, RemoteBuffer, TbChannels, TbRemoteRefs, Threadblock
@@ -76,6 +77,12 @@ def lower_schedule(
     PlanError
         If the schedule cannot be lowered (:class:`PlanLimitError` names the MSCCL++ limit).
     """
+    need(schedule, Schedule, "schedule")
+    if topology is not None:
+        need(topology, Topology, "topology")
+        if topology.nranks != schedule.nranks:
+            raise PlanError(f"topology {topology.name!r} has {topology.nranks} ranks, the schedule {schedule.nranks}")
+    need_bool(inplace, "inplace")
     program = msccl_lower(schedule, inplace=inplace, verify=False)
     hosts = None
     if topology is not None:
@@ -120,6 +127,17 @@ def lower(
         If a threadblock needs more than 64 operations or 16 channels, or a GPU more than 16
         semaphores.
     """
+    need(program, Program, "program")
+    if name is not None:
+        need(name, str, "name")
+    need_int(min_message_size, "min_message_size")
+    need_int(max_message_size, "max_message_size")
+    need_bool(verify, "verify")
+    if hosts is not None:
+        need(hosts, (list, tuple), "hosts")
+        for h in hosts:
+            if h is not None:
+                need_int(h, "hosts entry", lo=-(2**31))
     n, c = program.ngpus, program.nchunksperloop
     coll = program.coll.replace("_", "").lower()
     if coll not in ("allgather", "reducescatter", "allreduce", "alltoall"):

@@ -24,6 +24,7 @@ import json
 import os
 from typing import Any
 
+from ._args import need_path, need_str
 from .errors import PlanError
 from .limits import BUFFER_TYPES, CHANNEL_TYPES, OP_NAMES
 from .model import (
@@ -72,6 +73,7 @@ def read(path: str | os.PathLike[str]) -> Plan:
     ...
     mscclpp_plan.errors.PlanError: /nonexistent.json: cannot read: No such file or directory
     """
+    need_path(path, "path")
     name = os.fspath(path)
     try:
         size = os.path.getsize(name)
@@ -88,6 +90,8 @@ def read(path: str | os.PathLike[str]) -> Plan:
 
 def parse(text: str, *, source: str = "<string>") -> Plan:
     """Parse plan JSON ``text``; ``source`` prefixes error messages."""
+    need_str(text, "text")
+    need_str(source, "source")
     if len(text) > MAX_PLAN_BYTES:
         raise PlanError(f"{source}: {len(text)} characters, more than the {MAX_PLAN_BYTES} cap for a plan")
     try:
@@ -101,6 +105,7 @@ def parse(text: str, *, source: str = "<string>") -> Plan:
 
 def parse_obj(obj: Any, *, source: str = "<object>") -> Plan:
     """Build a :class:`Plan` from already-decoded JSON ``obj``."""
+    need_str(source, "source")
     r = _Reader(source)
     d = r.obj(obj, "plan")
     name = r.text(r.req(d, "name", "name"), "name")
@@ -323,5 +328,11 @@ class _Reader:
 
 
 def _show(v: Any) -> str:
-    text = json.dumps(v) if not isinstance(v, (dict, list)) else type(v).__name__
+    if isinstance(v, (dict, list)):
+        text = type(v).__name__
+    else:
+        try:
+            text = json.dumps(v)
+        except (TypeError, ValueError):
+            text = type(v).__name__
     return text if len(text) <= 40 else text[:37] + "..."

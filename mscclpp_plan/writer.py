@@ -22,6 +22,8 @@ from typing import Any
 
 from synth.fileio import write_text_atomic
 
+from ._args import need, need_path
+from .errors import PlanError
 from .model import BufferRef, ChannelDecl, Op, Plan, PlanGpu, Threadblock
 
 __all__ = ["to_obj", "write", "write_file"]
@@ -34,11 +36,20 @@ def write(plan: Plan) -> str:
 
 def write_file(plan: Plan, path: str | os.PathLike[str]) -> None:
     """Write ``plan`` to ``path`` atomically."""
+    need_path(path, "path")
     write_text_atomic(path, write(plan))
 
 
 def to_obj(plan: Plan) -> dict[str, Any]:
     """The plan as a JSON-ready dict."""
+    need(plan, Plan, "plan")
+    try:
+        return _plan_obj(plan)
+    except (AttributeError, TypeError, ValueError) as exc:  # a hand-built plan with wrong-typed fields
+        raise PlanError(f"plan {getattr(plan, 'name', '?')!r} has a malformed field: {exc}") from None
+
+
+def _plan_obj(plan: Plan) -> dict[str, Any]:
     d: dict[str, Any] = {
         "name": plan.name,
         "collective": plan.collective,
