@@ -97,12 +97,14 @@ def compare(rank: int, world: int, program: Program, sizes_bytes: list[int], dty
         ref = torch.empty_like(out)
         _call(ex, dist, coll, inp, ref, native=True)
         _call(ex, dist, coll, inp, out, native=False)
-        if dtype.is_floating_point:
-            err = (out.double() - ref.double()).abs().max().item() if out.numel() else 0.0
-            ok = bool(torch.allclose(out.double(), ref.double(), rtol=1e-3 * world, atol=1e-3 * world))
+        if dtype.is_floating_point:  # in the tensors' own dtype: no float64 copies of 256 MB buffers
+            diff = ref.sub_(out).abs_()
+            err = diff.max().item() if out.numel() else 0.0
+            ok = bool((diff <= 1e-3 * world * (1 + out.abs())).all().item())
         else:
             err = float((out != ref).sum().item())
             ok = bool(torch.equal(out, ref))
+        del ref
         S = out.numel() * out.element_size() if coll == "allgather" else inp.numel() * inp.element_size()
         t_ex = _time(torch, device, lambda: _call(ex, dist, coll, inp, out, False), iters)
         t_nat = _time(torch, device, lambda: _call(ex, dist, coll, inp, out, True), iters)
