@@ -312,15 +312,6 @@ class Controller:
                                                "version": self.manager.deployed[key].entry.version, **v.to_dict()})
             return out
 
-    def finish_pending(self, now_s: float) -> list[VersionEntry]:
-        """Fold samples in and finish only the syntheses ready by ``now_s`` (no new ones started)."""
-        with self._poll_lock:
-            self._process_samples()
-            with self._lock:
-                trig = self.samples_since_publish
-            return [e for e in (self.manager._finish(k, now_s, trig) for k in sorted(self.manager.jobs)
-                                if self.manager.jobs[k].ready_t_s <= now_s) if e is not None]
-
     # -- queries ----------------------------------------------------------------------------
     def latest(self, comm: str | None = None) -> list[VersionEntry]:
         """The newest version of every (comm, collective), optionally of one communicator."""
@@ -341,7 +332,6 @@ class Controller:
                 "samples_pending": len(self._pending) + sum(len(g) for g in self._held.values()),
                 "groups": self.estimator.groups, **asdict(self.manager.counters),
             }
-            counters.pop("extra", None)
             return {
                 "format": "loopcoll.controller-status/1",
                 "t_s": self._now(),

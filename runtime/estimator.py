@@ -253,14 +253,14 @@ class LinkEstimator:
             rate = 8.0 * nbytes / busy_s / 1e9
             chunks = max(links.values())
             rows.append((kind, src, dst, rate, links, rate / chunks))
-        per_chunk = {(src, dst): pc for kind, src, dst, _, _, pc in rows if kind == "pair"}
+        per_chunk = {(src, dst): pc for kind, src, dst, _, _, pc in rows if kind == "pair" and dst is not None}
         slow_pairs: set[tuple[int, int]] = set()
         verdicts = []
         for kind, src, dst, rate, links, _pc in rows:
             expected = min(self._nominal_gbps[a] * n / routing.link_chunks[a] for a, n in links.items())
             is_slow = rate < (1.0 - self.slow_tolerance) * expected
             verdicts.append(is_slow)
-            if is_slow and kind == "pair":
+            if is_slow and kind == "pair" and dst is not None:
                 slow_pairs.add((src, dst))
         paced = self._paced_set(routing, rows, verdicts, slow_pairs, per_chunk)
         for (kind, src, dst, rate, links, _pc), is_slow in zip(rows, verdicts):

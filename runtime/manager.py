@@ -28,10 +28,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
-from synth import LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
+from synth import Collective, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
 
 from runtime.detector import Verdict, detect
 from runtime.errors import ProfileError, RuntimeStateError
@@ -109,7 +109,6 @@ class ManagerCounters:
     no_gain: int = 0
     deferred_cooldown: int = 0
     failures: int = 0
-    extra: dict[str, int] = field(default_factory=dict)
 
 
 class ScheduleManager:
@@ -181,14 +180,14 @@ class ScheduleManager:
         ranks, relay = self.members[key[0]]
         chunks = self.config.alltoall_chunks if collective == "alltoall" else self.config.chunks
         try:
-            return synthesize(collective, topo, chunks=chunks, warm_from=warm,  # type: ignore[arg-type]
+            return synthesize(cast(Collective, collective), topo, chunks=chunks, warm_from=warm,
                               solver=self.config.solver, time_limit_s=self.config.time_limit_s,
                               ranks=ranks, relay=relay)
         except LoopcollError as exc:
             if warm is None:
                 raise
             self._log({"event": "warm_failed", "collective": collective, "error": str(exc)[:300]})
-            return synthesize(collective, topo, chunks=chunks,  # type: ignore[arg-type]
+            return synthesize(cast(Collective, collective), topo, chunks=chunks,
                               solver=self.config.solver, time_limit_s=self.config.time_limit_s,
                               ranks=ranks, relay=relay)
 
