@@ -109,9 +109,6 @@ def structural_problems(plan: Plan) -> tuple[list[str], list[str]]:
             why = expected_chunks(plan.collective, n, gpu.input_chunks, gpu.output_chunks)
             if why:
                 errors.append(f"plan: {why}")
-        if len(gpu.semaphores) > MAX_DEVICE_SEMAPHORES:
-            errors.append(f"{where}: {len(gpu.semaphores)} semaphores, more than MAX_DEVICE_SEMAPHORES = "
-                          f"{MAX_DEVICE_SEMAPHORES} {_LIM}")
         for k, c in enumerate(gpu.channels):
             if c.channel_type == "switch":
                 errors.append(f"{where} channels[{k}]: {_NVLS}")
@@ -209,7 +206,8 @@ def _op_problems(
     if name in ("sem_acquire", "sem_release"):
         sids = op.semaphore_ids or ()
         if not sids or len(sids) > MAX_DEVICE_SEMAPHORES:
-            errors.append(f"{where}: needs 1..{MAX_DEVICE_SEMAPHORES} semaphore_ids")
+            errors.append(f"{where}: needs 1 to MAX_DEVICE_SEMAPHORES = {MAX_DEVICE_SEMAPHORES} semaphore_ids "
+                          f"{_LIM}")
         for s in sids:
             if not 0 <= s < len(gpu.semaphores):
                 errors.append(f"{where}: semaphore id {s} outside the gpu's {len(gpu.semaphores)} semaphores")

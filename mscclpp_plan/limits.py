@@ -34,7 +34,7 @@ MAX_CHANNEL = 16  # memory (or port) channels, and remote buffers per channel ty
 MAX_CHANNEL_PER_OPERATION = 8
 MAX_OPERATION = 64  # operations per threadblock, a pipeline's inner operations included
 MAX_DEVICE_SYNCERS = 16  # barrier ids
-MAX_DEVICE_SEMAPHORES = 16  # semaphores per GPU and semaphore ids per operation
+MAX_DEVICE_SEMAPHORES = 16  # semaphore ids per operation (a GPU may declare more semaphores)
 MAX_BUFFERS_PER_OPERATION = MAX_LOCAL_BUFFER_PER_OPERATION + MAX_CHANNEL_PER_OPERATION
 
 BUFFER_TYPES = ("i", "o", "s")

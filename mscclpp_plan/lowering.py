@@ -124,8 +124,7 @@ def lower(
         If the program uses a step MSCCL++ has no counterpart for, or its sends and receives
         do not match.
     PlanLimitError
-        If a threadblock needs more than 64 operations or 16 channels, or a GPU more than 16
-        semaphores.
+        If one step needs more than 64 operations or a threadblock more than 16 channels.
     """
     need(program, Program, "program")
     if name is not None:
@@ -272,9 +271,6 @@ def _lower_gpu(
             rbuf_of[f[1]] = len(rbufs)
             rbufs.append(RemoteBuffer(rank=f[1], type="s", access_channel_types=(ctype[f],)))
     acquires, releases, nsems = _semaphores(program, r)
-    if nsems > MAX_DEVICE_SEMAPHORES:
-        raise PlanLimitError(f"gpu {r}: {nsems} threadblock pairs with dependencies need {nsems} semaphores, more "
-                             f"than MAX_DEVICE_SEMAPHORES = {MAX_DEVICE_SEMAPHORES} {_LIM}")
     # message k of FIFO f lands in the receiver's slot of its k-th receive
     send_slot: dict[tuple[int, int], int] = {}
     for f, lst in sends.items():
@@ -316,7 +312,7 @@ def _lower_gpu(
             ops: list[Op] = []
             steps.append(ops)
             if (tb.id, k) in acquires:
-                ops.append(Op("sem_acquire", semaphore_ids=tuple(acquires[(tb.id, k)])))
+                ops.extend(_sem_ops("sem_acquire", acquires[(tb.id, k)]))
             t_ = st.type
             slot = slots.get((r, tb.id, k))
             if t_.receives:
@@ -377,7 +373,7 @@ def _lower_gpu(
                     else:
                         ops.append(Op("pwsf", (out,), (remote,), channel_ids=(lc,), channel_type=t))
             if (tb.id, k) in releases:
-                ops.append(Op("sem_release", semaphore_ids=tuple(releases[(tb.id, k)])))
+                ops.extend(_sem_ops("sem_release", releases[(tb.id, k)]))
         if max(len(v) for v in tb_chans.values()) > MAX_CHANNEL:
             raise PlanLimitError(f"gpu {r} tb {tb.id}: more than MAX_CHANNEL = {MAX_CHANNEL} channels {_LIM}")
         chans = tuple(TbChannels(t, tuple(ids)) for t, ids in tb_chans.items() if ids)
@@ -408,10 +404,6 @@ def _lower_gpu(
             new_id = tb_id if j == 0 else len(pieces) + len(extra)
             block = Threadblock(id=new_id, ops=tuple(em.ops), channels=chans, remote_buffer_refs=refs)
             (first_ids if j == 0 else extra).append(block)
-    if nsem > MAX_DEVICE_SEMAPHORES:
-        raise PlanLimitError(f"gpu {r}: needs {nsem} semaphores ({nsems} for dependencies between threadblocks, "
-                             f"{nsem - nsems} to chain threadblocks longer than MAX_OPERATION = {MAX_OPERATION}), "
-                             f"more than MAX_DEVICE_SEMAPHORES = {MAX_DEVICE_SEMAPHORES} {_LIM}")
     tbs = first_ids + extra
     nsems = nsem
     decls = tuple(ChannelDecl(t, tuple(peers)) for t, peers in flat.items() if peers)
@@ -425,6 +417,12 @@ def _lower_gpu(
         remote_buffers=tuple(rbufs),
         semaphores=(0,) * nsems,
     )
+
+
+def _sem_ops(name: str, ids: list[int]) -> list[Op]:
+    """One op per MAX_DEVICE_SEMAPHORES ids (the executor's limit per operation)."""
+    step = MAX_DEVICE_SEMAPHORES
+    return [Op(name, semaphore_ids=tuple(ids[k:k + step])) for k in range(0, len(ids), step)]
 
 
 def _segments(steps: list[list[Op]], canon: object, where: str) -> list[list[Op]]:
@@ -447,24 +445,47 @@ def _semaphores(
 ) -> tuple[dict[tuple[int, int], list[int]], dict[tuple[int, int], list[int]], int]:
     """Acquires before (tb, step) and releases after (tb, step), and the semaphore count.
 
-    Dependencies of consumer ``B`` on producer ``A`` are kept as a running maximum over ``B``'s
+    A dependency already implied by others (transitively, within the GPU) is dropped. The rest
+    of consumer ``B``'s dependencies on producer ``A`` are kept as a running maximum over ``B``'s
     steps: each time it grows to step ``i`` of ``A``, ``A`` releases after ``i`` and ``B``
     acquires once, so releases and acquires pair up in order on one counting semaphore.
     """
     gpu = program.gpu(r)
+    known = _known_done(program, r)
     acquires: dict[tuple[int, int], list[int]] = defaultdict(list)
     releases: dict[tuple[int, int], list[int]] = defaultdict(list)
     sem_of: dict[tuple[int, int], int] = {}
     for tb in gpu.threadblocks:
-        best: dict[int, int] = {}
         for k, st in enumerate(tb.steps):
-            if st.depid < 0:
+            if st.depid < 0 or st.depid == tb.id:
                 continue
             a, i = st.depid, st.deps
-            if a == tb.id or i <= best.get(a, -1):
-                continue
-            best[a] = i
+            before = known.get((tb.id, k - 1), {})
+            if before.get(a, -1) >= i:
+                continue  # implied: something this block already waited for came after A's step i
             sem = sem_of.setdefault((a, tb.id), len(sem_of))
             acquires[(tb.id, k)].append(sem)
             releases[(a, i)].append(sem)
     return dict(acquires), dict(releases), len(sem_of)
+
+
+def _known_done(program: Program, r: int) -> dict[tuple[int, int], dict[int, int]]:
+    """For each (tb, step): the last step of every other block of the GPU that is sure to have
+    finished once the step's dependency is met (its own earlier dependencies, transitively)."""
+    gpu = program.gpu(r)
+    known: dict[tuple[int, int], dict[int, int]] = {}
+    changed = True
+    while changed:  # dependencies form a DAG: a few passes reach the fixpoint
+        changed = False
+        for tb in gpu.threadblocks:
+            acc: dict[int, int] = {}
+            for k, st in enumerate(tb.steps):
+                if st.depid >= 0 and st.depid != tb.id:
+                    a, i = st.depid, st.deps
+                    for b, j in {**known.get((a, i), {}), a: i}.items():
+                        if b != tb.id and acc.get(b, -1) < j:
+                            acc[b] = j
+                if known.get((tb.id, k)) != acc:
+                    known[(tb.id, k)] = dict(acc)
+                    changed = True
+    return known

@@ -32,7 +32,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "mscclpp_plan": frozenset({"mscclpp_plan", "msccl_xml", "synth"}),  # beside runtime: neither imports the other
     "runtime": frozenset({"runtime", "msccl_xml", "synth"}),
     "loopcoll": frozenset({"loopcoll", "runtime", "mscclpp_plan", "msccl_xml", "synth"}),
-    "benchmarks": frozenset({"benchmarks", "runtime", "msccl_xml", "synth"}),
+    "benchmarks": frozenset({"benchmarks", "runtime", "mscclpp_plan", "msccl_xml", "synth"}),
     "examples": frozenset({"examples", "runtime", "msccl_xml", "synth"}),
 }
 OURS = frozenset(ALLOWED)

@@ -42,15 +42,6 @@ def test_synth_text_output_names_the_plan(tmp_path: Path, capsys: pytest.Capture
     assert f"wrote MSCCL++ plan to {out}" in capsys.readouterr().out
 
 
-def test_synth_names_the_limit_when_chunks_are_fixed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "x.json"
-    code = main(["synth", "allreduce", "dgx-a100:2", "--fail", "fail2", "--chunks", "2", "--format", "mscclpp",
-                 "--inplace", "-o", str(out)])  # fmt: skip
-    err = capsys.readouterr().err
-    assert code == 2 and "MAX_DEVICE_SEMAPHORES = 16" in err and err.count("\n") == 1
-    assert not out.exists()
-
-
 def test_check_a_directory_of_plans_and_xml(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for name in ("allreduce.json", "reduce_tbg.json"):
         shutil.copy(VECTORS / name, tmp_path / name)

@@ -103,6 +103,15 @@ def test_structural_errors_name_the_place() -> None:
     assert "gpu 0 channels[0]: connected_to 0 is not another rank of 2" in errors
 
 
+def test_semaphore_ids_per_op_are_capped() -> None:
+    i, s = BufferRef(0, 1, type="i"), BufferRef(0, 1, type="o")
+    ids = tuple(range(17))
+    tb = Threadblock(0, (Op("copy", (i,), (s,)), Op("nop"), Op("sem_release", semaphore_ids=ids)))
+    plan = Plan("s", "allreduce", "Simple", False, (PlanGpu(0, 1, 1, 0, (tb,), semaphores=(0,) * 17),))
+    errors = check(plan).errors
+    assert errors[0].startswith("gpu 0 tb 0 op 2 (sem_release): needs 1 to MAX_DEVICE_SEMAPHORES = 16")
+
+
 def test_max_operation_is_enforced() -> None:
     copy = Op("copy", (BufferRef(0, 1, type="i"),), (BufferRef(0, 1, type="o"),))
     ops = (copy,) + (Op("nop"),) * 64
