@@ -35,6 +35,7 @@ _SHAPES: dict[str, tuple[str, str]] = {
     "recspkt": ("L L*", "L L R*"), "rppkt": ("L", "R R*"),
 }  # fmt: skip
 _PAIRED = frozenset({"put", "pws", "pwsf", "ppkt"})  # n local sources, n remote destinations
+_SMS = 132  # H100 / H200 SXM; the kernel runs 1 block of num_threads_per_block threads per SM
 _MEMORY_ONLY = frozenset({"get", "res", "rres", "rre", "respkt", "recspkt"})
 _CHANNEL_OPS = frozenset({"signal", "wait", "rlxsignal", "rlxwait", "flush"})
 _REMOTE_OPS = frozenset({"put", "pws", "pwsf", "ppkt", "rppkt", "get", "res", "rres", "rre", "respkt", "recspkt"})
@@ -126,6 +127,9 @@ def structural_problems(plan: Plan) -> tuple[list[str], list[str]]:
             bad = [t for t in b.access_channel_types if t not in ("memory", "port")]
             if bad or not b.access_channel_types:
                 errors.append(f"{where} remote_buffers[{k}]: access_channel_types must be memory and/or port")
+        if len(gpu.threadblocks) > _SMS:
+            warnings.append(f"{where}: {len(gpu.threadblocks)} threadblocks, more than the {_SMS} SMs of an H100/H200: "
+                            "blocks are launched one per SM and wait on each other, so they must all be resident")
         for ctype in ("memory", "port"):
             _pairing(plan, r, ctype, warnings)
         for t, tb in enumerate(gpu.threadblocks):
