@@ -129,9 +129,34 @@ def synthesize(  # type: ignore[misc]
         with solving(time_limit_s, f"{collective} on {topo.name}"):
             return fn(topo, max_chunks=chunks, warm_start=warm_schedule)
     except TimeLimitError as exc:
-        # ForestColl builds its trees only after the exact optimum: nothing valid exists before.
-        return SynthResult(Status.TIME_LIMIT, f"{exc} before a schedule was built (no schedule)", None, 0.0,
-                           math.inf, 100.0, time.perf_counter() - start, warm_from is not None)
+        # ForestColl builds its trees only after the exact optimum: the best schedule so far is the
+        # warm start's, if it is still valid here; its gap is certified by a cut's upper bound.
+        kept = _warm_fallback(collective, topo, warm_schedule)
+        elapsed = time.perf_counter() - start
+        if kept is None:
+            return SynthResult(Status.TIME_LIMIT, f"{exc} before a schedule was built (no schedule)", None, 0.0,
+                               math.inf, 100.0, elapsed, warm_from is not None)
+        sched, algbw, upper = kept
+        gap = max(0.0, 100.0 * (1.0 - algbw / upper))
+        return SynthResult(Status.TIME_LIMIT, f"{exc}; kept the warm-start schedule, valid on {topo.name!r}: "
+                           f"{algbw:.6g} GB/s, gap <= {gap:.3f}% vs a proven upper bound of {upper:.6g} GB/s",
+                           sched, algbw, upper, gap, elapsed, True)
+
+
+def _warm_fallback(collective: str, topo: Topology, warm: Schedule | None) -> tuple[Schedule, float, float] | None:
+    """(the warm schedule, its algbw on ``topo``, a proven upper bound) when it is valid on ``topo``."""
+    from synth.bounds import optimal_bound
+
+    if warm is None or warm.collective != collective or warm.nranks != topo.nranks:
+        return None
+    try:
+        warm.validate(topo)
+        algbw = warm.algbw_GBps(topo)
+    except ScheduleError:
+        return None
+    # A time limit of 1 ns stops the cut search at once: its starting cut's ratio, a proven bound.
+    upper = optimal_bound(collective, topo, time_limit_s=1e-9).algbw_GBps  # type: ignore[arg-type]
+    return warm, algbw, max(upper, algbw)
 
 
 def _check_warm_schedule(warm: Schedule, topo: Topology) -> None:

@@ -173,7 +173,19 @@ def _validate(nbytes: float, slices_per_chunk: int, rtol: float) -> None:
         raise ScheduleError(f"`rtol` must be a number in [0, 0.1], got {rtol!r}")
 
 
+#: Most slice transfers (Σ over routes of chunks × hops × slices per chunk) one simulation runs:
+#: the event loop is linear in them. A ForestColl schedule on measured capacities can have
+#: trillions of chunks per source (docs/exactness.md); cap it with ``chunks=`` before simulating.
+MAX_SLICE_TRANSFERS = 50_000_000
+
+
 def _prepare(schedule: Schedule, topology: Topology, slices_per_chunk: int, check: bool) -> tuple[FlowModel, float]:
+    transfers = slices_per_chunk * sum(r.chunks * len(r.hops) for r in schedule.routes)
+    if transfers > MAX_SLICE_TRANSFERS:
+        raise ScheduleError(
+            f"schedule has {schedule.nchunks} chunks per source ({transfers:.3g} slice transfers), above the "
+            f"simulator's {MAX_SLICE_TRANSFERS:.0e}: synthesize it with fewer chunks (--chunks C, chunks=C)"
+        )
     if check:
         schedule.validate(topology)
     elif topology.nranks != schedule.nranks:

@@ -206,3 +206,24 @@ def test_stale_temporaries_of_a_dead_writer_are_removed(tmp_path: Path) -> None:
 def test_paths_naming_no_file_are_refused(bad: str) -> None:
     with pytest.raises(LoopcollError):
         write_text_atomic(bad, "x")
+
+
+def test_tree_time_limit_keeps_a_still_valid_warm_start_with_a_certified_gap() -> None:
+    cold = synthesize("allgather", named_topology("ring:60"))
+    degraded = named_topology("ring:60").with_failure("scale:gpu0:gpu1:0.5")
+    res = synthesize("allgather", degraded, warm_from=cold, time_limit_s=1e-6)
+    assert res.status is Status.TIME_LIMIT and res.schedule is cold.schedule
+    exact = optimal_bound("allgather", degraded)
+    assert res.algbw_GBps == pytest.approx(cold.schedule.algbw_GBps(degraded))  # type: ignore[union-attr]
+    assert res.optimal_algbw_GBps >= exact.algbw_GBps  # a proven upper bound
+    assert res.gap_pct == pytest.approx(100 * (1 - res.algbw_GBps / res.optimal_algbw_GBps))
+
+
+def test_simulating_a_schedule_of_trillions_of_chunks_is_refused_at_once() -> None:
+    from synth.simulation import simulate
+
+    topo = named_topology("hpn:1x2x8").with_failure("scale:gpu0:tor0.0:0.3333333333333333")
+    res = synthesize("allgather", topo)
+    assert res.schedule is not None and res.schedule.nchunks > 10**12
+    with pytest.raises(ScheduleError, match="--chunks"):
+        simulate(res.schedule, topo, 2**26)
