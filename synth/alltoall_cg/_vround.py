@@ -1,10 +1,12 @@
 """Rounding an AllToAllv LP solution to ``K`` equal chunks per block, then load-aware chunk moves.
 
 ``disaggregate_v`` turns tree weights λ into fractional chunk counts per path (``K · Σ_{τ∋p} λ_τ``
-for blocks with demand); ``largest_remainder_v`` rounds them per block to exactly K; ``improve``
-moves single chunks off the most loaded link onto another pooled path of the same block while
-that strictly lowers the link's time without lifting any other link to it. Loads are in bytes
-of the demand matrix divided by K per chunk, so chunks of big blocks weigh more.
+for blocks with demand); ``largest_remainder_v`` rounds them per block to exactly K and
+``greedy_remainder`` places each block's leftover chunks on its least loaded fractional path;
+``improve`` then moves single chunks off the most loaded link onto another path of the same block
+(a pooled one, else a fewest-link path found by BFS over links that stay below the bottleneck)
+while that strictly lowers the link's time without lifting any other link to it. Loads are in
+bytes of the demand matrix divided by K per chunk, so chunks of big blocks weigh more.
 
 Examples
 --------
@@ -20,9 +22,12 @@ import time
 import numpy as np
 import numpy.typing as npt
 
+from synth.alltoall_cg._pricing import path_hashes
 from synth.alltoall_cg._vcg import WeightedCg
 
-__all__ = ["disaggregate_v", "improve", "largest_remainder_v", "link_loads"]
+__all__ = ["disaggregate_v", "greedy_remainder", "improve", "largest_remainder_v", "link_loads"]
+
+BFS_USERS = 16  # blocks on the bottleneck link tried per move for a new, uncongested path
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -88,6 +93,11 @@ def improve(cg: WeightedCg, pids: IntArray, chunks: IntArray, nchunks: int, *, m
             got = links_of[p] = paths.links(p).tolist()
         return got
 
+    net = cg.net
+    live = cg.net.caps_GBps > 0
+    out_links: list[list[int]] = [[] for _ in range(net.n_nodes)]
+    for li in np.flatnonzero(live).tolist():
+        out_links[int(net.tail[li])].append(li)
     starts, all_links = paths.link_csr(pids)
     owner = np.repeat(pids, np.diff(starts))
     extra: set[int] = set()  # paths that received a chunk by a move
@@ -134,11 +144,67 @@ def improve(cg: WeightedCg, pids: IntArray, chunks: IntArray, nchunks: int, *, m
                 moves += 1
                 done = True
                 break
+        for p in users[:BFS_USERS] if not done else []:
+            s, d = int(paths.src[p]), int(paths.dst[p])
+            size = cg.demand[s, d] / nchunks
+            on_path = np.zeros(len(loads), dtype=bool)
+            on_path[lk(p)] = True
+            ok = live & (((loads + size) / caps < t * (1 - 1e-12)) | on_path)
+            ok[e] = False
+            links = _bfs(cg, s, d, ok, out_links)
+            if links is None:
+                continue
+            arr = np.asarray(links, dtype=np.int64)
+            h1, h2 = path_hashes([arr])
+            q = int(paths.add_many(np.array([s]), np.array([d]), [arr], h1, h2,
+                                   np.array([int(cg.net.is_gpu[cg.net.head[arr]].sum())]))[0])
+            if q == p:
+                continue
+            b = s * n + d
+            by_block[b] = np.union1d(by_block.get(b, np.zeros(0, dtype=np.int64)), [q])
+            np.subtract.at(loads, lk(p), size)
+            np.add.at(loads, lk(q), size)
+            chunk_of[p] -= 1
+            chunk_of[q] = chunk_of.get(q, 0) + 1
+            extra.add(q)
+            moves += 1
+            done = True
+            break
         if not done:
             blocked.add(e)
             break
     items = sorted((p, c) for p, c in chunk_of.items() if c > 0)
     return (np.array([p for p, _ in items], dtype=np.int64), np.array([c for _, c in items], dtype=np.int64), moves)
+
+
+def _bfs(cg: WeightedCg, s: int, d: int, ok: npt.NDArray[np.bool_], out_links: list[list[int]]) -> list[int] | None:
+    """Fewest-link path from rank s to rank d over links with ``ok`` (node-simple; within the
+    step bound), as link ids, or None."""
+    net = cg.net
+    src, dst = int(net.gpu_node[s]), int(net.gpu_node[d])
+    parent: dict[int, int] = {src: -1}
+    frontier = [src]
+    while frontier and dst not in parent:
+        nxt = []
+        for u in frontier:
+            for li in out_links[u]:
+                v = int(net.head[li])
+                if ok[li] and v not in parent:
+                    parent[v] = li
+                    nxt.append(v)
+        frontier = nxt
+    if dst not in parent:
+        return None
+    links = []
+    v = dst
+    while v != src:
+        li = parent[v]
+        links.append(li)
+        v = int(net.tail[li])
+    links.reverse()
+    if cg.steps is not None and int(net.is_gpu[net.head[links]].sum()) > cg.steps:
+        return None
+    return links
 
 
 def greedy_remainder(cg: WeightedCg, pids: IntArray, y: FloatArray, nchunks: int) -> IntArray:
