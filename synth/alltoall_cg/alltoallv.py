@@ -251,7 +251,7 @@ def _finish(topology: Topology, cg: WeightedCg, run: VRun, d_bytes: FloatArray, 
     ratio = loads / caps
     tight = sorted(cg.net.link_keys[e] for e in np.flatnonzero(ratio >= ratio.max() * (1 - 1e-9)).tolist())
     meta: dict[str, Any] = {"synthesizer": "alltoallv_cg", "solver": cg.solver, "nchunks": nchunks,
-                            "max_steps": cg.steps, "lp_time_s": lp_s, "optimal_time_s": lb_s,
+                            "max_steps": cg.steps, "lp_completion_s": lp_s, "optimal_time_s": lb_s,
                             "bottleneck": [list(k) for k in tight], "topology": topology.name,
                             **communicator_meta(topology)}
     schedule = AllToAllvSchedule(n, nchunks, d_bytes, tuple(routes), topology.fingerprint, meta)
@@ -259,9 +259,9 @@ def _finish(topology: Topology, cg: WeightedCg, run: VRun, d_bytes: FloatArray, 
     completion = t_round * to_s
     gap = max(0.0, 1.0 - lb_s / completion) if completion > 0 else 0.0
     elapsed = time.perf_counter() - start
-    stats = {"lp_time_s": lp_s, "lower_bound_s": lb_s, "gap": gap, "cg_iterations": run.iterations,
+    stats = {"lp_completion_s": lp_s, "lower_bound_s": lb_s, "gap": gap, "cg_iterations": run.iterations,
              "lp_pivots": run.lp_pivots, "columns": len(cg.trees), "paths": len(cg.paths), "max_steps": cg.steps,
-             "warm_mode": mode, "largest_remainder_time_s": t_lr * to_s, "greedy_remainder_time_s": t_greedy * to_s, "moves": moves,
+             "warm_mode": mode, "largest_remainder_completion_s": t_lr * to_s, "greedy_remainder_completion_s": t_greedy * to_s, "moves": moves,
              "setup_time_s": t_setup, "cg_time_s": t_cg, "lp_solve_time_s": run.lp_time_s,
              "pricing_time_s": run.pricing_time_s, "rounding_time_s": t_rounding, "schedule_time_s": t_sched}
     if run.converged:
