@@ -164,20 +164,25 @@ class WeightedCg:
         """Shortest-hop trees for every source: the master becomes feasible."""
         self.price_and_add(np.zeros(self.net.n_links), np.arange(self.net.n_gpus), None)
 
-    def reweighted(self, demand: FloatArray) -> WeightedCg:
+    def reweighted(self, demand: FloatArray, *, support_only: bool = False) -> WeightedCg:
         """A new CG for ``demand`` holding this one's trees (re-weighted) and, where the backend
-        keeps one, its basis: the warm start after the matrix changed."""
+        keeps one, its basis: the warm start after the matrix changed. ``support_only`` keeps only
+        the trees with λ > 0 in the last solution (a smaller master, no basis)."""
         other = WeightedCg.__new__(WeightedCg)
         other.__dict__.update(self.__dict__)
         other.demand = np.asarray(demand, dtype=np.float64)
         other.paths = copy.copy(self.paths)
         trees = TreePool(self.net.n_gpus)
-        trees.source, trees.paths, trees._seen = self.trees.source, self.trees.paths, set(self.trees._seen)
+        if support_only and self.last is not None:
+            keep = np.flatnonzero(self.lambdas() > 1e-12)
+            trees.add(self.trees.source[keep], self.trees.paths[keep])
+        else:
+            trees.source, trees.paths, trees._seen = self.trees.source, self.trees.paths, set(self.trees._seen)
         other.trees = trees
         other.master = TreeMaster(self.solver, self.net.n_gpus, self.net.caps_GBps, scale=self.scale)
         if len(trees):
             other._add_columns(trees.source, other.weighted_loads(trees.source, trees.paths))
-        basis = self.master.lp.basis()
+        basis = self.master.lp.basis() if not support_only else None
         if basis is not None:
             other.master.lp.set_basis(basis)
         other.last = None

@@ -149,6 +149,7 @@ def synthesize_alltoallv(
     warm_start: AllToAllvResult | AllToAllvWarmState | None = None,
     max_moves: int = 2000,
     target_gap: float = 1e-3,
+    warm_pool: str = "auto",
 ) -> AllToAllvResult:
     """Throughput-optimal AllToAllv schedule for ``demand`` (bytes per ordered rank pair).
 
@@ -171,6 +172,10 @@ def synthesize_alltoallv(
         A previous result (or its ``warm_state``) on the same topology: its tree pool is
         re-weighted for ``demand`` and the LP re-solved from its basis. On another topology (or
         backend) the start is cold.
+    warm_pool
+        Which previous trees a warm start keeps: ``"full"`` (all, with the previous basis),
+        ``"support"`` (only those with λ > 0, a smaller master), or ``"auto"`` (support when the
+        pool is more than three times the support: degenerate masters re-solve faster small).
     max_moves
         Cap on single-chunk moves after rounding.
     target_gap
@@ -185,6 +190,8 @@ def synthesize_alltoallv(
     _check_args(topology, nchunks, max_steps, solver, time_limit_s)
     if isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0:
         raise SolverError(f"max_moves must be an integer >= 0, got {max_moves!r}")
+    if warm_pool not in ("auto", "full", "support"):
+        raise SolverError(f"warm_pool must be 'auto', 'full' or 'support', got {warm_pool!r}")
     if isinstance(target_gap, bool) or not isinstance(target_gap, (int, float)) or not 0 <= target_gap < 1:
         raise SolverError(f"target_gap must be a number in [0, 1), got {target_gap!r}")
     if warm_start is not None and not isinstance(warm_start, (AllToAllvResult, AllToAllvWarmState)):
@@ -200,8 +207,10 @@ def synthesize_alltoallv(
     mode = "cold"
     if (state is not None and state.fingerprint == topology.fingerprint and state.cg.solver == solver
             and (max_steps is None or state.cg.steps == max_steps)):
-        cg = state.cg.reweighted(dn)
-        mode = "reweighted"
+        support = int((state.cg.lambdas() > 1e-12).sum())
+        small = warm_pool == "support" or (warm_pool == "auto" and len(state.cg.trees) > 3 * max(support, 1))
+        cg = state.cg.reweighted(dn, support_only=small)
+        mode = "reweighted-support" if small else "reweighted"
         diameter = cg.steps if cg.steps is not None else 1
     else:
         net = Network.from_topology(topology)
