@@ -72,13 +72,19 @@ class Executor:
         ``LOCAL_WORLD_SIZE`` apart share a host, or all ranks share one when it is unset.
     store
         A ``torch.distributed.Store`` used to name ranks that miss an agreement (default: the default group's).
+    control_group
+        The gloo group of the members for the agreement. By default the executor makes one with
+        ``dist.new_group``, which every process of the default group must call at the same point: for an
+        executor on a subgroup, make ``dist.new_group(members, backend="gloo", timeout=...)`` on every process
+        and pass it to the members' executors.
     """
 
-    _instances = 0
+    _instances: dict[tuple[str, tuple[int, ...]], int] = {}
 
     def __init__(self, group: Any = None, *, comm: str = "world", sink: Sink | None = None,
                  sync_every: int | None = None, control_timeout_s: float = 30.0,
-                 hosts: Sequence[int] | None = None, store: Any = None, history: int = 100_000) -> None:
+                 hosts: Sequence[int] | None = None, store: Any = None, history: int = 100_000,
+                 control_group: Any = None) -> None:
         import torch
         import torch.distributed as dist
 
@@ -100,11 +106,14 @@ class Executor:
         self._hosts = list(hosts)
         self.sync_every = sync_every
         self.control_timeout_s = control_timeout_s
-        # Collective over the default group (dist.new_group): every process makes its executors in the same order,
-        # so the instance number names the same executor on every rank.
-        self._ctrl = dist.new_group(ranks=self._peers, backend="gloo", timeout=timedelta(seconds=control_timeout_s))
-        Executor._instances += 1
-        self._key = f"loopcoll/executor/{comm}#{Executor._instances}/arrived/"
+        # dist.new_group is collective over the default group: every process (members or not) makes it at the
+        # same point, unless the caller passes a gloo group of the members made that way (control_group).
+        self._ctrl = control_group if control_group is not None else dist.new_group(
+            ranks=self._peers, backend="gloo", timeout=timedelta(seconds=control_timeout_s))
+        # The members make their executors of a communicator in the same order: the instance number names one.
+        ident = (comm, tuple(self._peers))
+        Executor._instances[ident] = Executor._instances.get(ident, 0) + 1
+        self._key = f"loopcoll/executor/{comm}/{'-'.join(map(str, self._peers))}#{Executor._instances[ident]}/arrived/"
         self._store = store
         if self._store is None:
             try:

@@ -224,6 +224,22 @@ def misc(rank: int, world: int, jsonl_dir: str) -> dict:
     rep = ex.sync_versions()
     res["switched_after_refusal"] = rep.switched
     res["failures"] += [m for m in [run_case(torch, dist, ex, "allreduce", 64, "int32", False, 9)] if m]
+    # a sub-communicator of ranks 1 and 3: global ranks in samples, native reference on the subgroup
+    from datetime import timedelta
+
+    sub = dist.new_group([1, 3])
+    ctrl = dist.new_group([1, 3], backend="gloo", timeout=timedelta(seconds=20))  # every process makes both
+    if rank in (1, 3):
+        sub_sink = MemorySink()
+        sx = Executor(sub, comm="rail", sink=sub_sink, control_timeout_s=20, control_group=ctrl)
+        sx.load(lower(synthesize("allgather", named_topology("ring:2")).schedule), version=1)
+        x = torch.arange(5, dtype=torch.int64) + 100 * rank
+        got, want = torch.zeros(10, dtype=torch.int64), torch.zeros(10, dtype=torch.int64)
+        sx.all_gather_into_tensor(got, x)
+        dist.all_gather_into_tensor(want, x, group=sub)
+        if not torch.equal(got, want):
+            res["failures"].append(f"rank {rank}: subgroup allgather differs")
+        res["sub_samples"] = [s.to_dict() for s in sub_sink.samples]
     # split sizes fall back
     x = torch.arange(world * 2, dtype=torch.float32)
     y = torch.empty_like(x)

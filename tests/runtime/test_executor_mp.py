@@ -170,6 +170,9 @@ def test_fallbacks_refusal_and_telemetry(four) -> None:
         assert set(first) == set(r["sent_chunks"]["allgather"])
         injects = [s for s in samples if s["kind"] == "inject"]
         assert all(i["bytes"] == sum(p["bytes"] for p in pairs if p["seq"] == i["seq"]) for i in injects)
+    for rank in (1, 3):  # the sub-communicator's samples name global ranks
+        pairs = [s for s in res[rank]["sub_samples"] if s["kind"] == "pair"]
+        assert pairs and all(s["comm"] == "rail" and (s["src"], s["dst"]) == (rank, 4 - rank) for s in pairs)
     for rank in range(world):
         ok, report = read_jsonl(tmp_path / f"r{rank}.jsonl")
         assert dict(report.rejected) == {} and len(ok) == len(res[rank]["samples"])
