@@ -316,6 +316,7 @@ def _loop(scenario: Scenario, topo: Topology, ctl: Controller, clock: list[float
     persistent_at_version: dict[tuple[tuple[str, str], int], tuple[int, ...]] = {k: () for k in
                                                                                   ((key, v) for key, (v, _) in
                                                                                    active.items())}
+    version_t: dict[tuple[tuple[str, str], int], float] = {}
     false_pos = 0
     refinements = 0
     seen_flags = 0
@@ -357,13 +358,17 @@ def _loop(scenario: Scenario, topo: Topology, ctl: Controller, clock: list[float
             k2 = (e.comm, e.collective)
             swaps.append((t + scenario.swap_s, k2, e.version, ctl.manager.schedules[(e.comm, e.collective, e.version)]))
             persistent_at_version[(k2, e.version)] = tuple(j for j in on if not scenario.changes[j].transient)
+            version_t[(k2, e.version)] = t
         # false positives: a re-synthesis started while no persistent change happened since its version was made
         flags = [d for d in decisions if d.get("event") == "flag"]
         for d in flags[seen_flags:]:
             k2 = (d["comm"], d["collective"])
             base = persistent_at_version.get((k2, d["version"]), ())
             now_p = tuple(j for j, c in enumerate(scenario.changes) if c.active(d["t_s"]) and not c.transient)
-            if now_p == base == ():
+            since = version_t.get((k2, d["version"]), 0.0)
+            touched = any(not c.transient and c.start_s <= d["t_s"] and (c.end_s is None or c.end_s > since)
+                          for c in scenario.changes)  # a persistent change overlapped [version made, flag]
+            if not touched:
                 false_pos += 1
                 d["false_positive"] = True
             elif now_p == base:
