@@ -207,5 +207,5 @@ def program_algbw_GBps(program: Program, topology: Topology) -> float:  # noqa: 
     # AllReduce: the reduce phase, then the copy (broadcast) phase: their terms add up.
     worst = 0.0
     for loads in phases.values():
-        worst += max((chunks / topology.link(a, b).GBps for (a, b), chunks in loads.items()), default=0.0)
+        worst += max((chunks * 8 / float(topology.exact_capacity(a, b)) for (a, b), chunks in loads.items()), default=0.0)
     return float("inf") if worst == 0 else program.nchunksperloop / worst

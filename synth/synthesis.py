@@ -64,7 +64,7 @@ def synthesize(  # type: ignore[misc]
     the certified local repair) or a :class:`Schedule` (e.g. read back from a file).
     ``time_limit_s`` bounds every synthesizer: AllToAll returns its best schedule with a certified
     gap (``TIME_LIMIT``); a tree collective stopped before its trees exist returns ``TIME_LIMIT``
-    with no schedule.
+    with the warm-start schedule if it is still valid (gap certified by a cut), else no schedule.
     ``ranks`` runs the collective on a communicator of these global ranks of ``topo`` (same as
     passing ``topo.communicator(ranks, relay=relay)``): the schedule's ranks are ``0..k-1`` in the
     order given and its ``meta["global_ranks"]`` maps them back; the other GPUs forward data only

@@ -91,3 +91,14 @@ def test_sigterm_is_handled_like_sigint(tmp_path: Path) -> None:
     assert proc.returncode == 143, err
     assert err.strip().splitlines() == ["loopcoll: terminated"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_measured_capacity_exports_checked_xml(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The runtime's case: a measured degradation, exported with the chunks the runtime can hold."""
+    out = tmp_path / "m.xml"
+    code, _, err = run(capsys, "synth", "allgather", "hpn:1x2x8", "--fail", "scale:gpu0:tor0.0:0.3333333333333333",
+                       "-o", str(out), "--json")
+    assert code == 0, err
+    code, text, _ = run(capsys, "check", str(out), "--topology", "hpn:1x2x8", "--fail",
+                        "scale:gpu0:tor0.0:0.3333333333333333", "--json")
+    assert code == 0 and json.loads(text)["valid"]
