@@ -204,10 +204,13 @@ class Controller:
     # -- ingest -----------------------------------------------------------------------------
     def ingest(self, samples: Iterable[Mapping[str, Any] | Sample | str]) -> IngestReport:
         """Validate and queue samples; bad ones are counted by reason, never raised."""
-        try:
-            items = list(samples)
-        except TypeError:
-            items = [samples]  # type: ignore[list-item]
+        if isinstance(samples, (str, bytes, Mapping, Sample)):
+            items: list[Any] = [samples]  # one sample given bare
+        else:
+            try:
+                items = list(samples)
+            except TypeError:
+                items = [samples]
         ok, report = validate_samples(items, comms=self._comms, nranks=self.topology.nranks)
         with self._lock:
             self._report = self._report.merged(report)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,7 @@ def test_bad_samples_are_counted_never_raised(ctl: Controller) -> None:
     assert dict(rep.rejected) == {"bad_json": 1, "dst": 1, "nonpositive_busy": 1, "type": 1, "unknown_comm": 1,
                                   "unknown_rank": 1}
     assert ctl.ingest(None).accepted == 0  # type: ignore[arg-type]
+    assert ctl.ingest(json.dumps(_sample())).accepted == 1  # a bare JSON line is one sample
     st = ctl.status()
     assert st["counters"]["samples_rejected"]["unknown_rank"] == 1
     assert any(r["event"] == "samples_rejected" for r in ctl.logs)  # type: ignore[attr-defined]
