@@ -299,9 +299,9 @@ class Controller:
             with self._lock:
                 trig = self.samples_since_publish
             clock = self._clock if now_s is None else None
-            out = self.manager.step(now, clock, trig)
+            # samples that arrive during a synthesis count before its abort/publish decision
+            out = self.manager.step(now, clock, trig, refresh=self._process_samples)
             self.alltoallv.poll(self.demand, now_s=now)
-            # samples that arrived during a synthesis count before its abort/publish decision
             if out:
                 with self._lock:
                     self.samples_since_publish = 0

@@ -232,11 +232,13 @@ class ScheduleManager:
             self.deployed[key].swapped_t_s = -math.inf  # no cool-down after a bootstrap
         return out
 
-    def step(self, now: float, clock: Callable[[], float] | None, trigger_samples: int) -> list[VersionEntry]:
+    def step(self, now: float, clock: Callable[[], float] | None, trigger_samples: int,
+             refresh: Callable[[], object] | None = None) -> list[VersionEntry]:
         """Finish ready jobs, run the detector, start re-syntheses; returns the versions published.
 
         ``clock`` (real time) lets a job finish in the same step; ``None`` (simulated time) makes
-        every job wait for a later step at ``now + synthesis time``.
+        every job wait for a later step at ``now + synthesis time``. ``refresh`` folds in the samples
+        that arrived during a synthesis before its abort/publish decision (real time).
         """
         out = [e for e in (self._finish_ready(now)) if e is not None]
         for key in sorted(self.deployed):
@@ -284,6 +286,8 @@ class ScheduleManager:
             ready = now + charged if clock is None else max(now + took, clock())
             self.jobs[key] = Job(key, reason, v if v.flagged else None, res, topo, now, ready, trigger_samples)
             if clock is not None:
+                if refresh is not None:
+                    refresh()
                 e = self._finish(key, clock(), trigger_samples)
                 if e is not None:
                     out.append(e)
