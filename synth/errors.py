@@ -14,6 +14,8 @@ link gpu0->nvs0.0: gbps must be finite and >= 0, got -1.0
 
 from __future__ import annotations
 
+import numbers
+
 __all__ = [
     "LoopcollError",
     "RuntimeLimitError",
@@ -80,10 +82,12 @@ def expect_type(value: object, types: type | tuple[type, ...], what: str, error:
     synth.errors.SolverError: nranks must be int, got str '3'
     """
     wanted = types if isinstance(types, tuple) else (types,)
+    # int and float accept every integral / real number (numpy scalars included), never a bool.
+    accept = wanted + ((numbers.Integral,) if int in wanted else ()) + ((numbers.Real,) if float in wanted else ())
     if isinstance(value, bool) and bool not in wanted:
         ok = False
     else:
-        ok = isinstance(value, wanted)
+        ok = isinstance(value, accept)
     if not ok:
         names = " or ".join(t.__name__ for t in wanted)
         raise error(f"{what} must be {names}, got {type(value).__name__} {short_repr(value, 40)}")
