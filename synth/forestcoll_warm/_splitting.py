@@ -53,6 +53,7 @@ from fractions import Fraction
 import numpy as np
 
 from synth.forestcoll_warm._optimum import IntGraph, Optimum
+from synth._resources import require_memory
 from synth.maxflow import FlowNetwork
 
 __all__ = ["Pool", "SplitHint", "SplitResult", "SplitStuck", "split_switches"]
@@ -116,7 +117,11 @@ class _State:
                 self.pools[(a, b)] = [[(graph.names[a], graph.names[b]), c]]
         self.net.add_arcs([self.s] * self.n, list(range(self.n)), [self.k] * self.n)
         self.cap.extend([self.k] * self.n)  # the source arcs, never changed
-        self.F = np.zeros((self.n, max(64, 2 * len(self.cap) + self.n)), dtype=np.int64)
+        width = max(64, 2 * len(self.cap) + self.n)
+        # The flow matrix (n x width int64) may double once as arcs are added: estimate before allocating.
+        require_memory(16.0 * self.n * width, f"ForestColl switch splitting on {self.n} GPUs and {len(self.cap)} arcs",
+                       "use fewer ranks (a communicator) or a smaller topology")
+        self.F = np.zeros((self.n, width), dtype=np.int64)
         self.stale = np.ones(self.n, dtype=bool)
         self.maxflows = 0
         self.probes = 0
