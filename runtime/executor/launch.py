@@ -61,8 +61,11 @@ def _worker(rank: int, world: int, init: str, backend: str, timeout_s: float, ou
 
 
 def launch(fn: Callable[..., Any], world: int, *args: Any, backend: str = "gloo", timeout_s: float = 120.0,
-           pg_timeout_s: float = 30.0, allow_missing: bool = False) -> list[Any]:
+           pg_timeout_s: float = 120.0, allow_missing: bool = False) -> list[Any]:
     """Run ``fn(rank, world, *args)`` in ``world`` fresh processes; return the per-rank results.
+
+    ``pg_timeout_s`` bounds the rendezvous and every collective of the default process group: 8 spawned
+    processes each import torch before they meet, which takes tens of seconds on a busy 2-core machine.
 
     Raises
     ------
