@@ -555,9 +555,7 @@ class Executor:
         self._check_same(out, inp)
         N = self.size
         if output_split_sizes is not None or input_split_sizes is not None:
-            self._say_once("all_to_all_single with split sizes: native torch.distributed (not run by programs yet)")
-            self._native("alltoall", seq)
-            self._dist.all_to_all_single(out, inp, output_split_sizes, input_split_sizes, group=self.group)
+            self._alltoallv(out, inp, output_split_sizes, input_split_sizes, seq)
             return
         total = inp.numel()
         if out.numel() != total or total % N:
@@ -592,6 +590,37 @@ class Executor:
             i = o
         self._run(plan, "alltoall", i, o, m // c, None, seq)
         out.view(N, b).copy_(o.view(N, m)[:, :b])
+
+    def set_alltoallv_schedule(self, schedule: Any) -> None:
+        """Run later ``all_to_all_single`` calls with split sizes by this AllToAllv schedule
+        (:class:`synth.alltoallv_schedule.AllToAllvSchedule`, see docs/alltoallv.md); None: native."""
+        self.alltoallv_schedule = schedule
+
+    def _alltoallv(self, out: Any, inp: Any, out_splits: Any, in_splits: Any, seq: int) -> None:
+        """Split-size all-to-all: a ``demand`` sample (bytes per global rank), then the AllToAllv schedule
+        (runtime.alltoallv_run) or native torch.distributed."""
+        from runtime.alltoallv_run import all_to_all_single_v
+
+        n = self.size
+        ins = [int(x) for x in in_splits] if in_splits is not None else [inp.numel() // n] * n
+        outs = [int(x) for x in out_splits] if out_splits is not None else [out.numel() // n] * n
+        if self.sink is not None:
+            sends = [0] * self._dist.get_world_size()
+            for r, k in enumerate(ins):
+                sends[self._peers[r]] = k * inp.element_size()
+            try:
+                self.sink([Sample(time.time(), self.comm, seq, None, "demand", self.global_rank, None, sum(sends),
+                                  1e-9, "alltoallv", "executor", {"send_bytes": sends})])
+            except Exception as exc:  # noqa: BLE001 - telemetry must never stop training
+                self._say_once(f"telemetry sink failed: {exc!r}")
+        sched = getattr(self, "alltoallv_schedule", None)
+        if sched is not None and not (out.is_contiguous() and inp.is_contiguous() and out.data_ptr() != inp.data_ptr()):
+            sched = None
+        if sched is None:
+            self._say_once("all_to_all_single with split sizes: native torch.distributed (no AllToAllv schedule)")
+        how = all_to_all_single_v(out, inp, outs, ins, sched,
+                                  group=None if self.group is self._dist.group.WORLD else self.group)
+        self.history.append((seq, "alltoallv" if how == "schedule" else "alltoall", None))
 
     def _op_ok(self, op: Any, t: Any) -> bool:
         R = self._dist.ReduceOp

@@ -1,4 +1,4 @@
-"""runtime.alltoallv_run: an AllToAllv schedule runs all_to_all_single with split sizes on gloo processes."""
+"""runtime.alltoallv_run and Executor.all_to_all_single with split sizes: an AllToAllv schedule on gloo processes."""
 
 from __future__ import annotations
 
@@ -38,4 +38,5 @@ def test_schedule_runs_split_sizes_like_native() -> None:
     assert sched0 is not None
     one = [[5] * 4 for _ in range(4)]
     got = launch(W.run_cases, 4, [(sched.to_json(), cases), (sched0.to_json(), [one])], timeout_s=180)
-    assert all(r == ["schedule:True"] * len(cases) + ["native:True"] for r in got), got
+    expect = ["schedule:True"] * len(cases) + ["native:True", "executor:alltoallv:True:True"]
+    assert all(r == expect for r in got), got

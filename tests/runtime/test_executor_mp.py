@@ -164,7 +164,10 @@ def test_fallbacks_refusal_and_telemetry(four) -> None:
         samples = r["samples"]
         pairs = [s for s in samples if s["kind"] == "pair"]
         assert {s["seq"] for s in pairs} == {2, 3, 4, 5}
-        assert all(s["src"] == r["global_rank"] and s["comm"] == "dp0" and s["version"] == 1 for s in samples)
+        assert all(s["src"] == r["global_rank"] and s["comm"] == "dp0" and s["version"] == 1 for s in samples
+                   if s["kind"] != "demand")
+        # the split-size all-to-all reports its split sizes (bytes per global rank) as a demand sample
+        assert [s["extra"]["send_bytes"] for s in samples if s["kind"] == "demand"] == [[8] * world]
         # bytes per pair of the first allgather (37 floats -> padded to whole chunks)
         first = {s["dst"]: s["bytes"] for s in pairs if s["seq"] == 2}
         assert set(first) == set(r["sent_chunks"]["allgather"])
