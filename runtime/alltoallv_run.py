@@ -93,6 +93,7 @@ def all_to_all_single_v(out: Any, inp: Any, output_split_sizes: Sequence[int], i
             last = t == len(r.hops) - 1
             if hop.src == me:
                 if t == 0:
+                    assert r.dest is not None
                     start = in_off[r.dest] + lo
                     data = src[start:start + hi - lo]
                 else:

@@ -14,7 +14,7 @@ import math
 import time
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from synth._types import Collective, Rank
 from synth._deadline import check_time_limit, solving
@@ -96,7 +96,8 @@ def synthesize(  # type: ignore[misc]
         if demand is None:
             raise SolverError("alltoallv needs demand= (an N x N matrix of bytes per ordered rank pair)")
         return synthesize_alltoallv(topo, demand, nchunks=10 if chunks is None else chunks, max_steps=max_steps,
-                                    solver=solver, time_limit_s=time_limit_s, warm_start=warm_from)
+                                    solver=solver, time_limit_s=time_limit_s,
+                                    warm_start=cast("AllToAllvResult | None", warm_from))
     if demand is not None:
         raise SolverError(f"demand= is for alltoallv only, not {collective!r}")
     if isinstance(warm_from, Schedule):

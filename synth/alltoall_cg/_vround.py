@@ -43,11 +43,11 @@ def disaggregate_v(cg: WeightedCg, lam: FloatArray, nchunks: int) -> tuple[IntAr
     vals = np.repeat(nchunks * lam[rows], n)
     keep = (flat >= 0) & (cg.demand[src, dst] > 0)
     pids, inv = np.unique(flat[keep], return_inverse=True)
-    y = np.bincount(inv, weights=vals[keep], minlength=len(pids))
+    y: FloatArray = np.bincount(inv, weights=vals[keep], minlength=len(pids)).astype(np.float64)
     block = cg.paths.src[pids] * n + cg.paths.dst[pids]
-    total = np.bincount(np.unique(block, return_inverse=True)[1], weights=y)
-    y = y * nchunks / total[np.unique(block, return_inverse=True)[1]]
-    return pids, y
+    _, binv = np.unique(block, return_inverse=True)
+    total = np.bincount(binv, weights=y)
+    return pids.astype(np.int64), (y * nchunks / total[binv]).astype(np.float64)
 
 
 def largest_remainder_v(block: IntArray, y: FloatArray, nchunks: int) -> IntArray:
@@ -68,7 +68,9 @@ def link_loads(cg: WeightedCg, pids: IntArray, chunks: IntArray, nchunks: int) -
     """Normalised demand units per link of the rounded solution."""
     starts, links = cg.paths.link_csr(pids)
     size = cg.demand[cg.paths.src[pids], cg.paths.dst[pids]] * chunks / nchunks
-    return np.bincount(links, weights=np.repeat(size, np.diff(starts)), minlength=cg.net.n_links)
+    out: FloatArray = np.bincount(links, weights=np.repeat(size, np.diff(starts)),
+                                  minlength=cg.net.n_links).astype(np.float64)
+    return out
 
 
 def improve(cg: WeightedCg, pids: IntArray, chunks: IntArray, nchunks: int, *, max_moves: int,

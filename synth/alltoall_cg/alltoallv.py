@@ -25,7 +25,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -263,7 +263,7 @@ def _finish(topology: Topology, cg: WeightedCg, run: VRun, d_bytes: FloatArray, 
                             "max_steps": cg.steps, "lp_completion_s": lp_s, "optimal_time_s": lb_s,
                             "bottleneck": [list(k) for k in tight], "topology": topology.name,
                             **communicator_meta(topology)}
-    schedule = AllToAllvSchedule(n, nchunks, d_bytes, tuple(routes), topology.fingerprint, meta)
+    schedule = AllToAllvSchedule(n, nchunks, cast(Any, d_bytes), tuple(routes), topology.fingerprint, meta)
     t_sched = time.perf_counter() - t0
     completion = t_round * to_s
     gap = max(0.0, 1.0 - lb_s / completion) if completion > 0 else 0.0
