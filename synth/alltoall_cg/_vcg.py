@@ -256,10 +256,21 @@ class WeightedCg:
         return VRun(Status.OPTIMAL, sol.native, t_now, lb, it, True, self.lp_pivots, self.lp_time_s,
                     self.pricing_time_s)
 
+    def cut_bound(self) -> float:
+        """Trivial lower bound on T: every rank sends its row (receives its column) over its own links."""
+        net = self.net
+        live = net.live
+        out_cap = np.bincount(net.tail[live], weights=net.caps_GBps[live], minlength=net.n_nodes)[net.gpu_node]
+        in_cap = np.bincount(net.head[live], weights=net.caps_GBps[live], minlength=net.n_nodes)[net.gpu_node]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            send = np.where(out_cap > 0, self.demand.sum(axis=1) / out_cap, 0.0)
+            recv = np.where(in_cap > 0, self.demand.sum(axis=0) / in_cap, 0.0)
+        return float(max(send.max(), recv.max()))
+
     def _stop(self, native: str, best_lb: float, it: int) -> VRun:
         if self.last is None:
             raise SolverError(f"AllToAllv master LP on {self.net.name!r} ended with {native} before any solution")
         mu, w = self.master.duals(self.last)
-        best_lb = max(best_lb, self.farley(self.costs(w, self._free()), w))
+        best_lb = max(best_lb, self.farley(self.costs(w, self._free()), w), self.cut_bound())
         return VRun(Status.TIME_LIMIT, native, self.last.objective / self.scale, best_lb, it, False,
                     self.lp_pivots, self.lp_time_s, self.pricing_time_s)

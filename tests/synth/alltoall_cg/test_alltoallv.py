@@ -199,3 +199,14 @@ def test_warm_pool_choices_reach_the_same_optimum(pool: str) -> None:
     assert warm.optimal_time_s == pytest.approx(alltoallv_compact_time_s(topo, m2), rel=1e-7)
     with pytest.raises(SolverError, match="warm_pool"):
         synthesize_alltoallv(topo, m2, warm_start=first, warm_pool="none")
+
+
+def test_time_limit_returns_a_valid_schedule_with_a_proven_bound() -> None:
+    topo = load_topology("hpn:1x4x8", ["fail2"])
+    rng = np.random.default_rng(2)
+    m = np.round(rng.gamma(1.0, 1.0, (32, 32)) * 1e7)
+    res = synthesize_alltoallv(topo, m, time_limit_s=1e-3)
+    assert res.status.value in ("time_limit", "optimal") and res.schedule is not None
+    res.schedule.validate(topo)
+    lp = alltoallv_lp_bound(topo, m).time_s
+    assert 0 < res.optimal_time_s <= lp * (1 + 1e-9) <= res.completion_time_s * (1 + 1e-9)
