@@ -1,0 +1,156 @@
+"""Contention gate: SPRT / CUSUM against the reference check values (Monte Carlo), gate behaviour.
+
+Monte Carlo sizes are small by default; ``LOOPCOLL_MC_FULL=1`` runs the reference's 20 000 trials.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from runtime.contention import (
+    ContentionGate,
+    ContentionState,
+    Cusum,
+    EwStats,
+    GateConfig,
+    Sprt,
+    cusum_monte_carlo,
+    sprt_monte_carlo,
+    wald_expected_n,
+)
+from runtime.errors import ProfileError
+
+FULL = os.environ.get("LOOPCOLL_MC_FULL") == "1"
+TRIALS = 20_000 if FULL else 6_000
+
+
+def _binom_tol(p: float, n: int) -> float:
+    return 4.0 * math.sqrt(p * (1 - p) / n) + 1e-3
+
+
+def test_sprt_thresholds_and_wald_numbers() -> None:
+    s = Sprt(100.0, 80.0, 10.0, 0.01, 0.01)
+    assert s.upper == pytest.approx(4.595, abs=1e-3)
+    assert s.lower == pytest.approx(-4.595, abs=1e-3)
+    assert s.drift == pytest.approx(2.0)
+    e0, e1 = wald_expected_n(100, 80, 10, 0.01, 0.01)
+    assert e0 == pytest.approx(2.25, abs=0.01) and e1 == pytest.approx(2.25, abs=0.01)
+
+
+def test_sprt_error_rates_and_asn_match_reference() -> None:
+    """Reference (20 000 trials): P(H1|H0)=0.0037, P(H1|H1)=0.9970, E[N]=3.14/3.15."""
+    p0, n0 = sprt_monte_carlo(100, 80, 10, 0.01, 0.01, true_mu=100, trials=TRIALS, seed=1)
+    p1, n1 = sprt_monte_carlo(100, 80, 10, 0.01, 0.01, true_mu=80, trials=TRIALS, seed=2)
+    assert abs(p0 - 0.0037) <= _binom_tol(0.0037, TRIALS)
+    assert abs(p1 - 0.9970) <= _binom_tol(0.003, TRIALS)
+    assert n0 == pytest.approx(3.14, abs=0.08) and n1 == pytest.approx(3.15, abs=0.08)
+    # Wald's bounds on the realised errors hold; overshoot makes N exceed Wald's 2.25.
+    assert p0 <= 0.01 / 0.99 and 1 - p1 <= 0.01 / 0.99
+    assert n0 > 2.25 and n1 > 2.25
+
+
+def test_sprt_scalar_matches_vectorised() -> None:
+    rng = np.random.default_rng(5)
+    h1 = ns = 0
+    trials = 1500
+    for _ in range(trials):
+        s = Sprt(100.0, 80.0, 10.0)
+        while (d := s.update(float(rng.normal(80, 10)))) is None:
+            pass
+        h1 += d == "h1"
+        ns += 1
+    assert h1 / trials > 0.98
+
+
+def test_cusum_reference_values() -> None:
+    """Reference: h=4.6 ARL0 ≈ 480, delay ≈ 3.0; h=6.9 ARL0 ≈ 4 800, delay ≈ 4.2."""
+    runs = 20_000 if FULL else 3_000
+    arl0 = cusum_monte_carlo(100, 80, 10, 4.6, true_mu=100, runs=runs, seed=3)
+    assert arl0 == pytest.approx(480, abs=4 * 480 / math.sqrt(runs))
+    assert cusum_monte_carlo(100, 80, 10, 4.6, true_mu=80, runs=runs, seed=4) == pytest.approx(3.0, abs=0.15)
+    assert cusum_monte_carlo(100, 80, 10, 6.9, true_mu=80, runs=runs, seed=5) == pytest.approx(4.2, abs=0.15)
+    runs_long = 20_000 if FULL else 800
+    arl0_long = cusum_monte_carlo(100, 80, 10, 6.9, true_mu=100, runs=runs_long, seed=6)
+    assert arl0_long == pytest.approx(4800, abs=4 * 4800 / math.sqrt(runs_long))
+
+
+def test_cusum_scalar_alarm_and_restart() -> None:
+    c = Cusum(100.0, 80.0, 10.0, 4.6)
+    assert [c.update(80.0) for _ in range(6)] == [False, False, True, False, False, True]
+    assert not any(c.update(100.0) for _ in range(100))
+
+
+def test_ewstats_river_value() -> None:
+    e = EwStats(0.3)
+    for x in (10, 20, 30):
+        e.update(x)
+    assert e.mean == pytest.approx(18.1)
+    # variance recursion by hand: v1 = 0.7*(0 + 0.3*100) = 21; v2 = 0.7*(21 + 0.3*(30-13)^2)
+    assert e.var == pytest.approx(0.7 * (21 + 0.3 * 17 ** 2))
+
+
+def _healthy(gate: ContentionGate, key: str, rng: np.random.Generator, n: int, noise: float = 0.02) -> list[ContentionState]:
+    return [gate.observe(key, 100.0 * (1 + noise * float(rng.standard_normal()))).state for _ in range(n)]
+
+
+@given(seed=st.integers(0, 2**31 - 1), length=st.integers(1, 2), magnitude=st.floats(1.3, 50.0),
+       gap=st.integers(8, 20))
+def test_transient_spikes_never_sustained(seed: int, length: int, magnitude: float, gap: int) -> None:
+    rng = np.random.default_rng(seed)
+    g = ContentionGate(warmup=8)
+    states = _healthy(g, "k", rng, 12)
+    for _ in range(4):
+        states += [g.observe("k", 100.0 * magnitude).state for _ in range(length)]
+        states += _healthy(g, "k", rng, gap)
+    assert ContentionState.SUSTAINED not in states
+    assert ContentionState.TRANSIENT in states
+
+
+@given(seed=st.integers(0, 2**31 - 1), rho=st.floats(1.5, 20.0))
+def test_sustained_detected_in_few_samples(seed: int, rho: float) -> None:
+    rng = np.random.default_rng(seed)
+    g = ContentionGate(warmup=8)
+    _healthy(g, "k", rng, 12)
+    states = [g.observe("k", 100.0 * rho * (1 + 0.02 * float(rng.standard_normal()))).state for _ in range(6)]
+    assert ContentionState.SUSTAINED in states
+    assert states.index(ContentionState.SUSTAINED) == 2  # capped LLR: the third elevated sample
+
+
+def test_cooldown_and_relearn() -> None:
+    rng = np.random.default_rng(0)
+    g = ContentionGate(warmup=4, cooldown=3)
+    _healthy(g, "k", rng, 6)
+    states = [g.observe("k", 300.0).state for _ in range(3)]
+    assert states[-1] is ContentionState.SUSTAINED
+    g.reconfigured("k", relearn=False)
+    states = [g.observe("k", 300.0).state for _ in range(6)]
+    assert ContentionState.COOLDOWN in states or ContentionState.SUSTAINED in states
+    assert states[:2] == [ContentionState.PENDING, ContentionState.PENDING]
+    g.reconfigured("k")  # relearn: the contended latency becomes the new baseline
+    states = [g.observe("k", 300.0 * (1 + 0.01 * float(rng.standard_normal()))).state for _ in range(20)]
+    assert states[:4] == [ContentionState.WARMUP] * 4 and ContentionState.SUSTAINED not in states
+    assert g.baseline("k") == pytest.approx(300.0, rel=0.05)
+
+
+def test_false_alarm_rate_on_healthy_noise() -> None:
+    rng = np.random.default_rng(11)
+    g = ContentionGate(warmup=10)
+    states = _healthy(g, "k", rng, 3000, noise=0.03)
+    assert states.count(ContentionState.SUSTAINED) <= 3
+
+
+def test_bad_config_and_samples() -> None:
+    with pytest.raises(ProfileError, match="alpha"):
+        GateConfig(alpha=0.7)
+    with pytest.raises(ProfileError, match="warmup"):
+        GateConfig(warmup=1)
+    with pytest.raises(ProfileError, match="unknown gate keys"):
+        GateConfig.from_dict({"bogus": 1})
+    with pytest.raises(ProfileError, match="finite number > 0"):
+        ContentionGate().observe("k", -1.0)
