@@ -12,8 +12,9 @@ Policy (documented in docs/contention.md)
   best measured time, and only while the **exploration budget** holds: the extra time spent on
   explorations so far (explored time − the best time known then) plus the worst case of this one
   (its prior, or ``max_slowdown ×`` the best if no prior) stays within ``budget × `` the total time of
-  all calls. So exploration never costs more than ``budget`` of the run (plus one call's excess
-  while the run is young: the first exploration is allowed once ``warm_calls`` calls were made).
+  all calls. So exploration costs at most ``budget`` of the run as long as no candidate is slower
+  than its assumed worst case; one that is overshoots by that one call's excess, and no further
+  exploration happens until the budget is restored. Explorations start after ``warm_calls`` calls.
 
 Examples
 --------
