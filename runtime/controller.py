@@ -38,6 +38,7 @@ from typing import Any
 
 from synth import Schedule, Topology
 
+from runtime.contention import GateConfig
 from runtime.detector import Verdict
 from runtime.errors import ProfileError, StoreError
 from runtime.demand import AllToAllvPlanner, DemandEstimator
@@ -85,6 +86,10 @@ class ControllerConfig:
         Bound of the samples waiting for the next ``poll`` (oldest dropped and counted beyond it).
     recent_verdicts
         How many recent verdicts ``status`` keeps.
+    contention_gate
+        ``None`` (default): act on every flagged verdict. A dict of :class:`runtime.contention.GateConfig`
+        fields (``{}`` for the defaults): a flagged verdict starts a re-synthesis only when the SPRT gate
+        on the predicted time per chunk (1 / x_min) says SUSTAINED (docs/contention.md).
     """
 
     alpha: float = 0.012
@@ -105,13 +110,15 @@ class ControllerConfig:
     max_samples_per_comm: int = 100_000
     max_pending_samples: int = 1_000_000
     recent_verdicts: int = 64
+    contention_gate: dict[str, Any] | None = None
 
     def manager_config(self) -> ManagerConfig:
         return ManagerConfig(gamma=self.gamma, hysteresis=self.hysteresis, cooldown_s=self.cooldown_s,
                              time_limit_s=self.time_limit_s, chunks=self.chunks,
                              alltoall_chunks=self.alltoall_chunks, solver=self.solver,
                              min_gain=self.min_gain, recovery_check_s=self.recovery_check_s,
-                             export_xml=self.export_xml)
+                             export_xml=self.export_xml,
+                             gate=None if self.contention_gate is None else GateConfig.from_dict(self.contention_gate))
 
 
 def _check_config(cfg: ControllerConfig) -> None:
@@ -128,6 +135,8 @@ def _check_config(cfg: ControllerConfig) -> None:
             raise bad(name, "a finite number >= 0")
     if not 0 <= cfg.hysteresis <= 1:
         raise bad("hysteresis", "in [0, 1]")
+    if cfg.contention_gate is not None:
+        GateConfig.from_dict(cfg.contention_gate)  # raises ProfileError naming the bad key or value
 
 
 class Controller:
@@ -367,7 +376,7 @@ class Controller:
                [({"reason": r}, n) for r, n in sorted(c["samples_rejected"].items())])
         metric("loopcoll_samples_skipped_total", "counter", "Valid samples not used for link estimates, by reason.",
                [({"reason": r}, n) for r, n in sorted(c["samples_skipped"].items())])
-        for name in ("syntheses", "publications", "aborts", "no_gain", "deferred_cooldown", "failures"):
+        for name in ("syntheses", "publications", "aborts", "no_gain", "deferred_cooldown", "failures", "gated"):
             metric(f"loopcoll_{name}_total", "counter", f"Controller decisions: {name.replace('_', ' ')}.",
                    [({}, c[name])])
         metric("loopcoll_link_capacity_gbps", "gauge", "Smoothed link capacity estimate M_a (Gbit/s).",

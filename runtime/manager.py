@@ -33,6 +33,7 @@ from typing import Any, cast
 
 from synth import Collective, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
 
+from runtime.contention import ContentionGate, GateConfig
 from runtime.detector import Verdict, detect
 from runtime.errors import ProfileError, RuntimeStateError
 from runtime.estimator import LinkEstimator
@@ -71,6 +72,7 @@ class ManagerConfig:
     min_gain: float = 0.02
     recovery_check_s: float | None = 5.0
     export_xml: bool = True
+    gate: GateConfig | None = None  # contention gate (runtime.contention): act on SUSTAINED verdicts only
 
 
 @dataclass
@@ -109,6 +111,7 @@ class ManagerCounters:
     no_gain: int = 0
     deferred_cooldown: int = 0
     failures: int = 0
+    gated: int = 0  # flagged verdicts the contention gate held back (not SUSTAINED)
 
 
 class ScheduleManager:
@@ -126,6 +129,8 @@ class ScheduleManager:
         self.jobs: dict[tuple[str, str], Job] = {}
         self.schedules: dict[tuple[str, str, int], Schedule] = {}
         self.counters = ManagerCounters()
+        #: opt-in contention gate on 1 / x_min per (comm, collective), once per step
+        self.gate = ContentionGate(config.gate) if config.gate is not None else None
         #: simulated time charged per synthesis instead of its measured duration (timeline tests)
         self.charged_synth_s: float | None = None
         self.sizes: dict[tuple[str, str], tuple[int, ...]] = {}
@@ -204,6 +209,8 @@ class ScheduleManager:
         self.schedules[(comm, coll, entry.version)] = result.schedule
         self.deployed[key] = Deployed(entry, result.schedule, result, entry.cut, now)
         self.counters.publications += 1
+        if self.gate is not None:
+            self.gate.reconfigured(f"{comm}/{coll}")
         self._log({"event": "publish", "t_s": now, "comm": comm, "collective": coll, "version": entry.version,
                    "reason": reason, "algbw_GBps": entry.algbw_GBps, "warm_mode": entry.warm_mode,
                    "synth_time_s": entry.synth_time_s,
@@ -247,7 +254,10 @@ class ScheduleManager:
             d = self.deployed[key]
             v = self.verdict(key)
             reason = None
-            if v.flagged:
+            allowed = self._gate_allows(key, v, now)
+            if v.flagged and not allowed:
+                self.counters.gated += 1
+            elif v.flagged:
                 reason = "detector: " + ", ".join(f"{a}->{b}" for a, b in v.deciding[:4]) if v.deciding \
                     else "detector: " + v.message
             elif self._recovery_due(key, now):
@@ -292,6 +302,21 @@ class ScheduleManager:
                 if e is not None:
                     out.append(e)
         return out
+
+    def _gate_allows(self, key: tuple[str, str], v: Verdict, now: float) -> bool:
+        """Without a gate: always. With one: feed the predicted time per chunk ``1 / x_min`` (flagged or
+        not, so the gate learns its healthy baseline; ρ is its ratio to that) and allow only a
+        SUSTAINED verdict; a dead link (``x_min = 0``) is a failure, not contention, and always passes."""
+        if self.gate is None:
+            return True
+        x_min = v.x_min_gbps
+        if not (x_min > 0 and math.isfinite(x_min)):
+            return True
+        g = self.gate.observe(f"{key[0]}/{key[1]}", 1.0 / x_min)
+        if g.state.value in ("transient", "sustained", "cooldown"):
+            self._log({"event": "contention", "t_s": now, "comm": key[0], "collective": key[1],
+                       "state": g.state.value, "rho": g.rho})
+        return g.act
 
     def _finish_ready(self, now: float) -> list[VersionEntry | None]:
         return [self._finish(k, now, self.jobs[k].trigger_samples) for k in sorted(self.jobs)
