@@ -154,3 +154,16 @@ def test_bad_config_and_samples() -> None:
         GateConfig.from_dict({"bogus": 1})
     with pytest.raises(ProfileError, match="finite number > 0"):
         ContentionGate().observe("k", -1.0)
+
+
+@given(alpha=st.floats(0.01, 0.9), xs=st.lists(st.floats(0.1, 1e4), min_size=1, max_size=40))
+def test_ewstats_match_river(alpha: float, xs: list[float]) -> None:
+    """Cross-check against river (test-only, optional: skipped where river is not installed)."""
+    river_stats = pytest.importorskip("river.stats")
+    m, v, e = river_stats.EWMean(alpha), river_stats.EWVar(alpha), EwStats(alpha)
+    for x in xs:
+        m.update(x)
+        v.update(x)
+        e.update(x)
+    assert e.mean == pytest.approx(m.get(), rel=1e-9, abs=1e-9)
+    assert e.var == pytest.approx(v.get(), rel=1e-6, abs=1e-6 * max(xs) ** 2)
