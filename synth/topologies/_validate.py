@@ -10,7 +10,7 @@ from scipy.sparse.csgraph import connected_components
 from synth.errors import TopologyError, short_repr
 from synth.topologies.model import ROLES, Link, Node, NodeKind
 
-__all__ = ["validate_parts"]
+__all__ = ["validate_parts", "validate_routes"]
 
 
 def _validate_nodes(name: str, nodes: tuple[Node, ...]) -> None:
@@ -94,3 +94,38 @@ def validate_parts(name: str, nodes: tuple[Node, ...], links: tuple[Link, ...]) 
     _validate_nodes(name, nodes)
     _validate_links(name, {n.id for n in nodes}, links)
     _validate_reachability(name, nodes, links)
+
+
+def validate_routes(
+    name: str, nodes: tuple[Node, ...], links: tuple[Link, ...], routes: tuple[tuple[str, ...], ...]
+) -> None:
+    """Raise :class:`TopologyError` naming the first route override that is not a GPU → switches → GPU
+    path over existing links, or a second override of one ordered GPU pair (docs/topology.md, Routing).
+
+    A route may cross a link that is down (0 Gbit/s): the pair then has no route until it is back.
+    """
+    kinds = {n.id: n.kind for n in nodes}
+    keys = {lk.key for lk in links}
+    seen: set[tuple[str, str]] = set()
+    for path in routes:
+        shown = "->".join(str(v) for v in path)
+        if len(path) < 2 or not all(isinstance(v, str) for v in path):
+            raise TopologyError(f"topology {name!r}: route {shown or '[]'} must list at least two node ids")
+        for v in path:
+            if v not in kinds:
+                raise TopologyError(f"topology {name!r}: route {shown}: unknown node id {v!r}")
+        if kinds[path[0]] is not NodeKind.GPU or kinds[path[-1]] is not NodeKind.GPU:
+            raise TopologyError(f"topology {name!r}: route {shown} must start and end at a gpu")
+        inner = [v for v in path[1:-1] if kinds[v] is not NodeKind.SWITCH]
+        if inner:
+            raise TopologyError(f"topology {name!r}: route {shown} passes gpu {inner[0]!r}; only switches may lie "
+                                "between its ends (a GPU relay is a hop of the schedule, not a route)")
+        if len(set(path)) != len(path):
+            raise TopologyError(f"topology {name!r}: route {shown} visits a node twice")
+        for a, b in zip(path[:-1], path[1:]):
+            if (a, b) not in keys:
+                raise TopologyError(f"topology {name!r}: route {shown} uses link {a}->{b}, absent from the topology")
+        pair = (path[0], path[-1])
+        if pair in seen:
+            raise TopologyError(f"topology {name!r}: two routes for {pair[0]}->{pair[1]}; give at most one per pair")
+        seen.add(pair)

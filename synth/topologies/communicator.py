@@ -137,6 +137,8 @@ def communicator(topo: Topology, ranks: Iterable[Rank], *, relay: bool = False) 
             (nodes[n.id] for n in topo.nodes if n.id in keep),
             (lk for lk in links if lk.src in keep and lk.dst in keep),
             {COMMUNICATOR_META_KEY: record},
+            # Overrides between two participants whose nodes all remain keep routing them.
+            (r for r in topo.routes if r[0] in new_rank and r[-1] in new_rank and all(v in keep for v in r)),
         )
     except TopologyError as exc:
         hint = "" if relay else "; pass relay=True (--relay) to let the other GPUs forward"

@@ -30,7 +30,7 @@ __all__ = [
 
 _NODE_KEYS = {"id", "kind", "rank", "host", "role"}
 _LINK_KEYS = {"src", "dst", "gbps", "latency_us"}
-_TOP_KEYS = {"name", "nodes", "links", "meta"}
+_TOP_KEYS = {"name", "nodes", "links", "meta", "routes"}
 
 
 def topology_to_dict(topo: Topology) -> dict[str, Any]:
@@ -46,7 +46,12 @@ def topology_to_dict(topo: Topology) -> dict[str, Any]:
             doc["role"] = n.role
         nodes.append(doc)
     links = [{"src": lk.src, "dst": lk.dst, "gbps": lk.gbps, "latency_us": lk.latency_us} for lk in topo.links]
-    return {"name": topo.name, "nodes": nodes, "links": links, "meta": json.loads(json.dumps(dict(topo.meta)))}
+    out: dict[str, Any] = {
+        "name": topo.name, "nodes": nodes, "links": links, "meta": json.loads(json.dumps(dict(topo.meta)))
+    }
+    if topo.routes:  # written only when present: files without overrides stay as they were
+        out["routes"] = [list(r) for r in topo.routes]
+    return out
 
 
 def topology_to_json(topo: Topology) -> str:
@@ -121,7 +126,12 @@ def topology_from_dict(doc: Any, *, source: str = "<dict>") -> Topology:
         raise TopologyError(f"{source}: 'meta' must be an object, got {short_repr(meta)}")
     nodes = [_node_from(n, i) for i, n in enumerate(doc["nodes"])]
     links = [_link_from(lk, i) for i, lk in enumerate(doc["links"])]
-    return Topology.create(doc["name"], nodes, links, meta)
+    routes = doc.get("routes", [])
+    if not isinstance(routes, list) or not all(
+        isinstance(r, list) and all(isinstance(v, str) for v in r) for r in routes
+    ):
+        raise TopologyError(f"{source}: 'routes' must be a list of node-id lists (paths), got {routes!r}")
+    return Topology.create(doc["name"], nodes, links, meta, routes)
 
 
 def topology_from_json(text: str, *, source: str = "<string>") -> Topology:

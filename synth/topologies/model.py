@@ -135,6 +135,9 @@ class Topology:
     nodes: tuple[Node, ...]
     links: tuple[Link, ...]
     meta: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    #: Per-pair path overrides of the executor's routing (docs/topology.md, "Routing"): each a
+    #: node path GPU -> switches -> GPU; at most one per ordered GPU pair.
+    routes: tuple[tuple[NodeId, ...], ...] = ()
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -144,14 +147,17 @@ class Topology:
         nodes: Iterable[Node],
         links: Iterable[Link],
         meta: Mapping[str, Any] | None = None,
+        routes: Iterable[Iterable[NodeId]] = (),
     ) -> Topology:
         """Validate and build a topology (see docs/topology.md for the rules)."""
-        from synth.topologies._validate import validate_parts
+        from synth.topologies._validate import validate_parts, validate_routes
 
         nodes_t = _tuple_of(nodes, Node, "nodes")
         links_t = _tuple_of(links, Link, "links")
         validate_parts(name, nodes_t, links_t)
-        return cls(name=name, nodes=nodes_t, links=links_t, meta=_freeze_meta(meta))
+        routes_t = tuple(tuple(r) for r in routes)
+        validate_routes(name, nodes_t, links_t, routes_t)
+        return cls(name=name, nodes=nodes_t, links=links_t, meta=_freeze_meta(meta), routes=routes_t)
 
     # -- lookups ------------------------------------------------------------------------------
     @cached_property
@@ -257,8 +263,8 @@ class Topology:
     # -- identity -----------------------------------------------------------------------------
     @cached_property
     def fingerprint(self) -> str:
-        """Stable sha256 (hex, 16 chars) of nodes and links; ignores name, meta and switch roles
-        (which name what a switch is, not how bytes flow)."""
+        """Stable sha256 (hex, 16 chars) of nodes, links and route overrides; ignores name, meta and
+        switch roles (which name what a switch is, not how bytes flow)."""
         from synth.topologies.io import topology_to_dict
 
         doc = topology_to_dict(self)
@@ -277,6 +283,7 @@ class Topology:
             and self.nodes == other.nodes
             and self.links == other.links
             and dict(self.meta) == dict(other.meta)
+            and self.routes == other.routes
         )
 
     def __hash__(self) -> int:
@@ -290,7 +297,7 @@ class Topology:
         """A new topology with the same nodes and these links (validated)."""
         if name is not None:
             expect_type(name, str, "name", TopologyError)
-        return Topology.create(name or self.name, self.nodes, links, self.meta)
+        return Topology.create(name or self.name, self.nodes, links, self.meta, self.routes)
 
     def with_link(
         self,
@@ -333,7 +340,8 @@ class Topology:
     def reversed(self) -> Topology:
         """Every link turned around (used for ReduceScatter bounds on asymmetric topologies)."""
         new = tuple(Link(lk.dst, lk.src, lk.gbps, lk.latency_us) for lk in self.links)
-        return Topology.create(self.name + "-reversed", self.nodes, new, self.meta)
+        routes = tuple(tuple(reversed(r)) for r in self.routes)
+        return Topology.create(self.name + "-reversed", self.nodes, new, self.meta, routes)
 
     def communicator(self, ranks: Iterable[Rank], *, relay: bool = False) -> Topology:
         """The sub-topology of these global ranks, re-ranked in order (:mod:`synth.topologies.communicator`)."""

@@ -1,0 +1,185 @@
+"""Routed AllGather, ReduceScatter and AllReduce: tree packing over routed hops only.
+
+Every hop of the schedules made here is a GPU pair's route (:func:`synth.routing.pair_route`), so a
+peer-addressed executor (MSCCL XML) runs them at exactly their stated algbw. The LP optimum of
+:mod:`synth.routed._treelp` is the routed optimum; the schedule rounds it to ``k`` chunks per root
+(the best ``k`` up to ``max_chunks``, default :data:`DEFAULT_MAX_CHUNKS`) and states the gap to it.
+ReduceScatter packs in-trees (out-trees of the transposed logical graph); AllReduce is
+ReduceScatter then AllGather with one common ``k``, against the bound ``N / (T_RS + T_AG)``.
+
+Examples
+--------
+>>> from synth.topologies import named_topology
+>>> r = synthesize_routed_trees("allgather", named_topology("nvswitch:4"))
+>>> r.status.value, round(r.algbw_GBps, 3), r.stats["routing"]
+('optimal', 480.0, 'routed')
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from synth.errors import ScheduleError, SolverError
+from synth.result import Status, SynthResult
+from synth.routed._logical import Logical
+from synth.forestcoll_warm._packing import PackingError, TreeClass
+from synth.routed._lovasz import integral_capacities, pack_trees
+from synth.routed._treelp import TreeLp, solve_tree_lp, tree_arcs
+from synth.schedule import Hop, Route, RouteKind, Schedule
+from synth.topologies.communicator import communicator_meta
+from synth.topologies.model import Topology
+
+__all__ = ["DEFAULT_MAX_CHUNKS", "synthesize_routed_trees"]
+
+#: Chunks per root tried at most when the caller gives no ``max_chunks``.
+DEFAULT_MAX_CHUNKS = 8
+
+
+def _routes(lg: Logical, classes: list[TreeClass], kind: RouteKind) -> list[Route]:
+    """Routes of packed tree classes (edges in growth order: every edge leaves the tree grown so far)."""
+    out: list[Route] = []
+    for c in sorted(classes, key=lambda c: (c.root, c.edges)):
+        if kind is RouteKind.OUT_TREE:
+            hops = tuple(Hop(u, v, lg.paths[lg.arc(u, v)]) for u, v in c.edges)
+        else:  # arcs of the transposed graph: data flows v -> u on the real links, leaves first
+            hops = tuple(Hop(v, u, lg.paths[lg.arc(u, v)]) for u, v in reversed(c.edges))
+        out.append(Route(kind, c.root, c.mult, hops))
+    return out
+
+
+def _g_star(lg: Logical, lp: TreeLp) -> np.ndarray:
+    """Each arc's total tree weight in the LP optimum (all roots)."""
+    g = np.zeros(len(lg.pairs))
+    for r, p, lam in zip(lp.roots, lp.parents, lp.lam):
+        g[tree_arcs(lg, int(r), p)] += lam
+    return g
+
+
+def _ratio(lg: Logical, g: np.ndarray) -> float:
+    loads = lg.loads(g.astype(np.float64))
+    live = lg.caps_GBps > 0
+    return float((loads[live] / lg.caps_GBps[live]).max())
+
+
+def _seeds(warm: Schedule | None, lg: Logical, kind: RouteKind) -> list[tuple[int, tuple[int, ...]]]:
+    """Trees of a previous schedule whose hops are all routed arcs now (warm-start columns)."""
+    if warm is None or warm.nranks != lg.n:
+        return []
+    out = []
+    for route in warm.routes:
+        if route.kind is not kind:
+            continue
+        parents = [-1] * lg.n
+        parents[route.root] = route.root
+        ok = True
+        for hop in route.hops:
+            child, parent = (hop.dst, hop.src) if kind is RouteKind.OUT_TREE else (hop.src, hop.dst)
+            if parents[child] != -1 or lg.index[parent, child] < 0:
+                ok = False
+                break
+            parents[child] = parent
+        if ok and -1 not in parents:
+            out.append((route.root, tuple(parents)))
+    return out
+
+
+def _best_k(graphs: Sequence[Logical], stars: Sequence[np.ndarray], k_max: int,
+            lp_T: float) -> tuple[int, list[np.ndarray]]:  # noqa: N803
+    """The k in 1..k_max whose integral capacities have the smallest summed phase ratio per chunk
+    (the first such k; stops at a k that meets the LP optimum)."""
+    best: tuple[float, int, list[np.ndarray]] | None = None
+    for k in range(1, k_max + 1):
+        caps = [integral_capacities(g, star, k) for g, star in zip(graphs, stars)]
+        per_unit = sum(_ratio(g, c) for g, c in zip(graphs, caps)) / k
+        if best is None or per_unit < best[0] * (1 - 1e-12):
+            best = (per_unit, k, caps)
+        if best[0] <= lp_T * (1 + 1e-9):
+            break
+    assert best is not None
+    return best[1], best[2]
+
+
+def synthesize_routed_trees(
+    collective: str,
+    topology: Topology,
+    *,
+    max_chunks: int | None = None,
+    warm_start: Schedule | None = None,
+    solver: str = "highs",
+    time_limit_s: float | None = None,
+) -> SynthResult:
+    """AllGather / ReduceScatter / AllReduce over routed hops (module docstring).
+
+    Returns ``OPTIMAL`` with ``gap_pct`` the certified gap of the rounded schedule to the routed LP
+    optimum (``optimal_algbw_GBps``), or ``TIME_LIMIT`` when the column generation stopped first
+    (gap to the best proven bound). ``stats`` carries ``routed_optimal_algbw_GBps``, LP rounds and
+    columns, ``k`` and ``seeded_trees`` (warm-start trees reused as columns).
+    """
+    if collective not in ("allgather", "reducescatter", "allreduce"):
+        raise SolverError(f"routed tree synthesis handles allgather, reducescatter and allreduce, not {collective!r}")
+    if max_chunks is not None and (isinstance(max_chunks, bool) or not isinstance(max_chunks, int) or max_chunks < 1):
+        raise SolverError(f"max_chunks must be an integer >= 1 or None, got {max_chunks!r}")
+    start = time.perf_counter()
+    lg = Logical.build(topology)
+    lg.check_connected(topology.name)
+    phases: list[tuple[str, Logical, RouteKind]] = []
+    if collective in ("reducescatter", "allreduce"):
+        phases.append(("in", lg.transposed(), RouteKind.IN_TREE))
+    if collective in ("allgather", "allreduce"):
+        phases.append(("out", lg, RouteKind.OUT_TREE))
+    lps: list[TreeLp] = []
+    for _, g, kind in phases:
+        left = None if time_limit_s is None else max(0.0, time_limit_s - (time.perf_counter() - start))
+        lps.append(solve_tree_lp(g, solver=solver, seeds=_seeds(warm_start, g, kind), time_limit_s=left))
+    t_lp = time.perf_counter() - start
+    n = topology.nranks
+    lp_T = sum(lp.T for lp in lps)  # noqa: N806
+    bound_T = sum(lp.T_lower for lp in lps)  # noqa: N806
+    proven = all(lp.proven for lp in lps)
+    graphs = [g for _, g, _ in phases]
+    k, caps = _best_k(graphs, [_g_star(g, lp) for g, lp in zip(graphs, lps)], max_chunks or DEFAULT_MAX_CHUNKS, lp_T)
+    routes: list[Route] = []
+    for g, (_, _, kind), cap in zip(graphs, phases, caps):
+        try:
+            routes.extend(_routes(g, pack_trees(g, cap, k), kind))
+        except PackingError as exc:  # cannot happen: the capacities meet Lovász's condition
+            raise SolverError(f"{topology.name}: routed tree packing failed: {exc}") from exc
+    sched = Schedule(collective, n, k, tuple(routes))  # type: ignore[arg-type]
+    try:
+        sched.validate(topology)
+    except ScheduleError as exc:
+        return SynthResult(Status.FAILED, f"re-check failed: {exc}", None, 0.0, n / lp_T, 100.0,
+                           time.perf_counter() - start, warm_start is not None)
+    sched = sched.with_bottleneck(topology)
+    algbw = sched.algbw_GBps(topology)
+    optimal = n / lp_T
+    upper = n / bound_T if bound_T > 0 else float("inf")
+    solve_s = time.perf_counter() - start
+    stats: dict[str, Any] = {
+        "routing": "routed",
+        "routed_optimal_algbw_GBps": optimal,
+        "routed_bound_algbw_GBps": upper,
+        "lp_rounds": [lp.rounds for lp in lps],
+        "lp_columns": [lp.columns for lp in lps],
+        "seeded_trees": sum(lp.seeded for lp in lps),
+        "lp_s": t_lp,
+        "k": k,
+        "trees": len(routes),
+    }
+    meta = {"synthesizer": "routed-trees", "k": str(k), "solve_time_s": solve_s, "optimal_algbw_GBps": optimal,
+            "routing": "routed", **communicator_meta(topology)}
+    sched = sched.with_meta(**meta)
+    warm = warm_start is not None
+    if not proven:
+        gap = max(0.0, 100.0 * (1.0 - algbw / upper)) if upper < float("inf") else 100.0
+        return SynthResult(Status.TIME_LIMIT, f"routed column generation stopped at the time limit: {algbw:.6g} GB/s, "
+                           f"proven within {gap:.3f}% of the routed optimum", sched, algbw, upper, gap, solve_s, warm,
+                           stats)
+    gap = max(0.0, 100.0 * (1.0 - algbw / optimal))
+    how = "routed optimum" if gap < 1e-7 else f"routed optimum {optimal:.6g} GB/s rounded to k={k} ({gap:.3f}% gap)"
+    return SynthResult(Status.OPTIMAL, f"{how}: {algbw:.6g} GB/s with k={k} chunks per root, every hop on its "
+                       "pair's route", sched, algbw, optimal, 0.0 if gap < 1e-7 else gap, solve_s, warm, stats)

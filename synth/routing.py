@@ -1,0 +1,201 @@
+"""The executor's pair routing: the one physical path a GPU→GPU transfer takes.
+
+MSCCL XML (and the torch executor) name a peer, not a path, so the transport decides the path of
+every transfer from GPU u to GPU v. :func:`pair_route` is that decision, used by synthesis
+(:mod:`synth.routed`), export and the checker's algbw (``msccl_xml``) and the runtime's link
+estimator. The policy (docs/topology.md, "Routing"):
+
+1. a route override of the topology's ``routes`` section for the pair, if it has one;
+2. else among the switch-only paths (every node between u and v a switch) over live links, the
+   fewest links; so a direct link u→v wins, then a 2-link path;
+3. among those, a path through a host switch (role ``nvswitch``) before a network path;
+4. then the widest (largest bottleneck capacity: for a GPU with several NICs, the wider one);
+5. then the smallest sequence of node ids.
+
+A pair with no switch-only path has no route: data between them is relayed by GPUs, as hops of
+the schedule (a PXN-like relay is such a hop). A route over a link that is down is no route.
+
+Examples
+--------
+>>> from synth.topologies import named_topology
+>>> t = named_topology("hpn:2x1x2")
+>>> pair_route(t, "gpu0", "gpu2")
+('gpu0', 'tor0.0', 'agg0', 'tor1.0', 'gpu2')
+>>> pair_route(named_topology("ring:4"), "gpu0", "gpu2") is None
+True
+>>> has_route_choice(t)
+False
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from fractions import Fraction
+from functools import lru_cache
+from types import MappingProxyType
+
+from synth._types import NodeId, Rank
+from synth.topologies.model import Topology
+
+__all__ = ["has_route_choice", "pair_route", "route_table"]
+
+#: Enumeration budget of :func:`has_route_choice` (paths visited); past it the answer is "yes",
+#: which only costs the routed synthesis where the free one would have done.
+_CHOICE_BUDGET = 200_000
+#: Shortest switch-only paths compared per pair at most (beyond, the first ones found in id order).
+_TIE_LIMIT = 4096
+
+
+def pair_route(topo: Topology, src: NodeId, dst: NodeId) -> tuple[NodeId, ...] | None:
+    """The node path a transfer ``src`` → ``dst`` (GPU node ids) takes, or ``None`` if there is none.
+
+    >>> from synth.topologies import named_topology
+    >>> pair_route(named_topology("nvswitch:3"), "gpu0", "gpu2")
+    ('gpu0', 'nvs0.0', 'gpu2')
+    """
+    if src == dst:
+        return (src,)
+    return _source_routes(topo, src).get(dst)
+
+
+def route_table(topo: Topology) -> Mapping[tuple[Rank, Rank], tuple[NodeId, ...]]:
+    """Every ordered GPU pair ``(u, v)`` (ranks) that has a route, with its path.
+
+    >>> from synth.topologies import named_topology
+    >>> sorted(route_table(named_topology("ring:3")))[:2]
+    [(0, 1), (0, 2)]
+    """
+    return _route_table(topo)
+
+
+@lru_cache(maxsize=16)
+def _route_table(topo: Topology) -> Mapping[tuple[Rank, Rank], tuple[NodeId, ...]]:
+    out: dict[tuple[Rank, Rank], tuple[NodeId, ...]] = {}
+    for g in topo.gpus:
+        for dst, path in _source_routes(topo, g.id).items():
+            out[(topo.rank_of(g.id), topo.rank_of(dst))] = path
+    return MappingProxyType(dict(sorted(out.items())))
+
+
+@lru_cache(maxsize=4096)
+def _source_routes(topo: Topology, src: NodeId) -> Mapping[NodeId, tuple[NodeId, ...]]:
+    """Routes from GPU ``src`` to every GPU it reaches through switches only."""
+    overrides = _overrides(topo)
+    dist, preds = _switch_bfs(topo, src)
+    roles = _roles(topo)
+    out: dict[NodeId, tuple[NodeId, ...]] = {}
+    for g in topo.gpus:
+        v = g.id
+        if v == src:
+            continue
+        forced = overrides.get((src, v))
+        if forced is not None:
+            if all(topo.link(a, b).gbps > 0 for a, b in zip(forced[:-1], forced[1:])):
+                out[v] = forced
+            continue
+        if v not in dist:
+            continue
+        best: tuple[tuple[int, Fraction, tuple[NodeId, ...]], tuple[NodeId, ...]] | None = None
+        for path in _shortest_paths(preds, src, v):
+            host = 0 if len(path) == 3 and roles.get(path[1]) == "nvswitch" else 1
+            width = min(topo.exact_capacity(a, b) for a, b in zip(path[:-1], path[1:]))
+            key = (host, -width, path)
+            if best is None or key < best[0]:
+                best = (key, path)
+        if best is not None:
+            out[v] = best[1]
+    return MappingProxyType(out)
+
+
+def _switch_bfs(topo: Topology, src: NodeId) -> tuple[dict[NodeId, int], dict[NodeId, list[NodeId]]]:
+    """Hop distances from ``src`` over live links whose inner nodes are switches, and every
+    predecessor on a shortest such path (GPUs are reached but never expanded)."""
+    dist: dict[NodeId, int] = {src: 0}
+    preds: dict[NodeId, list[NodeId]] = {}
+    queue = deque([src])
+    while queue:
+        u = queue.popleft()
+        for lk in topo.out_links(u):
+            v = lk.dst
+            if lk.gbps <= 0 or v == src:
+                continue
+            if v not in dist:
+                dist[v] = dist[u] + 1
+                preds[v] = [u]
+                if not topo.node(v).is_gpu:
+                    queue.append(v)
+            elif dist[v] == dist[u] + 1:
+                preds[v].append(u)
+    return dist, preds
+
+
+def _shortest_paths(preds: dict[NodeId, list[NodeId]], src: NodeId, dst: NodeId) -> list[tuple[NodeId, ...]]:
+    """Shortest switch-only paths src → dst from the BFS predecessor DAG (at most ``_TIE_LIMIT``)."""
+    out: list[tuple[NodeId, ...]] = []
+    stack: list[tuple[NodeId, tuple[NodeId, ...]]] = [(dst, (dst,))]
+    while stack and len(out) < _TIE_LIMIT:
+        v, tail = stack.pop()
+        if v == src:
+            out.append(tail)
+            continue
+        for u in sorted(preds.get(v, ()), reverse=True):
+            stack.append((u, (u, *tail)))
+    return out
+
+
+@lru_cache(maxsize=16)
+def _overrides(topo: Topology) -> Mapping[tuple[NodeId, NodeId], tuple[NodeId, ...]]:
+    return MappingProxyType({(r[0], r[-1]): r for r in topo.routes})
+
+
+@lru_cache(maxsize=16)
+def _roles(topo: Topology) -> Mapping[NodeId, str]:
+    from synth.topologies.structure import switch_roles
+
+    return MappingProxyType(switch_roles(topo))
+
+
+@lru_cache(maxsize=64)
+def has_route_choice(topo: Topology) -> bool:
+    """Whether some ordered GPU pair has two or more switch-only paths over live links.
+
+    Where none has (every named spec), the route of a pair is its only switch-only path, so every
+    schedule any synthesizer makes already runs as routed, and routed and free-routing optima
+    coincide: synthesis takes the free (ForestColl / AllToAll column generation) path. The check
+    enumerates simple switch-only paths from each GPU and stops at the first pair found twice.
+
+    >>> from synth.topologies import named_topology
+    >>> has_route_choice(named_topology("dgx-a100:2")), has_route_choice(named_topology("torus:3x3"))
+    (False, False)
+    """
+    budget = _CHOICE_BUDGET
+    is_gpu = {n.id: n.is_gpu for n in topo.nodes}
+    out = {n.id: sorted(lk.dst for lk in topo.out_links(n.id) if lk.gbps > 0) for n in topo.nodes}
+    for g in topo.gpus:
+        src = g.id
+        found: set[NodeId] = set()
+        on_path = {src}
+        stack: list[tuple[NodeId, int]] = [(src, 0)]
+        while stack:
+            v, i = stack[-1]
+            nbrs = out[v]
+            if i >= len(nbrs):
+                stack.pop()
+                on_path.discard(v)
+                continue
+            stack[-1] = (v, i + 1)
+            w = nbrs[i]
+            if w in on_path:
+                continue
+            budget -= 1
+            if budget < 0:
+                return True
+            if is_gpu[w]:
+                if w in found:
+                    return True
+                found.add(w)
+                continue
+            on_path.add(w)
+            stack.append((w, 0))
+    return False
