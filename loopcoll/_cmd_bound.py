@@ -18,7 +18,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.demand:
         raise LoopcollError(f"--demand is for alltoallv only, not {args.collective}")
     topo = topology_from_args(args)
-    bound = optimal_bound(args.collective, topo, time_limit_s=args.time_limit)
+    bound = optimal_bound(args.collective, topo, time_limit_s=args.time_limit, routed=True)
     if args.json:
         print_json(bound.to_json_dict())
         return 0
@@ -28,6 +28,9 @@ def _run(args: argparse.Namespace) -> int:
     )
     if not bound.success:
         print(f"  {bound.status.value}: {bound.message}")
+    if bound.routed_algbw_GBps is not None:
+        print(f"  free-routing optimum {bound.algbw_GBps:.3f} GB/s, routed optimum {bound.routed_algbw_GBps:.3f} GB/s "
+              f"(every hop on its pair's route): the executor loses {bound.routing_gap_pct or 0.0:.2f}%")
     shown = ", ".join(f"{a}->{b}" for a, b in bound.bottleneck[:12])
     more = f" (+{len(bound.bottleneck) - 12} more)" if len(bound.bottleneck) > 12 else ""
     print(f"  bottleneck: {shown}{more}")
@@ -39,7 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "bound",
         help="optimal algbw of a collective on a topology",
-        description="Print the optimal (physical-limit) algbw and busbw of a collective, with its bottleneck links.",
+        description="Print the optimal (physical-limit) algbw and busbw of a collective, with its bottleneck links, "
+        "and the routed optimum (every hop on its GPU pair's route, as a peer-addressed executor runs it).",
     )
     p.add_argument("collective", choices=(*COLLECTIVES, "alltoallv"), help="the collective")
     add_topology_args(p)

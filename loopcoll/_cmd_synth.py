@@ -82,6 +82,10 @@ def result_json(collective: str, topo_name: str, nranks: int, result: SynthResul
         "warm": result.warm,
         "status": result.status.value,
     }
+    doc["routing"] = result.stats.get("routing", "free")
+    for key in ("free_optimal_algbw_GBps", "routed_optimal_algbw_GBps", "routing_gap_pct"):
+        if key in result.stats:
+            doc[key] = result.stats[key]
     if collective == "alltoall":
         doc["lp_algbw_GBps"] = result.stats.get("lp_algbw_GBps", result.optimal_algbw_GBps)
         doc["gap"] = result.stats.get("gap", result.gap_pct / 100.0)
@@ -109,6 +113,7 @@ def _run(args: argparse.Namespace) -> int:
         max_steps=getattr(args, "max_steps", None),
         solver=getattr(args, "solver", "highs"),
         time_limit_s=args.time_limit,
+        routing=args.routing,
     )
     if result.schedule is None:
         raise ScheduleError(f"{args.collective} on {topo.name}: no schedule ({result.status.value}: {result.message})")
@@ -131,6 +136,10 @@ def _run(args: argparse.Namespace) -> int:
         f"optimal {result.optimal_algbw_GBps:.3f} GB/s ({100 * result.algbw_GBps / result.optimal_algbw_GBps:.2f}%)"
     )
     print(f"  {'warm' if result.warm else 'cold'} solve {result.solve_time_s:.3f} s; {result.status.value}: {result.message}")
+    if "free_optimal_algbw_GBps" in result.stats:
+        print(f"  free-routing optimum {result.stats['free_optimal_algbw_GBps']:.3f} GB/s, routed optimum "
+              f"{result.stats['routed_optimal_algbw_GBps']:.3f} GB/s: the executor loses "
+              f"{result.stats['routing_gap_pct']:.2f}% on this fabric")
     if capped:
         print(f"  {capped[1]}")
     fmt = "MSCCL++ plan" if getattr(args, "format", "xml") == "mscclpp" else "MSCCL XML"
@@ -182,7 +191,7 @@ def _export_fitting(
     log = logging.getLogger("synth.cli")
     while cap >= 1:
         log.warning("%s; re-synthesizing with at most %d chunks per source", first, cap)
-        capped = synthesize(args.collective, topo, chunks=cap, warm_from=warm)
+        capped = synthesize(args.collective, topo, chunks=cap, warm_from=warm, routing=args.routing)
         if capped.schedule is None:
             raise ScheduleError(f"{args.collective} on {topo.name} with at most {cap} chunks per source: no schedule "
                                 f"({capped.status.value}: {capped.message})")
@@ -221,6 +230,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         c.add_argument("--time-limit", type=positive_seconds, default=None, metavar="SEC",
                        help="stop after SEC seconds: AllToAll with its best schedule and certified gap, a tree "
                        "collective with status time_limit (an error when no schedule was built)")
+        c.add_argument("--routing", choices=("auto", "free", "routed"), default="auto",
+                       help="hops on each GPU pair's route (routed), on any switch path (free), or routed only "
+                       "where some pair has several switch-only paths (auto, default); see docs/topology.md")
         c.add_argument("--warm-from", metavar="SCHED.json", help="warm-start from a previous schedule of this collective")
         c.add_argument("--schedule-out", metavar="SCHED.json", help="write the schedule JSON here (atomically)")
         c.add_argument("-o", "--output", metavar="OUT.xml", help="write the schedule as MSCCL XML, or with --format mscclpp as an MSCCL++ execution plan (checked before writing)")

@@ -18,9 +18,11 @@ def export(
 ) -> str:
     """Lower, write, re-parse and check; write the file only when the program checks valid.
 
-    The XML names peers, not physical paths: the runtime's bandwidth model sends every transfer
-    along :func:`msccl_xml.switch_path`. A schedule whose hops take other paths (several paths for
-    one GPU pair, or a longer one) would run slower than its own algbw claims, so it is refused.
+    The XML names peers, not physical paths: the executor sends every transfer along its pair's
+    route (:func:`synth.routing.pair_route`, also :func:`msccl_xml.switch_path`). Schedules of
+    :func:`synth.synthesize` (default ``routing="auto"``) always follow the routes; a schedule whose
+    hops take other paths (a ``routing="free"`` one on a fabric with several switch-only paths per
+    pair) would run slower than its own algbw claims, so it is refused with the first such hop.
 
     Raises
     ------
@@ -59,6 +61,7 @@ def _path_mismatch(sched: Schedule, topo: Topology) -> str:
             if hop.path != runtime_path:
                 return (
                     f"route {i} hop {hop.src}->{hop.dst} takes {'->'.join(hop.path)}, but MSCCL XML names "
-                    f"only the peer and the transfer runs along {'->'.join(runtime_path)}"
+                    f"only the peer and the transfer runs along {'->'.join(runtime_path)} (synthesize with "
+                    "routing='auto' or 'routed': every hop on its pair's route)"
                 )
     return "the hops follow the runtime's paths, so the bandwidth models disagree (a bug in loopcoll)"

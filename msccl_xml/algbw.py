@@ -4,9 +4,9 @@ Every send-type step moves ``cnt`` chunks from its GPU to its threadblock's send
 is ``S / nchunksperloop`` bytes, where ``S`` is the algbw numerator of the collective (reference
 §7.1 and ``docs/topology.md``): the AllGather output, the ReduceScatter input, the AllToAll
 per-rank buffer, the AllReduce buffer; this is exactly the byte count the runtime divides into
-``nchunksperloop`` chunks. A transfer follows the minimum-hop path whose intermediate nodes are
-all switches, over links with capacity > 0; ties go to the path whose node-id sequence is
-smallest. With ``n_a`` chunks on link ``a`` of capacity ``c_a`` GB/s the bandwidth term is
+``nchunksperloop`` chunks. A transfer follows its GPU pair's route, :func:`synth.routing.pair_route`
+(the executor's routing: direct link, else host switch, else the network path; docs/topology.md).
+With ``n_a`` chunks on link ``a`` of capacity ``c_a`` GB/s the bandwidth term is
 ``T = max_a n_a · S / (nchunksperloop · c_a)``, hence ``algbw = nchunksperloop / max_a(n_a/c_a)``.
 For AllReduce the reduce phase (transfers of partial sums) runs before the copy phase (transfers
 of full sums), so their two terms add up, as in :meth:`synth.schedule.Schedule.rate_GBps`. What a
@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from synth.errors import XmlError, expect_type
-from synth.paths import switch_path as synth_switch_path
+from synth.routing import pair_route
 from synth.topologies import Topology
 
 from ._layout import canonical_coll, layout_for
@@ -45,15 +45,12 @@ __all__ = ["program_algbw_GBps", "program_link_loads", "program_phase_loads", "s
 
 
 def switch_path(topology: Topology, src: str, dst: str) -> tuple[str, ...]:
-    """The minimum-hop ``src`` → ``dst`` node path with only switches in between.
-
-    Ties go to the lexicographically smallest sequence of node ids. Links with capacity 0 are
-    not used.
+    """The path a transfer ``src`` → ``dst`` takes: the pair's route (:func:`synth.routing.pair_route`).
 
     Raises
     ------
     XmlError
-        If no such path exists.
+        If the pair has no route (no switch-only path over live links).
 
     Examples
     --------
@@ -64,7 +61,7 @@ def switch_path(topology: Topology, src: str, dst: str) -> tuple[str, ...]:
     expect_type(topology, Topology, "topology", XmlError)
     expect_type(src, str, "src", XmlError)
     expect_type(dst, str, "dst", XmlError)
-    path = synth_switch_path(topology, src, dst) if src != dst else None
+    path = pair_route(topology, src, dst) if src != dst else None
     if path is None:
         raise XmlError(
             f"topology {topology.name!r}: no path {src}->{dst} through switches only "

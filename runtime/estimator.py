@@ -62,16 +62,20 @@ Measurement = tuple[str, int, "int | None", float, float]
 
 def _route_path(topo: Topology, sched_paths: Mapping[tuple[int, int], set[tuple[str, ...]]],
                 u: int, v: int) -> tuple[str, ...] | None:
-    """The path the executor uses for u→v: the schedule's, when it uses exactly one; else switch_path."""
-    paths = sched_paths.get((u, v))
-    if paths is not None and len(paths) == 1:
-        return next(iter(paths))
-    from msccl_xml import switch_path
+    """The path the executor uses for u→v: the pair's route (:func:`synth.routing.pair_route`);
+    the schedule's own path only where the pair has no route (it cannot run then, but loads stay
+    attributable)."""
+    from synth.routing import pair_route
 
     try:
-        return switch_path(topo, topo.gpu_id(u), topo.gpu_id(v))
+        path = pair_route(topo, topo.gpu_id(u), topo.gpu_id(v))
     except LoopcollError:
-        return None
+        path = None
+    if path is None:
+        paths = sched_paths.get((u, v))
+        if paths is not None and len(paths) == 1:
+            return next(iter(paths))
+    return path
 
 
 @dataclass(frozen=True)
@@ -97,8 +101,8 @@ class ScheduleRouting:
     def build(cls, schedule: Schedule, topology: Topology) -> ScheduleRouting:
         """Routing of ``schedule`` as a peer-addressed executor runs it on ``topology``.
 
-        Each GPU pair uses one path: the one the schedule's hops give it when they agree, else
-        :func:`msccl_xml.switch_path`. Loads ``n_a`` are recomputed from those paths.
+        Each GPU pair uses one path, its route (:func:`synth.routing.pair_route`), whatever paths
+        the schedule's hops name. Loads ``n_a`` are recomputed from those paths.
         """
         chunks: dict[tuple[int, int], int] = defaultdict(int)
         paths: dict[tuple[int, int], set[tuple[str, ...]]] = defaultdict(set)

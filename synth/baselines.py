@@ -37,7 +37,8 @@ from collections import deque
 
 from synth._types import Collective, Rank
 from synth.errors import ScheduleError
-from synth.paths import switch_path, switch_reachable
+from synth.paths import switch_reachable
+from synth.routing import pair_route
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology
@@ -123,7 +124,7 @@ def _hamiltonian_cycle(direct: dict[Rank, set[Rank]], n: int, budget: int = 200_
 
 
 def _hop(topo: Topology, a: Rank, b: Rank) -> Hop:
-    path = switch_path(topo, topo.gpu_id(a), topo.gpu_id(b))
+    path = pair_route(topo, topo.gpu_id(a), topo.gpu_id(b))
     if path is None:
         raise ScheduleError(f"ring baseline: rank {a} cannot reach rank {b} through switches on {topo.name!r}")
     return Hop(a, b, path)

@@ -22,7 +22,7 @@ Examples
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from collections.abc import Sequence
@@ -69,6 +69,18 @@ class Bound:
     cut_nodes: frozenset[NodeId]
     exact: bool
     solve_time_s: float
+    #: The routed optimum (schedules whose every hop is its pair's route, :mod:`synth.routed`), when
+    #: asked for (``optimal_bound(..., routed=True)``); equal to ``algbw_GBps`` where no GPU pair
+    #: has several switch-only paths.
+    routed_algbw_GBps: float | None = None  # noqa: N815
+
+    @property
+    def routing_gap_pct(self) -> float | None:
+        """What a peer-addressed executor loses on this fabric: ``100 · (1 − routed / free)``."""
+        if self.routed_algbw_GBps is None or not math.isfinite(self.algbw_GBps) or self.algbw_GBps <= 0:
+            return None
+        gap = 100.0 * (1.0 - self.routed_algbw_GBps / self.algbw_GBps)
+        return 0.0 if gap < 1e-7 else gap
 
     @property
     def success(self) -> bool:
@@ -87,6 +99,8 @@ class Bound:
             "bottleneck": [list(k) for k in self.bottleneck],
             "status": self.status.value,
             "message": self.message,
+            **({} if self.routed_algbw_GBps is None else {
+                "routed_algbw_GBps": self.routed_algbw_GBps, "routing_gap_pct": self.routing_gap_pct}),
         }
 
 
@@ -116,11 +130,13 @@ def optimal_bound(
     time_limit_s: float | None = None,
     ranks: Sequence[Rank] | None = None,
     relay: bool = False,
+    routed: bool = False,
 ) -> Bound:
     """The optimal algbw of ``collective`` on ``topo`` with its bottleneck (see module docstring).
 
     ``ranks`` bounds the collective on the communicator of these global ranks (as passing
-    ``topo.communicator(ranks, relay=relay)``).
+    ``topo.communicator(ranks, relay=relay)``). ``routed`` also computes the routed optimum
+    (:attr:`Bound.routed_algbw_GBps`; an LP only where some GPU pair has several switch-only paths).
 
     >>> from synth.topologies import named_topology
     >>> t = named_topology("ring:6")
@@ -128,6 +144,24 @@ def optimal_bound(
     >>> b.nranks, round(b.algbw_GBps, 3), round(r.algbw_GBps, 3)
     (3, 75.0, 150.0)
     """
+    bound = _free_bound(collective, topo, time_limit_s, ranks, relay)
+    if not routed:
+        return bound
+    from synth.routing import has_route_choice
+
+    if ranks is not None:
+        topo = communicator(topo, ranks, relay=relay)
+    if not has_route_choice(topo):
+        return replace(bound, routed_algbw_GBps=bound.algbw_GBps)
+    from synth.routed import routed_bound
+
+    value = min(routed_bound(collective, topo), bound.algbw_GBps)  # equal up to LP round-off at most
+    return replace(bound, routed_algbw_GBps=value)
+
+
+def _free_bound(
+    collective: Collective, topo: Topology, time_limit_s: float | None, ranks: Sequence[Rank] | None, relay: bool
+) -> Bound:
     import time
 
     expect_type(collective, str, "collective", SolverError)

@@ -14,6 +14,7 @@ import math
 import time
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from synth._types import Collective, Rank
@@ -21,27 +22,48 @@ from synth._deadline import check_time_limit, solving
 from synth.errors import ScheduleError, SolverError, TimeLimitError, expect_type, short_repr
 from synth.result import Status, SynthResult
 from synth.schedule import Schedule
+from synth.routing import has_route_choice
 from synth.topologies.communicator import communicator
 from synth.topologies.model import Link, Topology
 
 if TYPE_CHECKING:
     from synth.alltoall_cg.alltoallv import AllToAllvResult
 
-__all__ = ["synthesize"]
+__all__ = ["ROUTINGS", "synthesize"]
+
+#: The routing modes of :func:`synthesize`.
+ROUTINGS: tuple[str, ...] = ("auto", "free", "routed")
+
+
+def _routed(collective: Collective, topo: Topology, chunks: int | None, warm_from: Schedule | SynthResult | None,
+            solver: str, time_limit_s: float | None) -> SynthResult:
+    """Routed synthesis, with the free-routing optimum and the executor's loss in ``stats``."""
+    from synth.bounds import optimal_bound
+    from synth.routed import synthesize_routed
+
+    if collective not in ("allgather", "reducescatter", "allreduce", "alltoall"):
+        raise SolverError(f"unknown collective {collective!r}")
+    result = synthesize_routed(collective, topo, chunks=chunks, warm_from=warm_from, solver=solver,
+                               time_limit_s=time_limit_s)
+    free = optimal_bound(collective, topo).algbw_GBps
+    routed = float(result.stats.get("routed_optimal_algbw_GBps", result.optimal_algbw_GBps))
+    loss = max(0.0, 100.0 * (1.0 - routed / free)) if free > 0 else 0.0
+    loss = 0.0 if loss < 1e-7 else loss  # LP round-off where the two optima coincide
+    return replace(result, stats={**result.stats, "free_optimal_algbw_GBps": free, "routing_gap_pct": loss})
 
 
 @overload
 def synthesize(collective: Literal["alltoallv"], topo: Topology, *, chunks: int | None = None,
                warm_from: Any = None, max_steps: int | None = None, solver: str = "highs",
                time_limit_s: float | None = None, ranks: Sequence[Rank] | None = None, relay: bool = False,
-               demand: Any = None) -> AllToAllvResult: ...
+               demand: Any = None, routing: str = "auto") -> AllToAllvResult: ...
 
 
 @overload
 def synthesize(collective: Collective, topo: Topology, *, chunks: int | None = None,
                warm_from: Any = None, max_steps: int | None = None,
                solver: str = "highs", time_limit_s: float | None = None, ranks: Sequence[Rank] | None = None,
-               relay: bool = False, demand: Any = None) -> SynthResult: ...
+               relay: bool = False, demand: Any = None, routing: str = "auto") -> SynthResult: ...
 
 
 def synthesize(  # type: ignore[misc]
@@ -56,6 +78,7 @@ def synthesize(  # type: ignore[misc]
     ranks: Sequence[Rank] | None = None,
     relay: bool = False,
     demand: Any = None,
+    routing: str = "auto",
 ) -> SynthResult | AllToAllvResult:
     """Synthesize ``collective`` on ``topo`` with the matching synthesizer.
 
@@ -72,6 +95,13 @@ def synthesize(  # type: ignore[misc]
     ``"alltoallv"`` needs ``demand`` (an N×N matrix of bytes per ordered rank pair, N the
     communicator's size) and returns an :class:`~synth.alltoall_cg.AllToAllvResult`; ``warm_from``
     is then a previous AllToAllv result (see :func:`synth.alltoall_cg.synthesize_alltoallv`).
+
+    ``routing`` (docs/topology.md, "Routing"): ``"free"`` lets hops take any switch path (the
+    physical limit; a peer-addressed executor may not run such a schedule at its rate);
+    ``"routed"`` uses only every GPU pair's route (:mod:`synth.routed`); ``"auto"`` (default) is
+    ``"routed"`` where some pair has several switch-only paths and ``"free"`` elsewhere, where the
+    two coincide. A routed result's ``stats`` also carry the free-routing optimum and the gap.
+    AllToAllv is not routed.
 
     >>> from synth import load_topology
     >>> r = synthesize("allgather", load_topology("ring:6"), ranks=[0, 1, 2])
@@ -104,6 +134,10 @@ def synthesize(  # type: ignore[misc]
         _check_warm_schedule(warm_from, topo)
     elif warm_from is not None and not isinstance(warm_from, SynthResult):
         raise SolverError(f"warm_from must be a Schedule, a SynthResult or None, got {type(warm_from).__name__}")
+    if routing not in ROUTINGS:
+        raise SolverError(f"routing must be one of {', '.join(ROUTINGS)}, got {short_repr(routing)}")
+    if routing == "routed" or (routing == "auto" and has_route_choice(topo)):
+        return _routed(collective, topo, chunks, warm_from, solver, time_limit_s)  # type: ignore[arg-type]
     if collective == "alltoall":
         from synth.alltoall_cg import synthesize_alltoall
 

@@ -145,9 +145,9 @@ class Calibration:
 # -- reference schedules ---------------------------------------------------------------------------
 
 def _hop(topo: Topology, a: int, b: int) -> Hop:
-    from synth.paths import switch_path
+    from synth.routing import pair_route
 
-    path = switch_path(topo, topo.gpu_id(a), topo.gpu_id(b))
+    path = pair_route(topo, topo.gpu_id(a), topo.gpu_id(b))
     if path is None:
         raise CalibrationError(f"rank {a} cannot reach rank {b} through switches on {topo.name!r}")
     return Hop(a, b, path)

@@ -76,7 +76,8 @@ def test_parser_has_topo_and_bound() -> None:
 # -- bound ---------------------------------------------------------------------------------------
 
 
-BOUND_KEYS = {"collective", "topology", "nranks", "algbw_GBps", "busbw_GBps", "bottleneck", "status", "message"}
+BOUND_KEYS = {"collective", "topology", "nranks", "algbw_GBps", "busbw_GBps", "bottleneck", "status", "message",
+              "routed_algbw_GBps", "routing_gap_pct"}
 
 
 @pytest.mark.parametrize(
@@ -105,7 +106,8 @@ def test_bound_json(capsys, collective: str, spec: str, algbw: float) -> None:
     topo = load_topology(spec)
     assert doc["topology"] == topo.name and n == topo.nranks
     assert doc["bottleneck"] and all(topo.has_link(a, b) for a, b in doc["bottleneck"])
-    assert doc == json.loads(json.dumps(optimal_bound(collective, topo).to_json_dict()))
+    assert doc == json.loads(json.dumps(optimal_bound(collective, topo, routed=True).to_json_dict()))
+    assert doc["routed_algbw_GBps"] == doc["algbw_GBps"] and doc["routing_gap_pct"] == 0.0  # one path per pair
 
 
 def test_bound_json_keys_are_sorted(capsys) -> None:

@@ -6,11 +6,11 @@ valid, the checker's algbw on the topology must equal the schedule's own, and
 ``max_chunks=None`` reaches k = 293 chunks per source (hpn:1x2x8+fail2); the lowering fits that
 by opening more channels (18 on AllReduce), so no case needs the ``max_chunks`` fallback.
 
-MSCCL XML names peers, not physical paths, so the XML's algbw assumes every transfer takes
-:func:`msccl_xml.switch_path`. On the named topologies the synthesizers' hops do. On random
-topologies where a GPU pair has several switch-only paths (a direct link and one through a
-switch, say) ForestColl and the AllToAll synthesizer may split a pair's traffic over them; the XML
-is still valid but slower, and ``loopcoll synth -o`` refuses it (``loopcoll/_export.py``).
+MSCCL XML names peers, not physical paths, so the XML's algbw assumes every transfer takes its
+pair's route (:func:`msccl_xml.switch_path`, i.e. :func:`synth.routing.pair_route`). On the named
+topologies every pair has one switch-only path, so the free synthesizers' hops follow the routes.
+On random topologies where a pair has several (a direct link and one through a switch, say),
+:func:`synth.synthesize` synthesizes under routing (issue 16), so every schedule exports at its rate.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from msccl_xml import (
     switch_path,
     write,
 )
+from synth import synthesize
 from synth.alltoall_cg import synthesize_alltoall
 from synth.errors import TopologyError, XmlError
 from synth.forestcoll_warm import (
@@ -136,29 +137,27 @@ def _follows_runtime_paths(sched: Schedule, topo: Topology) -> bool:
     )
 
 
-def _assert_random_case(sched: Schedule, topo: Topology) -> None:
-    if _follows_runtime_paths(sched, topo):
-        event("hops follow the runtime's paths")
-        assert_lowers_and_checks(sched, topo)
-        return
-    event("hops leave the runtime's paths")  # see the module docstring
-    program = parse(write(lower(sched)))
-    assert check(program).valid
-    program_to_schedule(program, topo).validate(topo)
+def _assert_random_case(topo: Topology, coll: str, chunks: int) -> None:
+    result = synthesize(coll, topo, chunks=chunks)  # routing="auto"
+    assert result.schedule is not None, result.message
+    sched = result.schedule
+    event(f"routing {result.stats.get('routing', 'free')}")
+    assert _follows_runtime_paths(sched, topo)
+    assert_lowers_and_checks(sched, topo)
 
 
 @settings(max_examples=8, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
 @given(topo=random_topologies(min_gpus=2, max_gpus=5, max_switches=2, symmetric=True))
 def test_random_topology_allgather_lowers_to_valid_xml(topo: Topology) -> None:
-    _assert_random_case(_synthesize(topo, "allgather", 2), topo)
+    _assert_random_case(topo, "allgather", 2)
 
 
 @settings(max_examples=8, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
 @given(topo=random_topologies(min_gpus=2, max_gpus=5, max_switches=2, symmetric=True))
 def test_random_topology_alltoall_lowers_to_valid_xml(topo: Topology) -> None:
-    _assert_random_case(_synthesize(topo, "alltoall", 2), topo)
+    _assert_random_case(topo, "alltoall", 2)
 
 
 def _two_paths() -> Topology:
@@ -170,15 +169,17 @@ def _two_paths() -> Topology:
 
 
 @pytest.mark.parametrize("coll", ["allgather", "alltoall"])
-def test_export_refuses_a_schedule_that_splits_a_gpu_pair_over_two_paths(coll: str, tmp_path: Path) -> None:
+def test_two_path_pair_exports_at_its_routed_rate(coll: str, tmp_path: Path) -> None:
     topo = _two_paths()
-    sched = _synthesize(topo, coll, 2)
-    assert sched.algbw_GBps(topo) == 0.5  # both paths used; the XML sends everything directly
-    assert program_algbw_GBps(lower(sched), topo) == 0.25
-    with pytest.raises(XmlError, match=r"runs at 0\.25 GB/s, not the schedule's 0\.5 GB/s: route \d+ hop "
-                       r"\d->\d takes gpu\d->sw0->gpu\d, but MSCCL XML names only the peer"):
-        export(sched, topo, str(tmp_path / "x.xml"), runtime="msccl-executor-nccl", protocol="Simple")
-    assert not (tmp_path / "x.xml").exists()
+    free = _synthesize(topo, coll, 2)
+    assert free.algbw_GBps(topo) == 0.5  # both paths used: the physical limit
+    assert program_algbw_GBps(lower(free), topo) == 0.25  # what the executor would run
+    routed = synthesize(coll, topo, chunks=2)
+    assert routed.stats["routing"] == "routed"
+    assert routed.stats["free_optimal_algbw_GBps"] == pytest.approx(0.5)
+    assert routed.algbw_GBps == pytest.approx(0.25) and routed.stats["routing_gap_pct"] == pytest.approx(50.0)
+    text = export(routed.schedule, topo, str(tmp_path / "x.xml"), runtime="msccl-executor-nccl", protocol="Simple")
+    assert program_algbw_GBps(parse(text), topo) == routed.schedule.algbw_GBps(topo)
 
 
 def test_cli_synth_then_check_reports_the_synthesized_algbw(
