@@ -28,12 +28,12 @@ def _run(args: argparse.Namespace) -> int:
     )
     if not bound.success:
         print(f"  {bound.status.value}: {bound.message}")
-    if bound.routed_algbw_GBps is not None:
-        print(f"  free-routing optimum {bound.algbw_GBps:.3f} GB/s, routed optimum {bound.routed_algbw_GBps:.3f} GB/s "
-              f"(every hop on its pair's route): the executor loses {bound.routing_gap_pct or 0.0:.2f}%")
     shown = ", ".join(f"{a}->{b}" for a, b in bound.bottleneck[:12])
     more = f" (+{len(bound.bottleneck) - 12} more)" if len(bound.bottleneck) > 12 else ""
     print(f"  bottleneck: {shown}{more}")
+    if bound.routed_algbw_GBps is not None:
+        print(f"  free-routing optimum {bound.algbw_GBps:.3f} GB/s, routed optimum {bound.routed_algbw_GBps:.3f} GB/s "
+              f"(every hop on its pair's route): the executor loses {bound.routing_gap_pct or 0.0:.2f}%")
     return 0
 
 

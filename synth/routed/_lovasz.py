@@ -53,8 +53,8 @@ def integral_capacities(lg: Logical, g_star: FloatArray, k: int, *, start: str =
     inc = lg.incidence.tocsr()
     net = FlowNetwork(n + 1)
     hub = n
-    arc_ids = net.add_arcs(lg.pairs[:, 0], lg.pairs[:, 1], g)
-    net.add_arcs(np.full(n, hub), np.arange(n), np.full(n, k))
+    arc_ids = net.add_arcs(lg.pairs[:, 0].tolist(), lg.pairs[:, 1].tolist(), g.tolist())
+    net.add_arcs([hub] * n, list(range(n)), [k] * n)
     # Arc cost of one more unit: the largest utilisation along its route afterwards.
     for v in range(n):
         while net.max_flow(hub, v) < k * n:

@@ -11,7 +11,8 @@ routed schedule, and its optimum is attained by the fractional packing it return
 
 Optimality: pricing is exact. With duals μ_r (convexity) and w_a ≥ 0 (links), a column's reduced
 cost is ``Σ_{e∈τ} cost_w(e) − μ_r`` with ``cost_w(e) = Σ_{a∈route(e)} w_a``; Edmonds' algorithm
-(:func:`synth.routed._arborescence.min_arborescence`) finds the cheapest τ per root, so no
+(:func:`synth.routed._arborescence.all_root_arborescences`, every root from one contraction)
+finds the cheapest τ per root, so no
 improving column is missed. Every round also yields the Lagrangian bound
 ``T* ≥ Σ_r min_τ cost_w(τ) / Σ_a c_a w_a``; the loop stops when it meets the master's T.
 
@@ -36,7 +37,7 @@ import numpy.typing as npt
 
 from synth.alltoall_cg._master import TreeMaster
 from synth.errors import SolverError
-from synth.routed._arborescence import min_arborescence
+from synth.routed._arborescence import all_root_arborescences, min_arborescence
 from synth.routed._logical import Logical
 
 __all__ = ["TreeCG", "TreeLp", "largest_remainder", "solve_tree_lp", "tree_arcs"]
@@ -135,14 +136,13 @@ class TreeCG:
                 raise SolverError(f"routed tree LP: master {sol.native}")
             mu, w = self.master.duals(sol)
             c = lg.cost_matrix(w)
-            total = 0.0
-            fresh: list[tuple[int, tuple[int, ...]]] = []
-            for r in range(n):
-                p = min_arborescence(c, r)
-                cost = float(c[p[np.arange(n) != r], np.flatnonzero(np.arange(n) != r)].sum())
-                total += cost
-                if cost < mu[r] - _REL_TOL * max(1.0, abs(mu[r])):
-                    fresh.append((r, tuple(int(x) for x in p)))
+            parents = all_root_arborescences(c)
+            arc_cost = c[parents, np.arange(n)[None, :]]
+            arc_cost[np.arange(n), np.arange(n)] = 0.0
+            costs = arc_cost.sum(axis=1)
+            total = float(costs.sum())
+            fresh = [(r, tuple(int(x) for x in parents[r])) for r in range(n)
+                     if costs[r] < mu[r] - _REL_TOL * max(1.0, abs(mu[r]))]
             denom = float((lg.caps_GBps / self.scale) @ w)
             if denom > 0:
                 self.best_lower = max(self.best_lower, total / denom)

@@ -6,8 +6,9 @@ an arc's load. Pricing is exact: under link duals w an arc costs the sum of w ov
 the cheapest path set of a source is its shortest-path tree on the logical graph (Dijkstra, all
 sources at once), relaying through GPUs where that is cheaper than a direct route. The Lagrangian
 bound ``Σ_s tree_cost_s / Σ_a c_a w_a`` proves the optimum. Rounding gives every (source,
-destination) block ``nchunks`` chunks: each source's chunks go to its columns by the whole parts of
-``nchunks·λ``, the rest one at a time to the column that keeps the largest link utilisation lowest.
+destination) block ``nchunks`` chunks: a block's LP flow splits over its paths; whole parts of ``nchunks ×``
+each share first, then the leftover chunks one at a time to the path that keeps the largest link
+utilisation lowest.
 
 Warm start: the columns of a previous routed result (its ``warm_state``) or the paths of a
 previous schedule seed the master; columns over a pair that lost its route are dropped.
@@ -193,38 +194,60 @@ def routed_alltoall_lp(topology: Topology, *, solver: str = "highs", time_limit_
     return cg, sol, proven
 
 
-def _round(cg: _Cg, lam: FloatArray, nchunks: int) -> IntArray:
-    """Chunks per column, ``nchunks`` per source (module docstring)."""
+def _round(cg: _Cg, lam: FloatArray, nchunks: int) -> dict[tuple[int, int, tuple[int, ...]], int]:
+    """Chunks per (source, destination, path), ``nchunks`` per block (module docstring): each
+    pair's LP split over its paths, whole parts first, then one chunk at a time (pairs with the
+    largest leftover first) to the path whose links stay least utilised."""
     lg = cg.lg
-    roots = np.array([c[0] for c in cg.pool], dtype=np.int64)
-    loads = np.array(cg.loads)
-    x = nchunks * np.maximum(lam, 0.0)
-    counts = np.floor(x + 1e-9).astype(np.int64)
+    weight: dict[tuple[int, int], dict[tuple[int, ...], float]] = defaultdict(lambda: defaultdict(float))
+    for col, lo in zip(cg.pool, lam):
+        if lo > 1e-12:
+            for d, path in enumerate(col[1]):
+                if path:
+                    weight[(col[0], d)][path] += float(lo)
     live = lg.caps_GBps > 0
     inv = np.where(live, 1.0 / np.where(live, lg.caps_GBps, 1.0), 0.0)
-    util = (counts @ loads) * inv
-    for s in range(lg.n):
-        mine = np.flatnonzero(roots == s)
-        cand = mine[x[mine] > 1e-9] if (x[mine] > 1e-9).any() else mine
-        for _ in range(nchunks - int(counts[mine].sum())):
-            after = [(float((util + loads[j] * inv).max()), -float(x[j] - counts[j]), int(j)) for j in cand]
-            j = min(after)[2]
-            counts[j] += 1
-            util += loads[j] * inv
-    return counts
+    inc = lg.incidence.tocsr()
 
+    def links(path: tuple[int, ...]) -> IntArray:
+        rows = [inc.indices[inc.indptr[i]:inc.indptr[i + 1]] for i in (lg.arc(u, v) for u, v in zip(path[:-1], path[1:]))]
+        return np.concatenate(rows).astype(np.int64)
 
-def _schedule(cg: _Cg, counts: IntArray, nchunks: int) -> Schedule:
-    lg = cg.lg
-    per_path: dict[tuple[int, int, tuple[int, ...]], int] = defaultdict(int)
-    for col, c in zip(cg.pool, counts):
-        if c <= 0:
+    counts: dict[tuple[int, int, tuple[int, ...]], int] = {}
+    util = np.zeros(len(lg.caps_GBps))
+    leftovers = []
+    for (s, d), paths in sorted(weight.items()):
+        total = sum(paths.values())
+        given = 0
+        for path, w in sorted(paths.items()):
+            x = nchunks * w / total
+            c = int(np.floor(x + 1e-9))
+            counts[(s, d, path)] = c
+            given += c
+            if c:
+                np.add.at(util, links(path), c * inv[links(path)])
+            leftovers.append((-(x - c), s, d, path))
+        counts[(s, d, ())] = nchunks - given  # units still to place for this pair
+    for _, s, d, _ in sorted(leftovers):
+        if counts[(s, d, ())] == 0:
             continue
-        for d, path in enumerate(col[1]):
-            if path:
-                per_path[(col[0], d, path)] += int(c)
+        best = None
+        for path in sorted(weight[(s, d)]):
+            ls = links(path)
+            key = (float((util[ls] + inv[ls]).max()), -weight[(s, d)][path], path)
+            if best is None or key < best[0]:
+                best = (key, path, ls)
+        assert best is not None
+        counts[(s, d, best[1])] += 1
+        counts[(s, d, ())] -= 1
+        np.add.at(util, best[2], inv[best[2]])
+    return {k: c for k, c in counts.items() if k[2] and c > 0}
+
+
+def _schedule(cg: _Cg, counts: dict[tuple[int, int, tuple[int, ...]], int], nchunks: int) -> Schedule:
+    lg = cg.lg
     routes = []
-    for (s, d, path), c in sorted(per_path.items()):
+    for (s, d, path), c in sorted(counts.items()):
         hops = tuple(Hop(u, v, lg.paths[lg.arc(u, v)]) for u, v in zip(path[:-1], path[1:]))
         routes.append(Route(RouteKind.PATH, s, c, hops, dest=d))
     return Schedule("alltoall", lg.n, nchunks, tuple(routes))

@@ -294,5 +294,5 @@ def test_real_process_reports_bad_input_without_traceback(tmp_path: Path) -> Non
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.splitlines() == [
-        f"loopcoll: error: {bad}: unknown top-level key(s) ['colour'] (allowed: ['links', 'meta', 'name', 'nodes'])"
+        f"loopcoll: error: {bad}: unknown top-level key(s) ['colour'] (allowed: ['links', 'meta', 'name', 'nodes', 'routes'])"
     ]

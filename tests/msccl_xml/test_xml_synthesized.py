@@ -35,7 +35,7 @@ from msccl_xml import (
 )
 from synth import synthesize
 from synth.alltoall_cg import synthesize_alltoall
-from synth.errors import TopologyError, XmlError
+from synth.errors import TopologyError
 from synth.forestcoll_warm import (
     synthesize_allgather,
     synthesize_allreduce,
