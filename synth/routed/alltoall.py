@@ -284,7 +284,8 @@ def synthesize_routed_alltoall(
     algbw = sched.algbw_GBps(topology)
     solve_s = time.perf_counter() - start
     stats: dict[str, Any] = {
-        "routing": "routed", "routed_optimal_algbw_GBps": optimal, "routed_bound_algbw_GBps": upper,
+        "routing": "routed", "routed_optimal_algbw_GBps": optimal if proven else upper,
+        "routed_optimum_proven": proven, "routed_bound_algbw_GBps": upper,
         "lp_algbw_GBps": optimal, "lp_rounds": cg.rounds, "lp_columns": len(cg.pool),
         "seeded_columns": getattr(cg, "seeded", 0), "lp_s": t_lp, "nchunks": nchunks,
     }

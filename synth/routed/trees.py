@@ -116,7 +116,8 @@ def synthesize_routed_trees(
 
     Returns ``OPTIMAL`` with ``gap_pct`` the certified gap of the rounded schedule to the routed LP
     optimum (``optimal_algbw_GBps``), or ``TIME_LIMIT`` when the column generation stopped first
-    (gap to the best proven bound). ``stats`` carries ``routed_optimal_algbw_GBps``, LP rounds and
+    (gap to the best proven bound). ``stats`` carries ``routed_optimal_algbw_GBps`` (the routed
+    optimum, or while ``routed_optimum_proven`` is false the best proven upper bound on it), LP rounds and
     columns, ``k`` and ``seeded_trees`` (warm-start trees reused as columns).
     """
     if collective not in ("allgather", "reducescatter", "allreduce"):
@@ -161,7 +162,9 @@ def synthesize_routed_trees(
     solve_s = time.perf_counter() - start
     stats: dict[str, Any] = {
         "routing": "routed",
-        "routed_optimal_algbw_GBps": optimal,
+        # The optimum when proven, else the best proven upper bound on it.
+        "routed_optimal_algbw_GBps": optimal if proven else upper,
+        "routed_optimum_proven": proven,
         "routed_bound_algbw_GBps": upper,
         "lp_rounds": [lp.rounds for lp in lps],
         "lp_columns": [lp.columns for lp in lps],
