@@ -190,11 +190,26 @@ class Controller:
                                        snap=config.snap)
         self.manager = ScheduleManager(topology, profile, self.store, self.estimator, config.manager_config(),
                                        self._log)
+        self._seed_estimates_from_store()
         # AllToAllv: demand samples -> traffic matrix -> versions per (comm, alltoallv) (runtime.demand)
         a2av = {c.name: c.ranks for c in profile.communicators if c.collective("alltoallv") is not None}
         self.demand = DemandEstimator(a2av, alpha=config.alpha, nranks=topology.nranks)
         self.alltoallv = AllToAllvPlanner(self.estimator.measured_topology, a2av, directory=self.store.directory,
                                           log=self._log)
+
+    def _seed_estimates_from_store(self) -> None:
+        """On restart, start link estimates at the capacities the latest versions were made for (oldest
+        first, so the newest version's figures win where two disagree)."""
+        for entry in sorted(self.store.latest(), key=lambda e: (e.created_t_s, e.comm, e.collective)):
+            caps = {}
+            for name, gbps in entry.capacities_gbps.items():
+                src, sep, dst = name.partition("->")
+                if sep:
+                    caps[(src, dst)] = gbps
+            seeded = self.estimator.seed(caps, t_s=entry.created_t_s)
+            if seeded:
+                self._log({"event": "seed_estimates", "comm": entry.comm, "collective": entry.collective,
+                           "version": entry.version, "links": [f"{a}->{b}" for a, b in seeded]})
 
     # -- logging ------------------------------------------------------------------------------
     def _log(self, record: dict[str, Any]) -> None:

@@ -362,6 +362,26 @@ class LinkEstimator:
             return self.nominal
         return self.nominal.with_links(links, name=f"{self.nominal.name}+measured")
 
+    def seed(self, capacities_gbps: Mapping[LinkKey, float], *, t_s: float) -> list[LinkKey]:
+        """Start the EWMA of the given links at these levels (a restarted controller's memory).
+
+        The store records, per version, the measured capacities it was made for; seeding from them
+        keeps a restarted controller from judging a deployed degraded version against nominal links
+        it has no evidence for. Unknown links are ignored; levels are clipped to ``[0, nominal]``.
+        Returns the links seeded. Seeds count as no observation.
+        """
+        seeded = []
+        for key, gbps in sorted(capacities_gbps.items()):
+            nominal = self._nominal_gbps.get(key)
+            if nominal is None or not math.isfinite(gbps):
+                continue
+            level = min(max(float(gbps), 0.0), nominal)
+            self._m[key] = level
+            self._last[key] = (t_s, level)
+            self._count.setdefault(key, 0)
+            seeded.append(key)
+        return seeded
+
     def rebase(self, topology: Topology) -> list[LinkKey]:
         """Set the EWMA of every observed link to its capacity in ``topology``; returns the links moved.
 

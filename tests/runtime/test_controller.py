@@ -153,3 +153,27 @@ def test_ingest_and_status_run_while_poll_synthesizes(tmp_path: Path) -> None:
         th.join(timeout=30)
     assert not errors
     assert ctl.status()["counters"]["samples_accepted"] >= 20
+
+
+def test_restart_after_a_degradation_keeps_the_degraded_version(tmp_path: Path) -> None:
+    # A restarted controller starts its estimates at the capacities the deployed version was made for: with no
+    # new evidence it must not flag that version against nominal links and swap back.
+    from tests.runtime.drill import degraded_samples
+
+    topo = load_topology(TOPO)
+    cfg = ControllerConfig(export_xml=False, cooldown_s=0.0)
+    c1 = Controller(topo, _profile(), tmp_path, config=cfg)
+    (v1,) = c1.bootstrap()
+    _, sched = c1.deployed_schedule("world", "allgather")
+    by_host = degraded_samples(sched, topo, version=1, n_collectives=400)
+    c1.ingest([s for host in sorted(by_host) for s in by_host[host]])
+    published = c1.poll()
+    assert [e.version for e in published] == [2]
+    assert "gpu0->tor0.0" in published[0].capacities_gbps
+    c2 = Controller(topo, _profile(), tmp_path, config=cfg)
+    assert c2.latest() == c1.latest()
+    assert c2.estimator.estimate_gbps(("gpu0", "tor0.0")) == published[0].capacities_gbps["gpu0->tor0.0"]
+    assert c2.poll() == [] and c2.latest()[0].version == 2
+    # a fresh controller on an empty store is still at nominal
+    c3 = Controller(topo, _profile(), tmp_path / "other", config=cfg)
+    assert c3.estimator.estimate_gbps(("gpu0", "tor0.0")) == topo.link("gpu0", "tor0.0").gbps
