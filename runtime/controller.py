@@ -340,6 +340,19 @@ class Controller:
             return out
 
     # -- queries ----------------------------------------------------------------------------
+    def deploy(self, comm: str, collective: str, schedule: Schedule, *, reason: str,
+               extra: Mapping[str, Any] | None = None) -> VersionEntry:
+        """Publish a given schedule as the next version of ``(comm, collective)`` (docs/controller.md §6).
+
+        For decisions made outside the detector: a safe rank transform (:mod:`runtime.transforms`) or a
+        configuration choice (:mod:`runtime.configchoice`). Executors receive it like any version.
+
+        Raises :class:`ProfileError` when the pair is not in the profile or the schedule is not valid on
+        the communicator's (measured) topology.
+        """
+        with self._poll_lock, self._lock:
+            return self.manager.deploy((comm, collective), schedule, reason=reason, now=self._now(), extra=extra)
+
     def latest(self, comm: str | None = None) -> list[VersionEntry]:
         """The newest version of every (comm, collective), optionally of one communicator."""
         return self.store.latest(comm)

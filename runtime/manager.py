@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -214,6 +214,40 @@ class ScheduleManager:
         self._log({"event": "publish", "t_s": now, "comm": comm, "collective": coll, "version": entry.version,
                    "reason": reason, "algbw_GBps": entry.algbw_GBps, "warm_mode": entry.warm_mode,
                    "synth_time_s": entry.synth_time_s,
+                   "xml": [b.xml for b in entry.bands], "xml_error": entry.bands[0].xml_error})
+        return entry
+
+    def deploy(self, key: tuple[str, str], schedule: Schedule, *, reason: str, now: float,
+               extra: Mapping[str, Any] | None = None) -> VersionEntry:
+        """Publish a given schedule (a safe transform, a configuration choice) as the next version of ``key``.
+
+        The schedule is validated on the communicator's measured topology first; it becomes the deployed
+        version exactly like a synthesized one (cool-down, contention-gate reset), with no warm state.
+        """
+        if key not in self.sizes:
+            raise ProfileError(f"{key[0]}/{key[1]}: not in the job profile")
+        topo = self.estimator.measured_topology()
+        comm_topo = self.comm_topology(key[0], topo)
+        try:
+            schedule.validate(comm_topo)
+        except LoopcollError as exc:
+            raise ProfileError(f"{key[0]}/{key[1]}: the schedule to deploy is not valid on "
+                               f"{comm_topo.name}: {exc}") from None
+        if schedule.collective != key[1]:
+            raise ProfileError(f"{key[0]}/{key[1]}: the schedule to deploy is a {schedule.collective} schedule")
+        comm, coll = key
+        bands = [(lo, hi, schedule) for lo, hi, _ in size_bands(self.sizes[key])]
+        entry = self.store.publish(comm, coll, bands, reason=reason, topology=comm_topo,
+                                   nominal=self.comm_topology(comm, self.nominal), created_t_s=now,
+                                   export_xml=self.config.export_xml, extra=extra)
+        self.schedules[(comm, coll, entry.version)] = schedule
+        self.deployed[key] = Deployed(entry, schedule, None, entry.cut, now)
+        self.jobs.pop(key, None)  # a pending re-synthesis was made for the version this one replaces
+        self.counters.publications += 1
+        if self.gate is not None:
+            self.gate.reconfigured(f"{comm}/{coll}")
+        self._log({"event": "publish", "t_s": now, "comm": comm, "collective": coll, "version": entry.version,
+                   "reason": reason, "algbw_GBps": entry.algbw_GBps, "warm_mode": None, "synth_time_s": 0.0,
                    "xml": [b.xml for b in entry.bands], "xml_error": entry.bands[0].xml_error})
         return entry
 

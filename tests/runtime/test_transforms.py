@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -122,3 +123,29 @@ def test_choose_transform_takes_congested_rank_off_forwarding_positions() -> Non
     # nothing congested on a healthy fabric: nothing worth doing
     keep = choose_transform(sched, topo, topo, 64 << 20, [3], min_gain=0.05)
     assert keep.status == "keep" and keep.schedule is None and keep.gain == 0.0
+
+
+def test_a_chosen_transform_is_deployed_as_a_version(tmp_path: Path) -> None:
+    # REACT's decision goes out through the normal path: store (files, then manifest) and the executors' pushes.
+    from runtime import Controller, ControllerConfig, ProfileError, profile_from_dict
+
+    topo = leaf_spine(8, 4)
+    profile = profile_from_dict({"format": "loopcoll.profile/1", "topology": "leaf-spine", "communicators": [
+        {"name": "world", "ranks": list(range(topo.nranks)),
+         "collectives": [{"collective": "allgather", "sizes": [64 << 20]}]}]})
+    ctl = Controller(topo, profile, tmp_path / "store", config=ControllerConfig(export_xml=False))
+    (v1,) = ctl.bootstrap()
+    measured = sustained(nic_links(topo, 3), 0.8).topology_at(topo, 0)
+    choice = choose_transform(double_tree("allgather", topo), topo, measured, 64 << 20, [3], steps=4,
+                              min_gain=0.05, simulate_top=2)
+    assert choice.status == "apply" and choice.schedule is not None
+    v2 = ctl.deploy("world", "allgather", choice.schedule, reason=f"transform: {choice.message}",
+                    extra={"transform": list(choice.schedule.meta.get("transform", []))})
+    assert (v2.version, v2.reason.startswith("transform")) == (v1.version + 1, True)
+    assert ctl.latest() == [v2] and ctl.store.load_schedule(v2) == choice.schedule
+    assert ctl.deployed_schedule("world", "allgather")[1] == choice.schedule
+    with pytest.raises(ProfileError, match="reducescatter"):
+        ctl.deploy("world", "reducescatter", choice.schedule, reason="x")
+    with pytest.raises(ProfileError, match="not valid"):
+        ctl.deploy("world", "allgather", nccl_ring("allgather", named_topology("ring:8")), reason="x")
+    assert ctl.latest() == [v2]
