@@ -14,9 +14,15 @@ from .executor import Executor, StagedVersion, SwapReport
 from .plan import COLLECTIVES, Plan, compile_program
 from .sinks import JsonlSink, MemorySink, client_sink
 from .sources import load_programs
+from .throttle import Emulation, Fault, Throttle, emulation_from_dict, emulation_from_env
 
 __all__ = [
     "COLLECTIVES",
+    "Emulation",
+    "Fault",
+    "Throttle",
+    "emulation_from_dict",
+    "emulation_from_env",
     "Executor",
     "ExecutorError",
     "JsonlSink",

@@ -25,6 +25,11 @@ class Timing:
     last_done: dict[int, Any] = field(default_factory=dict)
     bytes_to: dict[int, int] = field(default_factory=dict)
     cuda: bool = False
+    #: Under a throttle: per peer, the summed per-round busy time (round start to the send's emulated completion);
+    #: a pair's idle time between rounds (waiting for data to relay) is then not counted as link time.
+    paced_s: dict[int, float] | None = None
+    #: Under a throttle: per round, (round start, {peer: completion}) for the ``inject`` sample.
+    paced_rounds: list[tuple[float, dict[int, float]]] | None = None
 
     def ready(self) -> bool:
         """True when every recorded event has completed (always on CPU)."""
@@ -32,6 +37,8 @@ class Timing:
 
     def busy_s(self, peer: int) -> float:
         """Seconds from the first send to ``peer`` posted to the last one completed."""
+        if self.paced_s is not None and peer in self.paced_s:
+            return max(self.paced_s[peer], 1e-9)
         a, b = self.first_post[peer], self.last_done[peer]
         if self.cuda:
             return max(a.elapsed_time(b) / 1e3, 1e-9)
@@ -75,10 +82,13 @@ def run_rank_plan(
     reduce: Any,
     timing: Timing | None,
     elem_bytes: int,
+    throttle: Any = None,
 ) -> None:
     """Run ``rp`` on the 1-D buffers ``bufs`` (``i``, ``o``, ``s``, ``t``) with ``chunk`` elements per chunk.
 
-    ``peers`` maps the program's (group-local) ranks to global ranks for ``P2POp``.
+    ``peers`` maps the program's (group-local) ranks to global ranks for ``P2POp``. With a ``throttle``
+    (:class:`~runtime.executor.throttle.Throttle`, fault injection), each round posts its receives first and
+    every send once its emulated links have carried it (individual ``isend``/``irecv``: gloo only).
     """
     dist = torch.distributed
     isend, irecv, P2POp = dist.isend, dist.irecv, dist.P2POp
@@ -102,7 +112,9 @@ def run_rank_plan(
             p2p = [P2POp(isend, view(m.regions[0]), peers[m.peer], group) for m in rnd.sends]
             p2p += [P2POp(irecv, view(m.regions[0]), peers[m.peer], group) for m in rnd.recvs]
             if timing is None:
-                for w in dist.batch_isend_irecv(p2p):
+                batch = _post(dist, p2p, rnd, throttle, chunk * elem_bytes)[0] if throttle is not None \
+                    else dist.batch_isend_irecv(p2p)
+                for w in batch:
                     w.wait()
             else:
                 if cuda:
@@ -110,20 +122,58 @@ def run_rank_plan(
                     t0.record()
                 else:
                     t0 = time.perf_counter()
-                works = dist.batch_isend_irecv(p2p)
+                sent: list[float] = []
+                if throttle is not None:
+                    works, sent = _post(dist, p2p, rnd, throttle, chunk * elem_bytes)
+                else:
+                    works = dist.batch_isend_irecv(p2p)
                 per_op = len(works) == len(p2p) and not cuda
                 done: list[Any] = []
                 for w in works:
                     w.wait()
                     if per_op:
                         done.append(time.perf_counter())
+                done[:len(sent)] = sent  # paced sends: each one's own completion, not the batch's
                 if cuda:
                     t1 = torch.cuda.Event(enable_timing=True)
                     t1.record()
                 elif not per_op:
                     t1 = time.perf_counter()
+                if throttle is not None and sent:
+                    if timing.paced_s is None:
+                        timing.paced_s, timing.paced_rounds = {}, []
+                    ends: dict[int, float] = {}
+                    for j, m in enumerate(rnd.sends):
+                        ends[m.peer] = max(ends.get(m.peer, t0), sent[j])
+                    for peer, end in ends.items():
+                        timing.paced_s[peer] = timing.paced_s.get(peer, 0.0) + (end - t0)
+                    assert timing.paced_rounds is not None
+                    timing.paced_rounds.append((t0, ends))
                 for j, m in enumerate(rnd.sends):
                     timing.first_post.setdefault(m.peer, t0)
                     timing.last_done[m.peer] = done[j] if per_op else t1
                     timing.bytes_to[m.peer] = timing.bytes_to.get(m.peer, 0) + m.chunks * chunk * elem_bytes
         local(rnd.ops)
+
+
+def _post(dist: Any, p2p: list[Any], rnd: Any, throttle: Any, chunk_bytes: int) -> tuple[list[Any], list[float]]:
+    """Post a round under a throttle: receives now, each send at its release time (sleeping until then).
+
+    Returns the works in ``p2p`` order and each send's emulated completion time (``perf_counter``): the moment
+    its emulated links have carried it, when it is handed to gloo (the real loopback transfer, much faster by
+    construction, is not counted). Sends are not waited here: a gloo send waited before the peer waits for
+    it can deadlock.
+    """
+    ns = len(rnd.sends)
+    works: list[Any] = [None] * len(p2p)
+    sent = [0.0] * ns
+    for j in range(ns, len(p2p)):
+        works[j] = dist.irecv(p2p[j].tensor, p2p[j].peer, p2p[j].group)
+    releases = throttle.release_times([(m.peer, m.chunks * chunk_bytes) for m in rnd.sends])
+    for j in sorted(range(ns), key=lambda k: releases[k]):  # stable: sends to one peer keep their order
+        wait_s = releases[j] - time.perf_counter()
+        if wait_s > 0:
+            time.sleep(wait_s)
+        works[j] = dist.isend(p2p[j].tensor, p2p[j].peer, p2p[j].group)
+        sent[j] = time.perf_counter()
+    return works, sent

@@ -77,6 +77,10 @@ class Executor:
         ``dist.new_group``, which every process of the default group must call at the same point: for an
         executor on a subgroup, make ``dist.new_group(members, backend="gloo", timeout=...)`` on every process
         and pass it to the members' executors.
+    emulation
+        Fault injection (docs/live.md): a :class:`~runtime.executor.throttle.Emulation` whose link speeds and
+        faults pace this rank's sends (gloo); ``None``: the one in ``$LOOPCOLL_EMULATION`` if set, else off;
+        ``False``: off.
     """
 
     _instances: dict[tuple[str, tuple[int, ...]], int] = {}
@@ -84,7 +88,7 @@ class Executor:
     def __init__(self, group: Any = None, *, comm: str = "world", sink: Sink | None = None,
                  sync_every: int | None = None, control_timeout_s: float = 30.0,
                  hosts: Sequence[int] | None = None, store: Any = None, history: int = 100_000,
-                 control_group: Any = None) -> None:
+                 control_group: Any = None, emulation: Any = None) -> None:
         import torch
         import torch.distributed as dist
 
@@ -138,6 +142,11 @@ class Executor:
         self._retired: list[tuple[Plan, ...]] = []
         #: Host seconds spent building and handing over samples (the telemetry's CPU cost on this thread).
         self.telemetry_s = 0.0
+        from .throttle import Throttle, emulation_from_env
+
+        emu = emulation_from_env() if emulation is None else (emulation or None)
+        #: The fault-injection pacer of this rank's sends (None: off).
+        self.throttle = None if emu is None else Throttle(emu, self.rank, world=self.size)
 
     # ------------------------------------------------------------------ staging and agreement
     def stage(self, source: Any, *, version: int, background: bool = True) -> Future:
@@ -370,8 +379,10 @@ class Executor:
         if rp.temp_chunks:
             bufs["t"] = self._ws("t", rp.temp_chunks * chunk, dtype, device)
         timing = Timing(cuda=device.type == "cuda") if self.sink is not None else None
+        if self.throttle is not None:
+            self.throttle.begin(seq)
         run_rank_plan(torch, rp, bufs, chunk, self.group, self._peers, reducer(torch, op, dtype) if op is not None else None, timing,
-                      o.element_size())
+                      o.element_size(), self.throttle)
         self.history.append((seq, coll, self.active.get(coll)))
         if timing is not None:
             self._pending.append((timing, {"seq": seq, "coll": coll, "version": self.active.get(coll),
@@ -425,6 +436,10 @@ class Executor:
                     last = b if last is None else max(last, b)
         if inject_bytes:
             busy = max(first.elapsed_time(last) / 1e3, 1e-9) if timing.cuda else max(last - first, 1e-9)
+            if timing.paced_rounds is not None:  # fault injection: summed per-round busy time (engine.Timing)
+                local = [p for p in timing.bytes_to if self._hosts[self._peers[p]] == self._hosts[me]]
+                busy = max(sum(max(ends[p] for p in local if p in ends) - t0
+                               for t0, ends in timing.paced_rounds if any(p in ends for p in local)), 1e-9)
             samples.append(Sample(t_s, self.comm, meta["seq"], meta["version"], "inject", me, None, inject_bytes,
                                   busy, meta["coll"], "executor"))
         sink = self.sink
