@@ -101,6 +101,10 @@ def _simulated(collective: str, topo, baseline, static, resynth, profile: str, s
 
 def _run(args: argparse.Namespace) -> int:
     configure_progress(args.quiet or args.json)
+    if args.live:
+        from loopcoll._demo_live import run_live_demo
+
+        return run_live_demo(args)
     failures = args.fail or ["fail2"]
     from loopcoll._cmd_simulate import parse_size
 
@@ -141,7 +145,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="Synthesize AllGather and AllToAll, degrade the fabric, re-synthesize warm, write and check "
         "MSCCL XML, and compare with NCCL-like and static schedules.",
     )
-    p.add_argument("--topology", default="hpn:1x2x8", metavar="SPEC", help="named spec or JSON file (default hpn:1x2x8)")
+    p.add_argument("--topology", default="hpn:1x2x8", metavar="SPEC",
+                   help="named spec or JSON file (default hpn:1x2x8; with --live hpn:1x2x2)")
     p.add_argument("--fail", action="append", metavar="F", help="failure scenario(s) to apply (default fail2)")
     p.add_argument("--out-dir", default="loopcoll-demo", metavar="DIR", help="where XML and schedules go (default ./loopcoll-demo)")
     p.add_argument("--chunks", type=int, default=None, metavar="C", help="chunks per source (AllToAll default 10)")
@@ -150,4 +155,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--size", default="128M", metavar="SIZE", help="bytes per source for --profile (default 128M)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true", help="print the rows as one JSON object")
+    from loopcoll._demo_live import add_live_arguments
+
+    add_live_arguments(p)
     p.set_defaults(func=_run)

@@ -42,7 +42,7 @@ COLLECTIVES = ("allgather", "alltoall")
 #: Controller settings of the live loop (docs/live.md §3): CPU timing jitter on a shared machine reaches tens of
 #: percent, so a measurement counts as slow only below half its expected speed (fail2 is 1/8); at most 8 chunks
 #: per source keep schedules made for noisy measured capacities small enough to lower to MSCCL XML.
-LIVE_CONTROLLER: dict[str, Any] = {"slow_tolerance": 0.5, "pace_tolerance": 0.5, "chunks": 8,
+LIVE_CONTROLLER: dict[str, Any] = {"slow_tolerance": 0.5, "pace_tolerance": 0.5, "snap": 0.15, "chunks": 8,
                                    "recovery_check_s": 2.0}
 
 
