@@ -417,7 +417,9 @@ class ScheduleManager:
         """A reason when the deployed schedule is further from the optimum than it was when made."""
         d = self.deployed[key]
         d.last_recovery_check_t_s = now
-        measured = self.estimator.measured_topology(recent=True)
+        # whether to act is the EWMA's call (a burst flips the recent median, not the EWMA); the re-synthesis
+        # itself then runs on the recent levels like every other (docs/controller.md §2)
+        measured = self.estimator.measured_topology()
         if measured.fingerprint == d.entry.topology_fingerprint:
             return None
         try:
