@@ -100,7 +100,7 @@ def _simulated(collective: str, topo, baseline, static, resynth, profile: str, s
 
 
 def _run(args: argparse.Namespace) -> int:
-    configure_progress(args.quiet or args.json)
+    configure_progress(args.quiet or args.json or args.live)
     if args.live:
         from loopcoll._demo_live import run_live_demo
 

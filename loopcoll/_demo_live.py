@@ -59,12 +59,13 @@ class _View:
                 self.t0 = data["t_wall"]
             done = data["step"] / data["steps"]
             bar = "#" * int(20 * done) + "." * (20 - int(20 * done))
-            det = " ".join(f"{c[:2]}:{'FLAG' if s['flagged'] else 'ok'} d={s['max_delta']:.2f}"
+            short = {"allgather": "ag", "alltoall": "a2a"}
+            det = " ".join(f"{short.get(c, c)} {'FLAG' if s['flagged'] else 'ok'} d={s['max_delta']:.2f}"
                            for c, s in self.state.items())
             v = data["versions"]
-            print(f"[{bar}] {data['step']:>6}/{data['steps']}  allgather {1e3 * data['allgather_GBps']:7.1f} MB/s "
-                  f"v{v['allgather']}  alltoall {1e3 * data['alltoall_GBps']:7.1f} MB/s v{v['alltoall']}  "
-                  f"{'FAULT ' if data['fault'] else '      '}{det}", file=self.out, flush=True)
+            print(f"[{bar}] {data['step']:>5}/{data['steps']}  allgather {1e3 * data['allgather_GBps']:6.1f} MB/s "
+                  f"v{v['allgather']}  alltoall {1e3 * data['alltoall_GBps']:6.1f} MB/s v{v['alltoall']}  "
+                  f"{'FAULT' if data['fault'] else '     '}  detector {det}", file=self.out, flush=True)
             return
         ev = data.get("event")
         if ev in ("bootstrap", "synthesized"):
