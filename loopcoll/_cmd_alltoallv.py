@@ -89,7 +89,7 @@ def add_synth_parser(csub: argparse._SubParsersAction) -> None:  # type: ignore[
                         "two-phase baselines.")
     add_topology_args(c)
     add_demand_arg(c, required=True)
-    c.add_argument("--chunks", type=int, default=10, metavar="C", help="equal chunks per block (default 10)")
+    c.add_argument("--chunks", type=int, default=16, metavar="C", help="equal chunks per block (default 16)")
     c.add_argument("--max-steps", type=int, default=None, metavar="S",
                    help="GPU hops per path (default: smallest that keeps the LP optimum)")
     c.add_argument("--solver", choices=("highs", "ortools"), default="highs", help="LP backend (default highs)")

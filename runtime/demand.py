@@ -175,7 +175,7 @@ class AllToAllvPlanner:
     """
 
     def __init__(self, topology: Topology | Callable[[], Topology], comms: Mapping[str, Sequence[int]], *,
-                 directory: str | os.PathLike[str] | None = None, threshold: float = 0.05, nchunks: int = 10,
+                 directory: str | os.PathLike[str] | None = None, threshold: float = 0.05, nchunks: int = 16,
                  solver: str = "highs", log: Callable[[dict[str, Any]], None] | None = None) -> None:
         if not threshold >= 0:
             raise LoopcollError(f"AllToAllvPlanner: threshold must be >= 0, got {threshold!r}")

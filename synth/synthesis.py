@@ -84,7 +84,8 @@ def synthesize(  # type: ignore[misc]
 ) -> SynthResult | AllToAllvResult:
     """Synthesize ``collective`` on ``topo`` with the matching synthesizer.
 
-    ``chunks`` is ``max_chunks`` for the tree collectives and ``nchunks`` (default 10) for AllToAll.
+    ``chunks`` is ``max_chunks`` for the tree collectives and ``nchunks`` (default 10) for AllToAll
+    (16 for AllToAllv).
     ``warm_from`` is a previous :class:`SynthResult` (its in-memory warm state lets AllToAll take
     the certified local repair) or a :class:`Schedule` (e.g. read back from a file).
     ``time_limit_s`` bounds every synthesizer: AllToAll returns its best schedule with a certified
@@ -127,7 +128,7 @@ def synthesize(  # type: ignore[misc]
 
         if demand is None:
             raise SolverError("alltoallv needs demand= (an N x N matrix of bytes per ordered rank pair)")
-        return synthesize_alltoallv(topo, demand, nchunks=10 if chunks is None else chunks, max_steps=max_steps,
+        return synthesize_alltoallv(topo, demand, nchunks=16 if chunks is None else chunks, max_steps=max_steps,
                                     solver=solver, time_limit_s=time_limit_s,
                                     warm_start=cast("AllToAllvResult | None", warm_from))
     if demand is not None:

@@ -142,7 +142,7 @@ def synthesize_alltoallv(
     topology: Topology,
     demand: Any,
     *,
-    nchunks: int = 10,
+    nchunks: int = 16,
     max_steps: int | None = None,
     solver: str = "highs",
     time_limit_s: float | None = None,
@@ -160,7 +160,8 @@ def synthesize_alltoallv(
     demand
         N×N non-negative bytes (nested lists or a numpy array); the diagonal is ignored.
     nchunks
-        Equal chunks per block (K ≥ 1).
+        Equal chunks per block (K ≥ 1). The default 16 splits evenly over 2, 4, 8 or 16 rails; no
+        MSCCL limit applies (AllToAllv schedules are not exported as MSCCL XML).
     max_steps
         GPU hops per path; ``None`` sweeps upward from the hop diameter until the LP equals the
         unbounded optimum.
