@@ -10,11 +10,11 @@ import argparse
 
 from loopcoll._common import add_topology_args, check_outputs, positive_seconds, print_json, topology_from_args
 from synth import synthesize
-from synth.alltoall_cg import alltoallv_lp_bound
-from synth.alltoallv_schedule import read_demand
-from synth.baselines_alltoallv import direct_alltoallv, two_phase_alltoallv
 from synth.errors import ScheduleError
 from synth.fileio import write_text_atomic
+
+# The solvers and baselines are imported inside the handlers: `loopcoll --help` and the other
+# subcommands do not pay for them.
 
 __all__ = ["add_demand_arg", "add_synth_parser", "run_bound"]
 
@@ -29,6 +29,9 @@ def run_bound(args: argparse.Namespace) -> int:
     """``bound alltoallv``: the exact LP optimum of the completion time."""
     if not args.demand:
         raise ScheduleError("bound alltoallv needs --demand M.json|M.npy")
+    from synth.alltoall_cg import alltoallv_lp_bound
+    from synth.alltoallv_schedule import read_demand
+
     topo = topology_from_args(args)
     demand = read_demand(args.demand, topo.nranks)
     b = alltoallv_lp_bound(topo, demand, time_limit_s=args.time_limit)
@@ -49,6 +52,9 @@ def _run_synth(args: argparse.Namespace) -> int:
     if args.output:
         raise ScheduleError("alltoallv: MSCCL XML export is not supported (MSCCL chunks are of one size and "
                             "AllToAllv blocks are not); write the schedule JSON with --schedule-out")
+    from synth.alltoallv_schedule import read_demand
+    from synth.baselines_alltoallv import direct_alltoallv, two_phase_alltoallv
+
     topo = topology_from_args(args)
     demand = read_demand(args.demand, topo.nranks)
     result = synthesize("alltoallv", topo, chunks=args.chunks, max_steps=args.max_steps, solver=args.solver,

@@ -210,3 +210,13 @@ def test_time_limit_returns_a_valid_schedule_with_a_proven_bound() -> None:
     res.schedule.validate(topo)
     lp = alltoallv_lp_bound(topo, m).time_s
     assert 0 < res.optimal_time_s <= lp * (1 + 1e-9) <= res.completion_time_s * (1 + 1e-9)
+
+
+def test_communicator_demand_is_local() -> None:
+    topo = load_topology("hpn:1x2x4")
+    demand = [[0, 1e8, 2e8, 0], [0, 0, 3e8, 0], [1e8, 0, 0, 4e8], [0, 0, 0, 0]]
+    res = synthesize("alltoallv", topo, demand=demand, ranks=[0, 1, 4, 5])
+    assert res.schedule is not None and res.schedule.meta["global_ranks"] == [0, 1, 4, 5]
+    res.schedule.validate(topo.communicator([0, 1, 4, 5]))
+    with pytest.raises(SolverError, match="4x4 but the topology has 8"):
+        synthesize("alltoallv", topo, demand=demand)
