@@ -1,6 +1,11 @@
-"""AllToAllv: property tests on random topologies and skewed matrices, warm re-synthesis, baselines, I/O."""
+"""AllToAllv: property tests on random topologies and skewed matrices, warm re-synthesis, baselines, I/O.
+
+``LOOPCOLL_HEAVY=1`` runs ten times as many random examples.
+"""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -15,6 +20,8 @@ from synth.bounds_alltoallv import alltoallv_compact_time_s
 from synth.errors import ScheduleError, SolverError
 from synth.topologies import Topology
 from tests.strategies import random_topologies
+
+SCALE = 10 if os.environ.get("LOOPCOLL_HEAVY") == "1" else 1
 
 
 @st.composite
@@ -50,7 +57,7 @@ def _check(topo: Topology, demand: np.ndarray, solver: str = "highs", nchunks: i
     return res.optimal_time_s
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_random_topologies_and_skewed_matrices(data: st.DataObject) -> None:
     topo = data.draw(random_topologies(min_gpus=2, max_gpus=6, max_switches=3), label="topology")
@@ -69,7 +76,7 @@ def test_random_topologies_and_skewed_matrices(data: st.DataObject) -> None:
         assert base.completion_time_s(topo) >= compact * (1 - 1e-9)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_both_backends_match_the_compact_lp(data: st.DataObject) -> None:
     topo = data.draw(random_topologies(min_gpus=2, max_gpus=5, max_switches=2), label="topology")
@@ -81,7 +88,7 @@ def test_both_backends_match_the_compact_lp(data: st.DataObject) -> None:
     assert _check(topo, demand, solver="ortools") == pytest.approx(compact["highs"], rel=1e-6)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(skewed_matrices(16), st.integers(0, 2**32 - 1))
 def test_warm_after_a_shift_equals_cold_on_hpn(demand: np.ndarray, seed: int) -> None:
     topo = load_topology("hpn:1x2x8")
