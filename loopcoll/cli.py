@@ -26,7 +26,8 @@ from synth.errors import LoopcollError
 __all__ = ["build_parser", "main"]
 
 _COMMANDS = ("_cmd_topo", "_cmd_bound", "_cmd_synth", "_cmd_check", "_cmd_simulate", "_cmd_demo", "_cmd_daemon",
-             "_cmd_inspect", "_cmd_calibrate", "_cmd_run_check", "_cmd_replay")
+             "_cmd_inspect", "_cmd_calibrate", "_cmd_run_check", "_cmd_replay",
+             "_cmd_whatif")
 
 
 class _Parser(argparse.ArgumentParser):
