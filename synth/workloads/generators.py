@@ -126,6 +126,7 @@ def llama405b(gpus: int, *, tokens: int = 16384, pipeline: int = 16, mfu: float 
                                  "relay_share": 1 / GPUS_PER_HOST}},
         "ops": ops,
         "meta": {"model": "llama-3.1-405b", "layers_per_stage": layers, "params_per_stage": layers * layer_params,
+                 "params_total": layers_total * layer_params + 2 * vocab * h,
                  "tokens_per_replica": tokens, "pipeline": pipeline, "tp": tp, "dp": gpus // tp},
     })
 
@@ -194,6 +195,8 @@ def deepseek671b(gpus: int, *, tokens: int = 16384, pipeline: int = 16, mfu: flo
         "gpus": gpus, "compute": {"peak_tflops": PEAK_TFLOPS, "mfu": mfu}, "communicators": comms, "ops": ops,
         "meta": {"model": "deepseek-v3-671b", "layers_per_stage": layers,
                  "params_per_stage": layers * (attn + (experts + 1) * expert + router),
+                 "params_total": (layers_total - 3) * (attn + (experts + 1) * expert + router)
+                 + 3 * (attn + 3 * h * 18432) + 2 * 129280 * h,
                  "tokens_per_replica": tokens, "pipeline": pipeline, "ep": ep},
     })
 

@@ -23,7 +23,7 @@ failure scenario hits GPU 0; training waits for the slowest instance).
 
 >>> from synth.workloads.generators import llama405b
 >>> from synth import load_topology
->>> res = whatif(llama405b(16), load_topology("hpn:1x2x8"), "fail2", chunks=1)
+>>> res = whatif(llama405b(16), load_topology("hpn:1x2x8"), "fail2")
 >>> res.iteration["resynth"].iteration_s < res.iteration["nccl"].iteration_s
 True
 """
@@ -127,7 +127,7 @@ class CollectiveTimer:
         key = (collective, comm + ":" + design)
         if key not in self.healthy:
             t0 = time.perf_counter()
-            res = synthesize(collective, syn, chunks=self.chunks, time_limit_s=self.time_limit_s)  # type: ignore[arg-type]
+            res = synthesize(collective, syn, chunks=self.chunks, time_limit_s=self.time_limit_s)  # type: ignore[call-overload]
             if res.schedule is None:
                 raise WorkloadError(f"{collective} on communicator {comm!r} ({design}): no schedule ({res.message})")
             self.healthy[key] = (res, time.perf_counter() - t0)
@@ -170,7 +170,7 @@ class CollectiveTimer:
                 fig1 = CollectiveFigure(**{**fig0.__dict__, "family": "resynth"})
             else:
                 t0 = time.perf_counter()
-                res = synthesize(collective, syn, chunks=self.chunks, time_limit_s=self.time_limit_s,  # type: ignore[arg-type]
+                res = synthesize(collective, syn, chunks=self.chunks, time_limit_s=self.time_limit_s,  # type: ignore[call-overload]
                                  warm_from=res0)
                 warm_s = time.perf_counter() - t0
                 if res.schedule is None:
