@@ -8,8 +8,8 @@ from pathlib import Path
 
 from loopcoll._common import print_json
 from synth import LoopcollError, load_topology
-from synth._atomic import write_text_atomic
-from synth.topologies.failures import FAILURES
+from synth.fileio import write_text_atomic
+from synth.topologies import FAILURES
 from synth.workloads import FAMILIES, GENERATORS, generate, read_workload, whatif, write_workload
 
 __all__ = ["register"]

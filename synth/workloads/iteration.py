@@ -127,7 +127,8 @@ class CollectiveTimer:
         key = (collective, comm + ":" + design)
         if key not in self.healthy:
             t0 = time.perf_counter()
-            res = synthesize(collective, syn, chunks=self.chunks, time_limit_s=self.time_limit_s)  # type: ignore[call-overload]
+            res = synthesize(collective, syn, chunks=self.chunks, time_limit_s=self.time_limit_s,  # type: ignore[call-overload]
+                             routing="free")
             if res.schedule is None:
                 raise WorkloadError(f"{collective} on communicator {comm!r} ({design}): no schedule ({res.message})")
             self.healthy[key] = (res, time.perf_counter() - t0)
@@ -171,7 +172,7 @@ class CollectiveTimer:
             else:
                 t0 = time.perf_counter()
                 res = synthesize(collective, syn, chunks=self.chunks, time_limit_s=self.time_limit_s,  # type: ignore[call-overload]
-                                 warm_from=res0)
+                                 warm_from=res0, routing="free")
                 warm_s = time.perf_counter() - t0
                 if res.schedule is None:
                     raise WorkloadError(f"{collective} on communicator {comm!r} ({design}) after {scenario}: "
