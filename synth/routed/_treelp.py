@@ -27,6 +27,7 @@ Examples
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 MAX_ROUNDS = 2000
+
+log = logging.getLogger(__name__)
 _REL_TOL = 1e-9
 
 
@@ -150,6 +153,10 @@ class TreeCG:
                 return sol, True
             if self.add(fresh) == 0:
                 return sol, True
+            if self.rounds % 10 == 0:
+                log.info("routed tree LP: round %d, %d trees, algbw %.6g GB/s, proven bound %.6g GB/s", self.rounds,
+                         len(self.pool), n * self.scale / sol.objective,
+                         n * self.scale / self.best_lower if self.best_lower > 0 else float("inf"))
             if self.rounds >= MAX_ROUNDS or (deadline is not None and time.perf_counter() > deadline):
                 return sol, False
 
