@@ -60,8 +60,8 @@ def synthesize_routed(
 
 def routed_bound(collective: str, topo: Topology, *, solver: str = "highs") -> float:
     """The routed optimum algbw (GB/s): the LP optimum over schedules of routed hops."""
+    from synth.routed._cutlp import cut_lp
     from synth.routed._logical import Logical
-    from synth.routed._treelp import solve_tree_lp
 
     if collective == "alltoall":
         cg, sol, _ = routed_alltoall_lp(topo, solver=solver)
@@ -70,9 +70,9 @@ def routed_bound(collective: str, topo: Topology, *, solver: str = "highs") -> f
     lg.check_connected(topo.name)
     total_T = 0.0  # noqa: N806
     if collective in ("reducescatter", "allreduce"):
-        total_T += solve_tree_lp(lg.transposed(), solver=solver).T  # noqa: N806
+        total_T += cut_lp(lg.transposed())[1]  # noqa: N806
     if collective in ("allgather", "allreduce"):
-        total_T += solve_tree_lp(lg, solver=solver).T  # noqa: N806
+        total_T += cut_lp(lg)[1]  # noqa: N806
     if total_T == 0.0:
         raise SolverError(f"unknown collective {collective!r}")
     return topo.nranks / total_T

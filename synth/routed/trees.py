@@ -1,9 +1,13 @@
 """Routed AllGather, ReduceScatter and AllReduce: tree packing over routed hops only.
 
 Every hop of the schedules made here is a GPU pair's route (:func:`synth.routing.pair_route`), so a
-peer-addressed executor (MSCCL XML) runs them at exactly their stated algbw. The LP optimum of
-:mod:`synth.routed._treelp` is the routed optimum; the schedule rounds it to ``k`` chunks per root
-(the best ``k`` up to ``max_chunks``, default :data:`DEFAULT_MAX_CHUNKS`) and states the gap to it.
+peer-addressed executor (MSCCL XML) runs them at exactly their stated algbw. The routed optimum is
+the tree-packing LP's, solved in arc-capacity form by cutting planes (:mod:`synth.routed._cutlp`;
+equal to the tree LP of :mod:`synth.routed._treelp` by Edmonds' theorem); the schedule takes
+integer arc capacities near the optimum's (:mod:`synth.routed._lovasz`) for the best ``k`` chunks
+per root up to ``max_chunks`` (default :data:`DEFAULT_MAX_CHUNKS`) and states the gap. On up to
+:data:`CG_MAX_RANKS` GPUs a rounding short of the optimum also tries the tree LP's own optimum
+(column generation with Edmonds pricing, warm-started from the previous schedule's trees).
 ReduceScatter packs in-trees (out-trees of the transposed logical graph); AllReduce is
 ReduceScatter then AllGather with one common ``k``, against the bound ``N / (T_RS + T_AG)``.
 
@@ -28,6 +32,7 @@ from synth.result import Status, SynthResult
 from synth.routed._logical import Logical
 from synth.forestcoll_warm._packing import PackingError, TreeClass
 from synth.routed._lovasz import integral_capacities, pack_trees
+from synth.routed._cutlp import cut_lp
 from synth.routed._treelp import TreeLp, solve_tree_lp, tree_arcs
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.topologies.communicator import communicator_meta
@@ -37,6 +42,8 @@ __all__ = ["DEFAULT_MAX_CHUNKS", "synthesize_routed_trees"]
 
 #: Chunks per root tried at most when the caller gives no ``max_chunks``.
 DEFAULT_MAX_CHUNKS = 8
+#: Up to this many GPUs, a rounding short of the optimum also tries the column-generation optimum.
+CG_MAX_RANKS = 32
 
 
 def _routes(lg: Logical, classes: list[TreeClass], kind: RouteKind) -> list[Route]:
@@ -88,7 +95,7 @@ def _seeds(warm: Schedule | None, lg: Logical, kind: RouteKind) -> list[tuple[in
 
 
 def _best_k(graphs: Sequence[Logical], stars: Sequence[np.ndarray], k_max: int,
-            lp_T: float) -> tuple[int, list[np.ndarray]]:  # noqa: N803
+            lp_T: float) -> tuple[int, list[np.ndarray], float]:  # noqa: N803
     """The k in 1..k_max whose integral capacities have the smallest summed phase ratio per chunk
     (the first such k; stops at a k that meets the LP optimum)."""
     best: tuple[float, int, list[np.ndarray]] | None = None
@@ -100,7 +107,7 @@ def _best_k(graphs: Sequence[Logical], stars: Sequence[np.ndarray], k_max: int,
         if best[0] <= lp_T * (1 + 1e-9):
             break
     assert best is not None
-    return best[1], best[2]
+    return best[1], best[2], best[0]
 
 
 def synthesize_routed_trees(
@@ -115,10 +122,10 @@ def synthesize_routed_trees(
     """AllGather / ReduceScatter / AllReduce over routed hops (module docstring).
 
     Returns ``OPTIMAL`` with ``gap_pct`` the certified gap of the rounded schedule to the routed LP
-    optimum (``optimal_algbw_GBps``), or ``TIME_LIMIT`` when the column generation stopped first
+    optimum (``optimal_algbw_GBps``), or ``TIME_LIMIT`` when the LP stopped first
     (gap to the best proven bound). ``stats`` carries ``routed_optimal_algbw_GBps`` (the routed
     optimum, or while ``routed_optimum_proven`` is false the best proven upper bound on it), LP rounds and
-    columns, ``k`` and ``seeded_trees`` (warm-start trees reused as columns).
+    ``cg_rounds``, ``k`` and ``seeded_trees`` (warm-start trees reused as columns).
     """
     if collective not in ("allgather", "reducescatter", "allreduce"):
         raise SolverError(f"routed tree synthesis handles allgather, reducescatter and allreduce, not {collective!r}")
@@ -132,17 +139,30 @@ def synthesize_routed_trees(
         phases.append(("in", lg.transposed(), RouteKind.IN_TREE))
     if collective in ("allgather", "allreduce"):
         phases.append(("out", lg, RouteKind.OUT_TREE))
-    lps: list[TreeLp] = []
-    for _, g, kind in phases:
-        left = None if time_limit_s is None else max(0.0, time_limit_s - (time.perf_counter() - start))
-        lps.append(solve_tree_lp(g, solver=solver, seeds=_seeds(warm_start, g, kind), time_limit_s=left))
-    t_lp = time.perf_counter() - start
     n = topology.nranks
-    lp_T = sum(lp.T for lp in lps)  # noqa: N806
-    bound_T = sum(lp.T_lower for lp in lps)  # noqa: N806
-    proven = all(lp.proven for lp in lps)
+    deadline = None if time_limit_s is None else start + time_limit_s
     graphs = [g for _, g, _ in phases]
-    k, caps = _best_k(graphs, [_g_star(g, lp) for g, lp in zip(graphs, lps)], max_chunks or DEFAULT_MAX_CHUNKS, lp_T)
+    cuts = [cut_lp(g, deadline=deadline) for g in graphs]
+    t_lp = time.perf_counter() - start
+    lp_T = sum(c[1] for c in cuts)  # noqa: N806 - a relaxation's T: n / lp_T bounds the routed algbw
+    proven = all(c[3] for c in cuts)
+    k_max = max_chunks or DEFAULT_MAX_CHUNKS
+    k, caps, per_unit = _best_k(graphs, [c[0] for c in cuts], k_max, lp_T)
+    cg_rounds: list[int] = []
+    seeded = 0
+    if per_unit > lp_T * (1 + 1e-9) and n <= CG_MAX_RANKS and (deadline is None or time.perf_counter() < deadline):
+        # Small fabrics: the tree LP's optimum (column generation, warm-started from the previous
+        # schedule's trees) is another optimal g*, often with a better rounding.
+        lps: list[TreeLp] = []
+        for g, (_, _, kind) in zip(graphs, phases):
+            left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+            lps.append(solve_tree_lp(g, solver=solver, seeds=_seeds(warm_start, g, kind), time_limit_s=left))
+        cg_rounds = [lp.rounds for lp in lps]
+        seeded = sum(lp.seeded for lp in lps)
+        k2, caps2, per_unit2 = _best_k(graphs, [_g_star(g, lp) for g, lp in zip(graphs, lps)], k_max, lp_T)
+        if per_unit2 < per_unit * (1 - 1e-12):
+            k, caps, per_unit = k2, caps2, per_unit2
+    bound_T = lp_T  # noqa: N806
     routes: list[Route] = []
     for g, (_, _, kind), cap in zip(graphs, phases, caps):
         try:
@@ -166,9 +186,9 @@ def synthesize_routed_trees(
         "routed_optimal_algbw_GBps": optimal if proven else upper,
         "routed_optimum_proven": proven,
         "routed_bound_algbw_GBps": upper,
-        "lp_rounds": [lp.rounds for lp in lps],
-        "lp_columns": [lp.columns for lp in lps],
-        "seeded_trees": sum(lp.seeded for lp in lps),
+        "lp_rounds": [c[2] for c in cuts],
+        "cg_rounds": cg_rounds,
+        "seeded_trees": seeded,
         "lp_s": t_lp,
         "k": k,
         "trees": len(routes),
@@ -179,7 +199,7 @@ def synthesize_routed_trees(
     warm = warm_start is not None
     if not proven:
         gap = max(0.0, 100.0 * (1.0 - algbw / upper)) if upper < float("inf") else 100.0
-        return SynthResult(Status.TIME_LIMIT, f"routed column generation stopped at the time limit: {algbw:.6g} GB/s, "
+        return SynthResult(Status.TIME_LIMIT, f"routed LP stopped at the time limit: {algbw:.6g} GB/s, "
                            f"proven within {gap:.3f}% of the routed optimum", sched, algbw, upper, gap, solve_s, warm,
                            stats)
     gap = max(0.0, 100.0 * (1.0 - algbw / optimal))

@@ -4,7 +4,8 @@ Property tests draw random fabrics with several switch-only paths per pair. CI r
 examples; ``LOOPCOLL_ROUTED_EXAMPLES=200 python -m pytest tests/synth/test_routed.py`` runs the
 acceptance run. The routed LP optima are checked against independent formulations solved by
 scipy's HiGHS: every spanning arborescence enumerated (trees) and the arc-flow multicommodity LP
-(AllToAll) on the logical graph.
+(AllToAll) on the logical graph; the tree LP's two solvers (cutting planes, column generation)
+agree.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from synth import optimal_bound, synthesize
 from synth.routed import routed_bound
 from synth.routed._arborescence import min_arborescence
 from synth.routed._logical import Logical
+from synth.routed._treelp import solve_tree_lp
+from synth.routed.trees import _seeds
 from synth.routed.fabrics import forestcoll_dgx_a100, mi250_like, random_fabric
 from synth.routing import has_route_choice, pair_route
-from synth.schedule import Schedule
+from synth.schedule import RouteKind, Schedule
 from synth.topologies import Topology, named_topology
 
 from tests.strategies import random_topologies
@@ -173,6 +176,8 @@ def test_routed_optima_match_independent_formulations(seed: int, n: int) -> None
     assert routed_bound("allgather", topo) == pytest.approx(_enumerated_tree_optimum(topo), rel=1e-7)
     assert routed_bound("reducescatter", topo) == pytest.approx(_enumerated_tree_optimum(topo.reversed()), rel=1e-7)
     assert routed_bound("alltoall", topo) == pytest.approx(_arc_flow_alltoall_optimum(topo), rel=1e-7)
+    # the tree LP by column generation (Edmonds pricing) agrees with the cutting-plane form
+    assert solve_tree_lp(Logical.build(topo)).algbw_GBps == pytest.approx(routed_bound("allgather", topo), rel=1e-7)
 
 
 @settings(max_examples=20, deadline=None, derandomize=True)
@@ -224,8 +229,12 @@ def test_warm_starts_reuse_columns_and_keep_the_optimum() -> None:
     topo = random_fabric(11, 8)
     cold = synthesize("allgather", topo)
     warm = synthesize("allgather", topo, warm_from=cold)
-    assert warm.warm and warm.stats["seeded_trees"] > 0
+    assert warm.warm and warm.success
     assert warm.stats["routed_optimal_algbw_GBps"] == pytest.approx(cold.stats["routed_optimal_algbw_GBps"])
+    # The column generation (small fabrics, rounding short of the optimum) seeds the previous trees.
+    lg = Logical.build(topo)
+    seeded = solve_tree_lp(lg, seeds=_seeds(cold.schedule, lg, RouteKind.OUT_TREE))
+    assert seeded.seeded > 0 and topo.nranks / seeded.T == pytest.approx(routed_bound("allgather", topo), rel=1e-7)
     slower = topo.scaled("gpu0", "net" + topo.link("gpu0", "net0").dst[-1] if topo.has_link("gpu0", "net0")
                          else "net1", 0.5)
     a2a = synthesize("alltoall", topo, chunks=4)
