@@ -47,7 +47,8 @@ def synthesize_routed(
     solver: str = "highs",
     time_limit_s: float | None = None,
 ) -> SynthResult:
-    """Routed synthesis of ``collective``; arguments as :func:`synth.synthesize`."""
+    """Routed synthesis of ``collective``; arguments as :func:`synth.synthesize` (AllToAll relay paths
+    are priced on the logical graph without a step bound, so there is no ``max_steps``)."""
     if collective == "alltoall":
         return synthesize_routed_alltoall(topo, nchunks=10 if chunks is None else chunks, solver=solver,
                                           time_limit_s=time_limit_s, warm_start=warm_from)
