@@ -1,0 +1,92 @@
+"""The logical GPU graph of a topology under link weights: switch-only shortest paths between GPUs.
+
+Every GPU is split into an *out* node (its sending side) and an *in* node (its receiving side), so a
+shortest path from ``u_out`` to ``v_in`` can only cross switches in between: exactly the physical path
+of one schedule hop. :class:`LinkGraph` builds the split graph once; :meth:`LinkGraph.costs` runs one
+Dijkstra per GPU (scipy, C) under the current weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import dijkstra
+
+from synth._types import NodeId
+from synth.topologies.model import Topology
+
+__all__ = ["LinkGraph", "PairCosts"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class PairCosts:
+    """Switch-path costs between GPUs under one weighting: ``cost[u, v]`` (``inf``: unreachable,
+    and on the diagonal) and the predecessor matrix to recover each path."""
+
+    cost: FloatArray
+    pred: npt.NDArray[np.int32]
+
+
+class LinkGraph:
+    """The split graph of ``topo``'s live links (see the module docstring).
+
+    >>> from synth.topologies import named_topology
+    >>> g = LinkGraph(named_topology("hpn:1x2x2"))
+    >>> pc = g.costs(np.ones(g.nlinks))
+    >>> float(pc.cost[0, 1]), g.path(pc, 0, 1)
+    (2.0, ('gpu0', 'nvs0.0', 'gpu1'))
+    """
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self.n = topo.nranks
+        gpu_ids = [topo.gpu_id(r) for r in range(self.n)]
+        rank_of = {g: r for r, g in enumerate(gpu_ids)}
+        others = sorted(nd.id for nd in topo.nodes if nd.id not in rank_of)
+        self.switch_index = {s: 2 * self.n + i for i, s in enumerate(others)}
+        self.names: list[NodeId] = gpu_ids + gpu_ids + others
+        self.nnodes = 2 * self.n + len(others)
+        links = [lk for lk in topo.links if lk.gbps > 0]
+        self.links = links
+        self.nlinks = len(links)
+        self.cap_GBps = np.array([lk.gbps / 8.0 for lk in links], dtype=np.float64)
+        src = np.empty(self.nlinks, dtype=np.int64)
+        dst = np.empty(self.nlinks, dtype=np.int64)
+        for i, lk in enumerate(links):
+            src[i] = rank_of[lk.src] if lk.src in rank_of else self.switch_index[lk.src]
+            dst[i] = self.n + rank_of[lk.dst] if lk.dst in rank_of else self.switch_index[lk.dst]
+        self.src, self.dst = src, dst
+        self.link_of = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(src.tolist(), dst.tolist()))}
+        self.key_index = {lk.key: i for i, lk in enumerate(links)}
+
+    def costs(self, weights: FloatArray) -> PairCosts:
+        """All GPU-pair switch-path costs under ``weights`` (one per live link, all > 0)."""
+        mat = csr_matrix((weights, (self.src, self.dst)), shape=(self.nnodes, self.nnodes))
+        dist, pred = dijkstra(mat, directed=True, indices=np.arange(self.n), return_predecessors=True)
+        cost = np.array(dist[:, self.n:2 * self.n], dtype=np.float64)
+        np.fill_diagonal(cost, np.inf)
+        return PairCosts(cost, pred.astype(np.int32))
+
+    def path_links(self, pc: PairCosts, u: int, v: int) -> list[int]:
+        """Link indices of the switch path ``u -> v`` in ``pc`` (data order)."""
+        out: list[int] = []
+        node = self.n + v
+        row = pc.pred[u]
+        while node != u:
+            p = int(row[node])
+            if p < 0:
+                raise ValueError(f"no switch path from rank {u} to rank {v}")
+            out.append(self.link_of[(p, node)])
+            node = p
+        out.reverse()
+        return out
+
+    def path(self, pc: PairCosts, u: int, v: int) -> tuple[NodeId, ...]:
+        """Node ids of the switch path ``u -> v`` in ``pc``."""
+        links = self.path_links(pc, u, v)
+        return (self.links[links[0]].src, *(self.links[i].dst for i in links))

@@ -1,0 +1,211 @@
+"""Depth-bounded AllGather / ReduceScatter / AllReduce: the best throughput with trees of at most ``D``
+GPU hops, with a certified gap (:mod:`synth.latency._lp`), rounded to integral chunks.
+
+``max_depth=None`` (``D = inf``) takes today's path: ForestColl's exact optimum, unchanged.
+
+Rounding: the LP gives each root's trees weights ``y_T`` summing to 1. For ``k = 1 .. chunks`` each
+root's ``k`` chunks go to its trees by largest remainder (``c_T = floor(k y_T)`` or one more); the
+``k`` with the least bottleneck time wins. Since ``c_T < k y_T + 1``, the rounded time is below
+``U_LP + max_a sum_{T rounded up, on a} load_a(T) / (k b_a)`` (``stats["rounding_bound_algbw_GBps"]``).
+
+>>> from synth import load_topology
+>>> r = synthesize_depth_bounded("allgather", load_topology("hpn:1x2x4"), 2)
+>>> r.stats["depth"] <= 2, round(r.algbw_GBps, 3) == round(r.stats["lp_algbw_GBps"], 3)
+(True, True)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from synth._types import Collective
+from synth.bounds import optimal_bound
+from synth.errors import ScheduleError, SolverError, short_repr
+from synth.latency._graph import LinkGraph
+from synth.latency._lp import Column, LpOutcome, column_from_hops, load_matrix, solve_depth_lp
+from synth.latency.depth import schedule_depth
+from synth.result import Status, SynthResult
+from synth.schedule import Hop, Route, RouteKind, Schedule
+from synth.topologies.communicator import communicator_meta
+from synth.topologies.model import Topology
+
+__all__ = ["DEFAULT_CHUNKS", "synthesize_depth_bounded"]
+
+DEFAULT_CHUNKS = 8
+_TREE_COLLECTIVES = ("allgather", "reducescatter", "allreduce")
+
+
+def _round(out: LpOutcome, graph: LinkGraph, k: int) -> tuple[np.ndarray, float, float]:
+    """Chunk counts per column for ``k`` chunks per root, their time ``U`` and the a-priori bound."""
+    y = np.clip(out.y, 0.0, None)
+    counts = np.zeros(len(out.columns), dtype=np.int64)
+    roots = np.array([c.root for c in out.columns])
+    for r in range(graph.n):
+        idx = np.flatnonzero(roots == r)
+        share = y[idx] / max(float(y[idx].sum()), 1e-300) * k
+        base = np.floor(share + 1e-9).astype(np.int64)
+        rest = k - int(base.sum())
+        if rest > 0:
+            frac = share - base
+            order = np.lexsort((idx, -frac))  # largest remainder, then the older column
+            base[order[:rest]] += 1
+        counts[idx] = base
+    mat = load_matrix(out.columns, graph.nlinks)
+    cap = graph.cap_GBps
+    u = float((mat @ counts.astype(np.float64) / (k * cap)).max())
+    up = (counts > k * y + 1e-9).astype(np.float64)
+    u_bound = out.u_lp + float((mat @ up / (k * cap)).max())
+    return counts, u, u_bound
+
+
+def _out_trees(graph: LinkGraph, out: LpOutcome, max_chunks: int) -> tuple[list[Route], int, float, float]:
+    best: tuple[float, int, np.ndarray, float] | None = None
+    for k in range(1, max_chunks + 1):
+        counts, u, u_bound = _round(out, graph, k)
+        if best is None or u < best[0] * (1 - 1e-12):
+            best = (u, k, counts, u_bound)
+    assert best is not None
+    u, k, counts, u_bound = best
+    routes = [Route(RouteKind.OUT_TREE, c.root, int(n), tuple(Hop(a, b, p) for a, b, p in c.hops))
+              for c, n in zip(out.columns, counts.tolist()) if n > 0]
+    routes.sort(key=lambda rt: rt.root)
+    return routes, k, u, u_bound
+
+
+def _in_trees(routes: list[Route]) -> list[Route]:
+    return [Route(RouteKind.IN_TREE, r.root, r.chunks, tuple(Hop(h.dst, h.src, tuple(reversed(h.path)))
+                                                              for h in reversed(r.hops))) for r in routes]
+
+
+def _warm_columns(graph: LinkGraph, warm: Schedule | None, kind: RouteKind) -> list[Column]:
+    if warm is None or warm.nranks != graph.n:
+        return []
+    cols = []
+    for rt in warm.routes:
+        if rt.kind is not kind:
+            continue
+        hops = [(h.src, h.dst, h.path) for h in rt.hops]
+        if kind is RouteKind.IN_TREE:
+            hops = [(h.dst, h.src, tuple(reversed(h.path))) for h in reversed(rt.hops)]
+        col = column_from_hops(graph, rt.root, hops)
+        if col is not None:
+            cols.append(col)
+    return cols
+
+
+def _side(topo: Topology, max_depth: int, kind: RouteKind, warm: Schedule | None, gap_tol: float,
+          time_limit_s: float | None, solver: str) -> tuple[LinkGraph, LpOutcome, float]:
+    g = LinkGraph(topo)
+    opt = optimal_bound("allgather", topo).algbw_GBps  # the out-tree side of ``topo`` (reversed for RS)
+    out = solve_depth_lp(g, max_depth, u_inf=topo.nranks / opt, warm_columns=_warm_columns(g, warm, kind),
+                         gap_tol=gap_tol, time_limit_s=time_limit_s, solver=solver)
+    return g, out, opt
+
+
+def _check(collective: str, max_depth: int | None, chunks: int | None, gap_tol: float) -> None:
+    if collective not in _TREE_COLLECTIVES:
+        raise SolverError(f"depth-bounded synthesis is for {', '.join(_TREE_COLLECTIVES)}, not {short_repr(collective)} "
+                          "(AllToAll bounds its steps with max_steps)")
+    if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1):
+        raise SolverError(f"--max-depth must be an integer >= 1 or None (unbounded), got {short_repr(max_depth)}")
+    if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= 64):
+        raise SolverError(f"chunks must be an integer in 1..64 for depth-bounded trees, got {short_repr(chunks)}")
+    if not (isinstance(gap_tol, float | int) and 0 <= gap_tol < 1):
+        raise SolverError(f"gap_tol must be a number in [0, 1), got {short_repr(gap_tol)}")
+
+
+def synthesize_depth_bounded(
+    collective: Collective,
+    topo: Topology,
+    max_depth: int | None,
+    *,
+    chunks: int | None = None,
+    warm_from: Schedule | SynthResult | None = None,
+    gap_tol: float = 1e-4,
+    time_limit_s: float | None = None,
+    solver: str = "highs",
+) -> SynthResult:
+    """Trees of at most ``max_depth`` GPU hops with the best throughput the LP finds (module docstring).
+
+    ``chunks`` is the most chunks per source (default 8; ``D = inf`` passes it to ForestColl as
+    ``max_chunks``). ``warm_from`` seeds the LP with a previous schedule's trees that are still
+    valid and within the bound. The result's ``optimal_algbw_GBps`` is the *certified upper bound*
+    on any depth-``D`` schedule (so ``gap_pct`` covers both the LP gap and rounding); ``stats`` has
+    ``depth``, ``max_depth``, ``lp_algbw_GBps``, ``depth_bound_algbw_GBps``,
+    ``unbounded_optimal_algbw_GBps``, ``rounding_bound_algbw_GBps``, ``lp_gap_pct`` and the LP's figures.
+    """
+    _check(collective, max_depth, chunks, gap_tol)
+    start = time.perf_counter()
+    warm = warm_from.schedule if isinstance(warm_from, SynthResult) else warm_from
+    if max_depth is None:
+        from synth.synthesis import synthesize
+
+        res = synthesize(collective, topo, chunks=chunks, warm_from=warm_from, time_limit_s=time_limit_s, solver=solver)
+        if res.schedule is None:
+            return res
+        depth = schedule_depth(res.schedule)
+        sched = res.schedule.with_meta(max_depth=None, depth=depth)
+        stats = {**res.stats, "depth": depth, "max_depth": None, "lp_algbw_GBps": res.algbw_GBps,
+                 "depth_bound_algbw_GBps": res.optimal_algbw_GBps,
+                 "unbounded_optimal_algbw_GBps": res.optimal_algbw_GBps, "lp_gap_pct": 0.0}
+        return SynthResult(res.status, res.message, sched, res.algbw_GBps, res.optimal_algbw_GBps, res.gap_pct,
+                           res.solve_time_s, res.warm, stats, res.warm_state)
+    k_max = DEFAULT_CHUNKS if chunks is None else chunks
+    n = topo.nranks
+    sides: list[tuple[RouteKind, LinkGraph, LpOutcome, float]] = []
+    if collective in ("reducescatter", "allreduce"):
+        g, out, opt = _side(topo.reversed(), max_depth, RouteKind.IN_TREE, warm, gap_tol, time_limit_s, solver)
+        sides.append((RouteKind.IN_TREE, g, out, opt))
+    if collective in ("allgather", "allreduce"):
+        g, out, opt = _side(topo, max_depth, RouteKind.OUT_TREE, warm, gap_tol, time_limit_s, solver)
+        sides.append((RouteKind.OUT_TREE, g, out, opt))
+    routes: list[Route] = []
+    ks = []
+    u_round = u_lp = u_low = u_inf = u_bnd = 0.0
+    status, why = Status.OPTIMAL, []
+    for kind, g, out, opt in sides:
+        rts, k, u, ub = _out_trees(g, out, k_max)
+        ks.append(k)
+        routes.extend(_in_trees(rts) if kind is RouteKind.IN_TREE else rts)
+        u_round += u
+        u_lp += out.u_lp
+        u_low += out.u_lower
+        u_inf += n / opt
+        u_bnd += ub
+        if out.status is not Status.OPTIMAL:
+            status = out.status
+        why.append(out.message)
+    k = math.lcm(*ks)
+    routes = [Route(r.kind, r.root, r.chunks * (k // ks[0 if r.kind is RouteKind.IN_TREE or len(ks) == 1 else 1]), r.hops)
+              for r in routes]
+    sched = Schedule(collective, n, k, tuple(routes))
+    try:
+        sched.validate(topo)
+    except ScheduleError as exc:
+        return SynthResult(Status.FAILED, f"re-check failed: {exc}", None, 0.0, n / u_low, 100.0,
+                           time.perf_counter() - start)
+    depth = schedule_depth(sched)
+    if depth > max_depth:
+        return SynthResult(Status.FAILED, f"re-check failed: depth {depth} > bound {max_depth}", None, 0.0,
+                           n / u_low, 100.0, time.perf_counter() - start)
+    sched = sched.with_bottleneck(topo)
+    algbw = sched.algbw_GBps(topo)
+    bound = n / u_low
+    stats: dict[str, Any] = {
+        "depth": depth, "max_depth": max_depth, "k": k, "trees": len(routes),
+        "lp_algbw_GBps": n / u_lp, "depth_bound_algbw_GBps": bound, "unbounded_optimal_algbw_GBps": n / u_inf,
+        "rounding_bound_algbw_GBps": n / u_bnd, "lp_gap_pct": 100.0 * (1 - u_low / u_lp),
+        "rounding_gap_pct": 100.0 * (1 - u_lp / u_round),
+        "iterations": sum(s[2].iterations for s in sides), "columns": sum(len(s[2].columns) for s in sides),
+    }
+    meta = {"synthesizer": "depth-bounded", "max_depth": max_depth, "depth": depth,
+            "optimal_algbw_GBps": n / u_inf, "depth_bound_algbw_GBps": bound, **communicator_meta(topo)}
+    sched = sched.with_meta(**meta)
+    gap = max(0.0, 100.0 * (1.0 - algbw / bound))
+    message = (f"depth <= {max_depth} (actual {depth}): {algbw:.6g} GB/s with k={k}; LP {n / u_lp:.6g}, "
+               f"depth-{max_depth} bound {bound:.6g}, unbounded optimum {n / u_inf:.6g} GB/s; " + "; ".join(why))
+    return SynthResult(status, message, sched, algbw, bound, gap, time.perf_counter() - start, warm is not None, stats)
