@@ -16,7 +16,7 @@ from synth.topologies.model import Topology
 __all__ = ["parse_size", "register"]
 
 DEFAULT_SIZES = "1M,4M,16M,64M,256M,1G"
-KINDS = ("loopcoll", "nccl", "static")
+KINDS = ("loopcoll", "nccl", "static", "pareto")
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 
 
@@ -52,6 +52,14 @@ def _schedules(args: argparse.Namespace, topo: Topology) -> list[tuple[str, Sche
         res = synthesize(args.collective, healthy, chunks=chunks)
         static = res.schedule
     for k in kinds:
+        if k == "pareto":
+            if args.collective == "alltoall":
+                raise LoopcollError("--schedules pareto is for the tree collectives (allgather, reducescatter, allreduce)")
+            from synth.latency.pareto import pareto_set
+
+            for p in pareto_set(args.collective, topo, chunks=args.chunks):
+                out.append((f"{p.label} (depth {p.depth})", p.schedule))
+            continue
         if k == "nccl":
             sched = nccl_direct_alltoall(topo) if args.collective == "alltoall" else nccl_ring(args.collective, topo)
         elif k == "static":
@@ -159,6 +167,12 @@ def _run(args: argparse.Namespace) -> int:
     print(f"{'size':>6} " + " ".join(f"{n:>{width}}" for n in names))
     for i, size in enumerate(sizes):
         print(f"{_label(size):>6} " + " ".join(f"{series[n][i]:>{width}.2f}" for n in names))
+    pareto = [(n, sched) for n, sched in scheds if n.startswith("D")]
+    if pareto:
+        print("Pareto set (depth, bandwidth-term algbw GB/s): " + "; ".join(
+            f"{n}: {sched.algbw_GBps(topo):.2f}" for n, sched in pareto))
+        best = [min(names, key=lambda n: -series[n][i]) for i in range(len(sizes))]
+        print("fastest per size: " + ", ".join(f"{_label(s)} {b}" for s, b in zip(sizes, best)))
     if args.plot:
         print(f"wrote {args.plot}")
     return 0
@@ -174,7 +188,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("collective", choices=COLLECTIVES)
     add_topology_args(p)
-    p.add_argument("--schedules", default="loopcoll,nccl,static", help="comma list of loopcoll, nccl, static (default all)")
+    p.add_argument("--schedules", default="loopcoll,nccl,static",
+                   help="comma list of loopcoll, nccl, static, pareto (the depth/throughput Pareto set of a tree "
+                   "collective, one column per depth bound; docs/latency.md) (default loopcoll,nccl,static)")
     p.add_argument("--schedule", action="append", metavar="SCHED.json", help="also simulate this schedule file")
     p.add_argument("--xml", action="append", metavar="FILE.xml", help="also simulate this MSCCL XML program")
     p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"message sizes (default {DEFAULT_SIZES})")

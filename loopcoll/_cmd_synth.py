@@ -105,6 +105,14 @@ def _run(args: argparse.Namespace) -> int:
             raise ScheduleError(
                 f"{args.warm_from}: holds a schedule of collective {warm.collective!r}, cannot warm-start {args.collective!r}"
             )
+    if getattr(args, "sizes", None):
+        from loopcoll._latency import run_sizes
+
+        return run_sizes(args, topo, warm)
+    if getattr(args, "max_depth", None) is not None:
+        from loopcoll._latency import run_max_depth
+
+        return run_max_depth(args, topo, warm)
     result = synthesize(
         args.collective,
         topo,
@@ -227,6 +235,19 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
             c.add_argument("--solver", choices=("highs", "ortools"), default="highs", help="LP backend (default highs)")
         else:
             c.add_argument("--chunks", type=int, default=None, metavar="C", help="at most C chunks per source (default: as many as the optimum needs)")
+            c.add_argument("--max-depth", type=int, default=None, metavar="D",
+                           help="trees of at most D GPU hops: the best throughput at that depth, with its certified gap "
+                           "(docs/latency.md; default 8 chunks per source)")
+            c.add_argument("--sizes", default=None, metavar="LIST",
+                           help="size-aware: the depth/throughput Pareto set, one schedule per size band chosen by "
+                           "--profile at these representative sizes (e.g. 1M,16M,256M; nccl-tests S); -o/--schedule-out "
+                           "write one file per band (NAME.bI.xml), --store publishes one version with the bands")
+            c.add_argument("--depths", default="1,2,3,4,inf", metavar="LIST",
+                           help="depth bounds of the Pareto set for --sizes (default 1,2,3,4,inf)")
+            c.add_argument("--profile", default="h200", metavar="PROFILE",
+                           help="cost profile that chooses per band for --sizes (default h200)")
+            c.add_argument("--store", default=None, metavar="DIR", help="with --sizes: publish the bands as one version here")
+            c.add_argument("--comm", default="world", metavar="NAME", help="communicator name for --store (default world)")
         c.add_argument("--time-limit", type=positive_seconds, default=None, metavar="SEC",
                        help="stop after SEC seconds: AllToAll with its best schedule and certified gap, a tree "
                        "collective with status time_limit (an error when no schedule was built)")

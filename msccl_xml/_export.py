@@ -14,7 +14,8 @@ __all__ = ["export"]
 
 
 def export(
-    sched: Schedule, topo: Topology, path: str, *, runtime: str = "msccl-executor-nccl", protocol: str = "Simple"
+    sched: Schedule, topo: Topology, path: str, *, runtime: str = "msccl-executor-nccl", protocol: str = "Simple",
+    min_bytes: int = 0, max_bytes: int = 0,
 ) -> str:
     """Lower, write, re-parse and check; write the file only when the program checks valid.
 
@@ -23,6 +24,9 @@ def export(
     :func:`synth.synthesize` (default ``routing="auto"``) always follow the routes; a schedule whose
     hops take other paths (a ``routing="free"`` one on a fabric with several switch-only paths per
     pair) would run slower than its own algbw claims, so it is refused with the first such hop.
+
+    ``min_bytes`` / ``max_bytes`` become the ``<algo>`` selection range (``0``: unlimited), for one
+    file per size band.
 
     Raises
     ------
@@ -35,7 +39,8 @@ def export(
     expect_type(path, (str, os.PathLike), "path", XmlError)
     from msccl_xml import check, lower, parse, program_algbw_GBps, write
 
-    program = lower(sched, protocol=protocol, runtime=runtime, verify=False)  # checked below, once
+    program = lower(sched, protocol=protocol, runtime=runtime, verify=False, min_bytes=min_bytes,
+                    max_bytes=max_bytes)  # checked below, once
     text = write(program)
     parsed = parse(text)
     verdict = check(parsed, runtime=runtime)

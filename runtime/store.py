@@ -325,7 +325,8 @@ class VersionStore:
                 xml_rel: str | None = None
                 xml_err: str | None = None
                 if export_xml:
-                    xml_rel, xml_err = self._export(sched, topology, f"{rel_dir}/b{i}.msccl.xml")
+                    xml_rel, xml_err = self._export(sched, topology, f"{rel_dir}/b{i}.msccl.xml", int(lo),
+                                                    0 if hi is None else int(hi))
                 bands.append(Band(int(lo), None if hi is None else int(hi), rel, xml_rel, xml_err))
                 written[id(res)] = bands[-1]
             assert first is not None
@@ -360,11 +361,12 @@ class VersionStore:
             self._entries = entries
             return entry
 
-    def _export(self, sched: Schedule, topology: Topology, rel: str) -> tuple[str | None, str | None]:
+    def _export(self, sched: Schedule, topology: Topology, rel: str, min_bytes: int = 0,
+                max_bytes: int = 0) -> tuple[str | None, str | None]:
         from msccl_xml import export
 
-        try:
-            export(sched, topology, str(self.path(rel)))
+        try:  # the band's range goes into <algo minBytes maxBytes>
+            export(sched, topology, str(self.path(rel)), min_bytes=min_bytes, max_bytes=max_bytes)
         except LoopcollError as exc:
             return None, str(exc)[:500]
         except (OSError, ValueError, RecursionError) as exc:

@@ -1,6 +1,8 @@
 """The logical GPU graph of a topology under link weights: switch-only shortest paths between GPUs.
 
-Every GPU is split into an *out* node (its sending side) and an *in* node (its receiving side), so a
+With ``routing="fixed"`` (the default) every GPU pair has the one path a peer-addressed executor
+(MSCCL, torch P2P) uses, the fewest-link switch path, so schedules lower to XML. With ``"free"``
+every GPU is split into an *out* node (its sending side) and an *in* node (its receiving side), so a
 shortest path from ``u_out`` to ``v_in`` can only cross switches in between: exactly the physical path
 of one schedule hop. :class:`LinkGraph` builds the split graph once; :meth:`LinkGraph.costs` runs one
 Dijkstra per GPU (scipy, C) under the current weights.
@@ -16,6 +18,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
 from synth._types import NodeId
+from synth.paths import switch_reachable
 from synth.topologies.model import Topology
 
 __all__ = ["LinkGraph", "PairCosts"]
@@ -42,8 +45,11 @@ class LinkGraph:
     (2.0, ('gpu0', 'nvs0.0', 'gpu1'))
     """
 
-    def __init__(self, topo: Topology) -> None:
+    def __init__(self, topo: Topology, *, routing: str = "fixed") -> None:
+        if routing not in ("fixed", "free"):
+            raise ValueError(f"routing must be 'fixed' or 'free', got {routing!r}")
         self.topo = topo
+        self.routing = routing
         self.n = topo.nranks
         gpu_ids = [topo.gpu_id(r) for r in range(self.n)]
         rank_of = {g: r for r, g in enumerate(gpu_ids)}
@@ -63,9 +69,34 @@ class LinkGraph:
         self.src, self.dst = src, dst
         self.link_of = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(src.tolist(), dst.tolist()))}
         self.key_index = {lk.key: i for i, lk in enumerate(links)}
+        self._fixed: dict[tuple[int, int], list[int]] = {}
+        self._incidence: csr_matrix | None = None
+        if routing == "fixed":
+            self._build_fixed(gpu_ids)
+
+    def _build_fixed(self, gpu_ids: list[NodeId]) -> None:
+        """The one path a peer-addressed executor uses per GPU pair (:func:`synth.paths.switch_path`)."""
+        n = self.n
+        rows, cols = [], []
+        for u in range(n):
+            reach = switch_reachable(self.topo, gpu_ids[u])
+            for v in range(n):
+                path = reach.get(gpu_ids[v]) if v != u else None
+                if path is None:
+                    continue
+                links = [self.key_index[(a, b)] for a, b in zip(path[:-1], path[1:])]
+                self._fixed[(u, v)] = links
+                rows.extend([u * n + v] * len(links))
+                cols.extend(links)
+        self._incidence = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(n * n, self.nlinks))
+        self._reachable = np.zeros(n * n, dtype=bool)
+        self._reachable[[u * n + v for u, v in self._fixed]] = True
 
     def costs(self, weights: FloatArray) -> PairCosts:
         """All GPU-pair switch-path costs under ``weights`` (one per live link, all > 0)."""
+        if self._incidence is not None:
+            flat = np.where(self._reachable, self._incidence @ weights, np.inf)
+            return PairCosts(flat.reshape(self.n, self.n), np.zeros((0, 0), dtype=np.int32))
         mat = csr_matrix((weights, (self.src, self.dst)), shape=(self.nnodes, self.nnodes))
         dist, pred = dijkstra(mat, directed=True, indices=np.arange(self.n), return_predecessors=True)
         cost = np.array(dist[:, self.n:2 * self.n], dtype=np.float64)
@@ -74,6 +105,10 @@ class LinkGraph:
 
     def path_links(self, pc: PairCosts, u: int, v: int) -> list[int]:
         """Link indices of the switch path ``u -> v`` in ``pc`` (data order)."""
+        if self._incidence is not None:
+            if (u, v) not in self._fixed:
+                raise ValueError(f"no switch path from rank {u} to rank {v}")
+            return list(self._fixed[(u, v)])
         out: list[int] = []
         node = self.n + v
         row = pc.pred[u]

@@ -1,0 +1,145 @@
+"""``loopcoll synth … --max-depth D`` and ``--sizes LIST``: depth-bounded and size-aware tree schedules."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from loopcoll._common import print_json
+from synth import Schedule, write_schedule
+from synth.errors import LoopcollError, ScheduleError
+from synth.latency import synthesize_depth_bounded
+from synth.latency.pareto import pareto_set
+from synth.latency.select import choose_bands
+from synth.topologies.model import Topology
+
+__all__ = ["band_path", "parse_depths", "run_max_depth", "run_sizes"]
+
+
+def parse_depths(text: str) -> list[int | None]:
+    """``"1,2,inf"`` → ``[1, 2, None]``.
+
+    >>> parse_depths("1, 3,inf")
+    [1, 3, None]
+    """
+    out: list[int | None] = []
+    for tok in (t.strip().lower() for t in text.split(",")):
+        if not tok:
+            continue
+        if tok in ("inf", "none", "unbounded"):
+            out.append(None)
+            continue
+        try:
+            d = int(tok)
+        except ValueError:
+            raise LoopcollError(f"bad depth bound {tok!r} in --depths: expected integers >= 1 or inf") from None
+        if d < 1:
+            raise LoopcollError(f"bad depth bound {d} in --depths: must be >= 1")
+        out.append(d)
+    if not out:
+        raise LoopcollError("--depths is empty")
+    return out
+
+
+def band_path(path: str, index: int) -> str:
+    """``out.xml`` → ``out.b0.xml`` (one file per band).
+
+    >>> band_path("dir/ag.xml", 2)
+    'dir/ag.b2.xml'
+    """
+    p = Path(path)
+    return str(p.with_name(f"{p.stem}.b{index}{p.suffix}"))
+
+
+def _export(sched: Schedule, topo: Topology, path: str, args: argparse.Namespace, lo: int = 0, hi: int | None = None) -> None:
+    from msccl_xml import export
+
+    export(sched, topo, path, runtime=args.runtime, protocol=args.protocol, min_bytes=lo, max_bytes=hi or 0)
+
+
+def run_max_depth(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -> int:
+    """One depth-bounded schedule (``--max-depth``)."""
+    from loopcoll._cmd_synth import result_json
+
+    res = synthesize_depth_bounded(args.collective, topo, args.max_depth, chunks=args.chunks, warm_from=warm,
+                                   time_limit_s=args.time_limit)
+    if res.schedule is None:
+        raise ScheduleError(f"{args.collective} on {topo.name}: no schedule ({res.status.value}: {res.message})")
+    if args.output:
+        _export(res.schedule, topo, args.output, args)
+    if args.schedule_out:
+        write_schedule(res.schedule, args.schedule_out)
+    st = res.stats
+    if args.json:
+        doc = result_json(args.collective, topo.name, topo.nranks, res)
+        doc.update({k: st.get(k) for k in ("max_depth", "depth", "lp_algbw_GBps", "depth_bound_algbw_GBps",
+                                           "unbounded_optimal_algbw_GBps", "lp_gap_pct")})
+        print_json(doc)
+        return 0
+    print(f"{args.collective} on {topo.name} ({topo.nranks} ranks, depth {st['depth']} <= {args.max_depth}, "
+          f"{res.schedule.nchunks} chunks): algbw {res.algbw_GBps:.3f} GB/s; depth-{args.max_depth} bound "
+          f"{st['depth_bound_algbw_GBps']:.3f}, unbounded optimum {st['unbounded_optimal_algbw_GBps']:.3f} GB/s")
+    print(f"  solve {res.solve_time_s:.3f} s; {res.status.value}: {res.message}")
+    for path, what in ((args.output, "MSCCL XML"), (args.schedule_out, "schedule")):
+        if path:
+            print(f"  wrote {what} to {path}")
+    return 0
+
+
+def run_sizes(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -> int:
+    """The Pareto set and one schedule per size band (``--sizes``)."""
+    from loopcoll._cmd_simulate import parse_size
+
+    sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+    if not sizes:
+        raise LoopcollError("--sizes is empty")
+    points = pareto_set(args.collective, topo, depths=parse_depths(args.depths), chunks=args.chunks,
+                        unbounded_chunks=args.chunks, time_limit_s=args.time_limit)
+    bands = choose_bands(points, topo, sizes, args.profile)
+    written: list[str] = []
+    for i, b in enumerate(bands):
+        sched = points[b.point].schedule
+        if args.output:
+            written.append(band_path(args.output, i))
+            _export(sched, topo, written[-1], args, b.min_bytes, b.max_bytes)
+        if args.schedule_out:
+            written.append(band_path(args.schedule_out, i))
+            write_schedule(sched.with_meta(band={"min_bytes": b.min_bytes, "max_bytes": b.max_bytes}), written[-1])
+    entry = None
+    if args.store:
+        from runtime.store import VersionStore
+
+        store = VersionStore(args.store)
+        entry = store.publish(args.comm, args.collective,
+                              [(b.min_bytes, b.max_bytes, points[b.point].result) for b in bands],
+                              reason=f"synth --sizes {args.sizes} (profile {args.profile})", topology=topo,
+                              extra={"pareto": [_point_doc(p) for p in points]})
+    if args.json:
+        doc: dict[str, Any] = {
+            "collective": args.collective, "topology": topo.name, "nranks": topo.nranks, "profile": args.profile,
+            "pareto": [_point_doc(p) for p in points],
+            "bands": [{"min_bytes": b.min_bytes, "max_bytes": b.max_bytes, "choice": points[b.point].label,
+                       "size_bytes": b.size_bytes, "predicted_us": [t * 1e6 for t in b.predicted_s]} for b in bands],
+            "written": written, "store_version": None if entry is None else entry.version,
+        }
+        print_json(doc)
+        return 0
+    print(f"{args.collective} on {topo.name} ({topo.nranks} ranks): Pareto set")
+    for p in points:
+        print(f"  {p.label:>6}: depth {p.depth:>3}, algbw {p.algbw_GBps:9.3f} GB/s, {p.schedule.nchunks} chunks")
+    print(f"bands (profile {args.profile}):")
+    for b in bands:
+        hi = "inf" if b.max_bytes is None else str(b.max_bytes)
+        print(f"  [{b.min_bytes}, {hi}] -> {points[b.point].label} (predicted {b.predicted_s[b.point] * 1e6:.1f} us "
+              f"at {b.size_bytes} B)")
+    for path in written:
+        print(f"  wrote {path}")
+    if entry is not None:
+        print(f"  published {args.comm}/{args.collective} v{entry.version} to {args.store}")
+    return 0
+
+
+def _point_doc(p: Any) -> dict[str, Any]:
+    return {"label": p.label, "max_depth": p.max_depth, "depth": p.depth, "algbw_GBps": p.algbw_GBps,
+            "nchunks": p.schedule.nchunks}

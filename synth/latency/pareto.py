@@ -1,0 +1,101 @@
+"""The depth/throughput Pareto set of a tree collective: schedules for a few depth bounds.
+
+Each point is a schedule with its depth (GPU hops, the latency proxy) and bandwidth-term algbw; a
+point is kept only when no shallower point is at least as fast. Finite bounds are tried in
+increasing order and stop once the LP reaches the unbounded optimum (a deeper bound cannot beat
+it); ``None`` (ForestColl, the exact optimum) closes the set.
+
+>>> from synth import load_topology
+>>> pts = pareto_set("allgather", load_topology("hpn:1x2x4"), depths=(1, 2, None))
+>>> [(p.max_depth, p.depth) for p in pts][:1]
+[(2, 2)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from synth._types import Collective
+from synth.errors import SolverError, short_repr
+from synth.latency.bounded import synthesize_depth_bounded
+from synth.result import SynthResult
+from synth.schedule import Schedule
+from synth.topologies.model import Topology
+
+__all__ = ["DEFAULT_DEPTHS", "ParetoPoint", "pareto_set"]
+
+DEFAULT_DEPTHS: tuple[int | None, ...] = (1, 2, 3, 4, None)
+
+
+@dataclass(frozen=True)
+class ParetoPoint:
+    """One schedule of the set: its bound (``None``: unbounded), actual depth, algbw and result."""
+
+    max_depth: int | None
+    depth: int
+    algbw_GBps: float  # noqa: N815
+    result: SynthResult
+
+    @property
+    def schedule(self) -> Schedule:
+        assert self.result.schedule is not None
+        return self.result.schedule
+
+    @property
+    def label(self) -> str:
+        """``D<=2`` or ``D=inf``."""
+        return "D=inf" if self.max_depth is None else f"D<={self.max_depth}"
+
+
+def _check_depths(depths: Sequence[int | None]) -> list[int | None]:
+    out: list[int | None] = []
+    for d in depths:
+        if d is not None and (isinstance(d, bool) or not isinstance(d, int) or d < 1):
+            raise SolverError(f"depth bounds must be integers >= 1 or None, got {short_repr(d)}")
+        if d not in out:
+            out.append(d)
+    if not out:
+        raise SolverError("pareto_set needs at least one depth bound")
+    return sorted((d for d in out if d is not None)) + ([None] if None in out else [])  # type: ignore[return-value]
+
+
+def pareto_set(
+    collective: Collective,
+    topo: Topology,
+    *,
+    depths: Sequence[int | None] = DEFAULT_DEPTHS,
+    chunks: int | None = None,
+    unbounded_chunks: int | None = None,
+    time_limit_s: float | None = None,
+) -> list[ParetoPoint]:
+    """Schedules of ``collective`` for the depth bounds ``depths``, dominated ones dropped, by depth.
+
+    ``chunks`` caps the depth-bounded schedules' chunks per source; ``unbounded_chunks`` is
+    ForestColl's ``max_chunks`` for ``None`` (default: uncapped, the exact optimum). A finite bound
+    with no tree at all (switch paths need more hops) is skipped.
+    """
+    points: list[ParetoPoint] = []
+    reached = False
+    for d in _check_depths(depths):
+        if d is not None and reached:
+            continue
+        try:
+            res = synthesize_depth_bounded(collective, topo, d, chunks=unbounded_chunks if d is None else chunks,
+                                           time_limit_s=time_limit_s)
+        except SolverError as exc:
+            if d is not None and "no spanning tree" in str(exc):
+                continue
+            raise
+        if res.schedule is None:
+            continue
+        if d is not None:
+            opt = float(res.stats["unbounded_optimal_algbw_GBps"])
+            reached = float(res.stats["lp_algbw_GBps"]) >= opt * (1 - 1e-9)
+        points.append(ParetoPoint(d, int(res.stats["depth"]), res.algbw_GBps, res))
+    points.sort(key=lambda p: (p.depth, -p.algbw_GBps))
+    kept: list[ParetoPoint] = []
+    for p in points:
+        if not kept or p.algbw_GBps > kept[-1].algbw_GBps * (1 + 1e-9):
+            kept.append(p)
+    return kept
