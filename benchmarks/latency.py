@@ -14,15 +14,17 @@ choice was not evaluated. Writes ``results/latency.{json,md,png}``.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _report import RESULTS, write_results  # noqa: E402
+from _report import RESULTS, markdown_table, write_results  # noqa: E402
 
 from synth import load_topology  # noqa: E402
+from synth.fileio import write_text_atomic  # noqa: E402
 from synth.baselines import nccl_ring  # noqa: E402
 from synth.latency.bounded import synthesize_depth_bounded  # noqa: E402
 from synth.latency.pareto import ParetoPoint, pareto_set  # noqa: E402
@@ -82,8 +84,11 @@ def run_case(spec: str, scenario: str, per_rank_mb: list[int], profile: str, chu
 
 
 def _plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib missing: no PNG")
+        return
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -109,6 +114,34 @@ def _plot(rows: list[dict], path: Path) -> None:
     tmp.replace(path)
 
 
+def _report(name: str, rows: list[dict], infos: list[dict], command: str) -> None:
+    cols = ["topology", "scenario", "N", "MB_per_rank", "choice", "choice_depth", "choice_us", "optimal_us",
+            "optimal_depth", "nccl_ring_us", "speedup_vs_optimal", "speedup_vs_nccl", "never_slower"]
+    rep = [r for r in rows if r["representative"]]
+    mid = [r for r in rows if not r["representative"]]
+    notes = ["## Pareto sets (depth bound: actual depth, bandwidth-term algbw)", ""]
+    for info in infos:
+        notes.append(f"- {info['topology']} {info['scenario']} (N={info['N']}): {info['pareto']}; synthesis "
+                     f"{info['synth_s']:.1f} s; bands: " + ", ".join(
+                         f"[{b['min_bytes']}, {b['max_bytes']}] {b['choice']}" for b in info["bands"]))
+    small = [r for r in rep if r["MB_per_rank"] <= 16]
+    notes += ["", f"Size-aware never slower than either at the representative sizes: "
+              f"{all(r['never_slower'] for r in rep)}; at the sizes in between: {all(r['never_slower'] for r in mid)} "
+              f"(worst ratio there vs the better of the two: "
+              f"{min(min(r['optimal_us'], r['nccl_ring_us']) / r['choice_us'] for r in mid) if mid else float('nan'):.4g}).",
+              f"At 1-16 MB per rank: speedup vs throughput-optimal min {min(r['speedup_vs_optimal'] for r in small):.3g}, "
+              f"median {sorted(r['speedup_vs_optimal'] for r in small)[len(small) // 2]:.3g}, "
+              f"max {max(r['speedup_vs_optimal'] for r in small):.3g}; vs NCCL-like min "
+              f"{min(r['speedup_vs_nccl'] for r in small):.3g}, max {max(r['speedup_vs_nccl'] for r in small):.3g}.",
+              "", "## Sizes between the representative ones (the band choice was not simulated there)", "",
+              markdown_table(cols, mid)]
+    table = write_results(name, cols, rep, command, "\n".join(notes))
+    write_text_atomic(RESULTS / f"{name}_pareto.json", json.dumps(infos, indent=1, sort_keys=True) + "\n")
+    _plot(rows, RESULTS / f"{name}.png")
+    print(table)
+    print("\n".join(notes))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--specs", nargs="+", default=["hpn:1x16x8", "hpn:2x16x8"])
@@ -117,40 +150,28 @@ def main() -> None:
     ap.add_argument("--profile", default="h200")
     ap.add_argument("--chunks", type=int, default=None, help="chunks per source of depth-bounded schedules (default 8)")
     ap.add_argument("--name", default="latency")
+    ap.add_argument("--raw", metavar="FILE.json", help="only write the raw rows here (one process per case)")
+    ap.add_argument("--merge", nargs="+", metavar="FILE.json", help="report from raw files instead of running")
     args = ap.parse_args()
     rows: list[dict] = []
-    infos = []
+    infos: list[dict] = []
+    if args.merge:
+        for path in args.merge:
+            doc = json.loads(Path(path).read_text())
+            rows += doc["rows"]
+            infos += doc["infos"]
+        _report(args.name, rows, infos, "python benchmarks/latency.py (one process per case with --raw, then --merge)")
+        return
     for spec in args.specs:
         for scen in args.scenarios:
             r, info = run_case(spec, scen, args.mb, args.profile, args.chunks)
             rows += r
             infos.append(info)
             print(f"{spec} {scen}: {info['pareto']}; bands {info['bands']}; synth {info['synth_s']:.1f} s", flush=True)
-    cols = ["topology", "scenario", "N", "MB_per_rank", "choice", "choice_depth", "choice_us", "optimal_us",
-            "optimal_depth", "nccl_ring_us", "speedup_vs_optimal", "speedup_vs_nccl", "never_slower"]
-    rep = [r for r in rows if r["representative"]]
-    mid = [r for r in rows if not r["representative"]]
-    notes = ["## Pareto sets", ""]
-    for info in infos:
-        notes.append(f"- {info['topology']} {info['scenario']} (N={info['N']}): {info['pareto']}; synthesis "
-                     f"{info['synth_s']:.1f} s; bands: " + ", ".join(
-                         f"[{b['min_bytes']}, {b['max_bytes']}] {b['choice']}" for b in info["bands"]))
-    small = [r for r in rep if r["MB_per_rank"] <= 16]
-    notes += ["", f"Size-aware never slower than either (all {len(rows)} sizes, representative and in-between): "
-              f"{all(r['never_slower'] for r in rows)}.",
-              f"At 1-16 MB per rank: speedup vs throughput-optimal min {min(r['speedup_vs_optimal'] for r in small):.3g}, "
-              f"max {max(r['speedup_vs_optimal'] for r in small):.3g}; vs NCCL-like min "
-              f"{min(r['speedup_vs_nccl'] for r in small):.3g}, max {max(r['speedup_vs_nccl'] for r in small):.3g}.",
-              "", "## Sizes between the representative ones (the band choice was not simulated there)", "",
-              __import__("_report").markdown_table(cols, mid)]
-    cmd = "python benchmarks/latency.py " + " ".join(sys.argv[1:])
-    table = write_results(args.name, cols, rep, cmd.strip(), "\n".join(notes))
-    import json
-
-    (RESULTS / f"{args.name}_pareto.json").write_text(json.dumps(infos, indent=1, sort_keys=True) + "\n")
-    _plot(rows, RESULTS / f"{args.name}.png")
-    print(table)
-    print("\n".join(notes))
+    if args.raw:
+        write_text_atomic(Path(args.raw), json.dumps({"rows": rows, "infos": infos}, sort_keys=True) + "\n")
+        return
+    _report(args.name, rows, infos, ("python benchmarks/latency.py " + " ".join(sys.argv[1:])).strip())
 
 
 if __name__ == "__main__":

@@ -1,0 +1,73 @@
+"""``loopcoll synth --max-depth`` / ``--sizes`` and ``simulate --schedules pareto``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+
+from loopcoll.cli import main
+
+
+@dataclass
+class _Run:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def _cli(capsys):  # noqa: PT004 - returns the runner
+    def run(*args: str) -> _Run:
+        try:
+            rc = main(list(args))
+        except SystemExit as exc:  # argparse usage errors
+            rc = int(exc.code or 0)
+        out, err = capsys.readouterr()
+        return _Run(rc, out, err)
+
+    return run
+
+
+def test_max_depth_json(_cli, tmp_path) -> None:
+    xml = tmp_path / "d2.xml"
+    p = _cli("synth", "allgather", "hpn:1x2x4", "--fail", "fail2", "--max-depth", "2", "--json", "-o", str(xml))
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["depth"] <= 2 and doc["max_depth"] == 2
+    assert doc["algbw_GBps"] <= doc["lp_algbw_GBps"] * (1 + 1e-9) <= doc["depth_bound_algbw_GBps"] * (1 + 1e-6)
+    assert xml.exists()
+
+
+def test_sizes_writes_one_file_per_band_and_publishes(_cli, tmp_path) -> None:
+    out = tmp_path / "ag.xml"
+    store = tmp_path / "store"
+    p = _cli("synth", "allgather", "hpn:1x2x4", "--fail", "fail2", "--sizes", "64K,1G", "--depths", "2,3,inf",
+             "--chunks", "4", "-o", str(out), "--store", str(store), "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert [b["min_bytes"] for b in doc["bands"]][0] == 0 and doc["bands"][-1]["max_bytes"] is None
+    assert len(doc["written"]) == len(doc["bands"]) >= 1
+    for i, b in enumerate(doc["bands"]):
+        text = (tmp_path / f"ag.b{i}.xml").read_text()
+        assert f'minBytes="{b["min_bytes"]}"' in text
+        assert f'maxBytes="{0 if b["max_bytes"] is None else b["max_bytes"]}"' in text
+    assert doc["store_version"] == 1
+    assert (store / "manifest.json").exists()
+
+
+def test_bad_arguments_one_line_exit_2(_cli) -> None:
+    for args in (["--max-depth", "0"], ["--sizes", "1M", "--depths", "x"], ["--sizes", "0"]):
+        p = _cli("synth", "allgather", "ring:4", *args)
+        assert p.returncode == 2, (args, p.stderr)
+        assert p.stderr.startswith("loopcoll: error:") and p.stderr.count("\n") == 1, p.stderr
+    p = _cli("synth", "alltoall", "ring:4", "--max-depth", "2")
+    assert p.returncode == 2
+
+
+def test_simulate_shows_the_pareto_set(_cli) -> None:
+    p = _cli("simulate", "allgather", "hpn:1x2x2", "--fail", "fail2", "--schedules", "pareto,nccl", "--sizes", "1M,1G",
+             "--profile", "h200", "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert "Pareto set" in p.stdout and "D<=2" in p.stdout and "fastest per size" in p.stdout
