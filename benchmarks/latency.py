@@ -39,7 +39,8 @@ def _sim(sched, topo, nbytes: float, profile: str) -> float:
                     profile=profile).time_s
 
 
-def run_case(spec: str, scenario: str, per_rank_mb: list[int], profile: str, chunks: int | None) -> tuple[list[dict], dict]:
+def run_case(spec: str, scenario: str, per_rank_mb: list[int], profile: str, chunks: int | None,
+             between: bool = True) -> tuple[list[dict], dict]:
     topo = load_topology(spec, [] if scenario == "healthy" else [scenario])
     n = topo.nranks
     t0 = time.perf_counter()
@@ -55,15 +56,19 @@ def run_case(spec: str, scenario: str, per_rank_mb: list[int], profile: str, chu
         fc = ParetoPoint(None, int(res.stats["depth"]), res.algbw_GBps, res)
     optimal = fc
     ring = nccl_ring("allgather", topo)
-    between = [int(round((a * b) ** 0.5)) for a, b in zip(per_rank_mb[:-1], per_rank_mb[1:])]
+    between = [int(round((a * b) ** 0.5)) for a, b in zip(per_rank_mb[:-1], per_rank_mb[1:])] if between else []
+    # the selection's simulations are the same calls (deterministic): reuse them
+    known = {(i, size): t for b in bands for size, times in b.evaluated for i, t in enumerate(times)}
     rows = []
     pareto = "; ".join(f"{p.label}: depth {p.depth}, {p.algbw_GBps:.1f} GB/s" for p in points)
     for m in sorted(set(per_rank_mb) | set(between)):
         s = n * m * MB
         band = next(b for b in bands if b.min_bytes <= s and (b.max_bytes is None or s <= b.max_bytes))
         chosen = points[band.point]
-        t_choice = _sim(chosen.schedule, topo, s, profile)
-        t_opt = t_choice if chosen is optimal else _sim(optimal.schedule, topo, s, profile)
+        t_choice = known.get((band.point, s)) or _sim(chosen.schedule, topo, s, profile)
+        opt_i = next((i for i, p in enumerate(points) if p is optimal), None)
+        t_opt = t_choice if chosen is optimal else (known.get((opt_i, s)) if opt_i is not None else None) or _sim(
+            optimal.schedule, topo, s, profile)
         t_ring = _sim(ring, topo, s, profile)
         rows.append({
             "topology": spec, "scenario": scenario, "N": n, "MB_per_rank": m,
@@ -150,6 +155,7 @@ def main() -> None:
     ap.add_argument("--profile", default="h200")
     ap.add_argument("--chunks", type=int, default=None, help="chunks per source of depth-bounded schedules (default 8)")
     ap.add_argument("--name", default="latency")
+    ap.add_argument("--no-between", action="store_true", help="skip the sizes between the representative ones")
     ap.add_argument("--raw", metavar="FILE.json", help="only write the raw rows here (one process per case)")
     ap.add_argument("--merge", nargs="+", metavar="FILE.json", help="report from raw files instead of running")
     args = ap.parse_args()
@@ -164,7 +170,7 @@ def main() -> None:
         return
     for spec in args.specs:
         for scen in args.scenarios:
-            r, info = run_case(spec, scen, args.mb, args.profile, args.chunks)
+            r, info = run_case(spec, scen, args.mb, args.profile, args.chunks, not args.no_between)
             rows += r
             infos.append(info)
             print(f"{spec} {scen}: {info['pareto']}; bands {info['bands']}; synth {info['synth_s']:.1f} s", flush=True)

@@ -29,7 +29,8 @@ __all__ = ["BandChoice", "bands_from_sizes", "choose_bands", "predict_time_s"]
 class BandChoice:
     """One band ``min_bytes <= S <= max_bytes`` (``None``: no upper end) and its chosen point.
 
-    ``predicted_s`` lists every point's predicted time at ``size_bytes`` (index = point).
+    ``predicted_s`` lists every point's predicted time at ``size_bytes`` (index = point);
+    ``evaluated`` holds ``(size, predicted_s)`` for every representative size merged into the band.
     """
 
     min_bytes: int
@@ -37,6 +38,7 @@ class BandChoice:
     size_bytes: int
     point: int
     predicted_s: tuple[float, ...]
+    evaluated: tuple[tuple[int, tuple[float, ...]], ...] = ()
 
 
 def bands_from_sizes(sizes: Sequence[int]) -> list[tuple[int, int | None]]:
@@ -70,7 +72,7 @@ def choose_bands(
         best = min(range(len(points)), key=lambda i: (times[i], i))
         if out and out[-1].point == best:
             prev = out[-1]
-            out[-1] = BandChoice(prev.min_bytes, hi, prev.size_bytes, best, prev.predicted_s)
+            out[-1] = BandChoice(prev.min_bytes, hi, prev.size_bytes, best, prev.predicted_s, (*prev.evaluated, (s, times)))
         else:
-            out.append(BandChoice(lo, hi, s, best, times))
+            out.append(BandChoice(lo, hi, s, best, times, ((s, times),)))
     return out
