@@ -200,11 +200,11 @@ def synthesize_depth_bounded(
             return res
         depth = schedule_depth(res.schedule)
         sched = res.schedule.with_meta(max_depth=None, depth=depth)
-        stats = {**res.stats, "depth": depth, "max_depth": None, "lp_algbw_GBps": res.algbw_GBps,
-                 "depth_bound_algbw_GBps": res.optimal_algbw_GBps,
-                 "unbounded_optimal_algbw_GBps": res.optimal_algbw_GBps, "lp_gap_pct": 0.0}
+        fc_stats = {**res.stats, "depth": depth, "max_depth": None, "lp_algbw_GBps": res.algbw_GBps,
+                    "depth_bound_algbw_GBps": res.optimal_algbw_GBps,
+                    "unbounded_optimal_algbw_GBps": res.optimal_algbw_GBps, "lp_gap_pct": 0.0}
         return SynthResult(res.status, res.message, sched, res.algbw_GBps, res.optimal_algbw_GBps, res.gap_pct,
-                           res.solve_time_s, res.warm, stats, res.warm_state)
+                           res.solve_time_s, res.warm, fc_stats, res.warm_state)
     k_max = DEFAULT_CHUNKS if chunks is None else chunks
     n = topo.nranks
     sides: list[tuple[RouteKind, LinkGraph, LpOutcome, float]] = []
