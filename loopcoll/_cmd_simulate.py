@@ -53,8 +53,6 @@ def _schedules(args: argparse.Namespace, topo: Topology) -> list[tuple[str, Sche
         static = res.schedule
     for k in kinds:
         if k == "pareto":
-            if args.collective == "alltoall":
-                raise LoopcollError("--schedules pareto is for the tree collectives (allgather, reducescatter, allreduce)")
             from synth.latency.pareto import pareto_set
 
             for p in pareto_set(args.collective, topo, chunks=args.chunks):
@@ -189,8 +187,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("collective", choices=COLLECTIVES)
     add_topology_args(p)
     p.add_argument("--schedules", default="loopcoll,nccl,static",
-                   help="comma list of loopcoll, nccl, static, pareto (the depth/throughput Pareto set of a tree "
-                   "collective, one column per depth bound; docs/latency.md) (default loopcoll,nccl,static)")
+                   help="comma list of loopcoll, nccl, static, pareto (the depth/throughput Pareto set: one column per "
+                   "depth bound, AllToAll per max_steps bound; docs/latency.md) (default loopcoll,nccl,static)")
     p.add_argument("--schedule", action="append", metavar="SCHED.json", help="also simulate this schedule file")
     p.add_argument("--xml", action="append", metavar="FILE.xml", help="also simulate this MSCCL XML program")
     p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"message sizes (default {DEFAULT_SIZES})")

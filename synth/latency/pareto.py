@@ -71,10 +71,15 @@ def pareto_set(
 ) -> list[ParetoPoint]:
     """Schedules of ``collective`` for the depth bounds ``depths``, dominated ones dropped, by depth.
 
+    For AllToAll a bound is column generation's ``max_steps`` (GPU hops per path; ``None``: the
+    smallest that keeps the optimum) and ``chunks`` its ``nchunks``.
+
     ``chunks`` caps the depth-bounded schedules' chunks per source; ``unbounded_chunks`` is
     ForestColl's ``max_chunks`` for ``None`` (default: uncapped, the exact optimum). A finite bound
     with no tree at all (switch paths need more hops) is skipped.
     """
+    if collective == "alltoall":
+        return _alltoall_set(topo, _check_depths(depths), chunks, time_limit_s)
     points: list[ParetoPoint] = []
     reached = False
     for d in _check_depths(depths):
@@ -93,6 +98,30 @@ def pareto_set(
             opt = float(res.stats["unbounded_optimal_algbw_GBps"])
             reached = float(res.stats["lp_algbw_GBps"]) >= opt * (1 - 1e-9)
         points.append(ParetoPoint(d, int(res.stats["depth"]), res.algbw_GBps, res))
+    return _front(points)
+
+
+def _alltoall_set(topo: Topology, steps: list[int | None], chunks: int | None,
+                  time_limit_s: float | None) -> list[ParetoPoint]:
+    """AllToAll: the step bound is column generation's ``max_steps`` (GPU hops per path)."""
+    from synth.latency.depth import schedule_depth
+    from synth.synthesis import synthesize
+
+    points: list[ParetoPoint] = []
+    for s in steps:
+        try:
+            res = synthesize("alltoall", topo, chunks=chunks, max_steps=s, time_limit_s=time_limit_s)
+        except SolverError as exc:
+            if s is not None and "max_steps" in str(exc):
+                continue  # below the hop diameter
+            raise
+        if res.schedule is None:
+            continue
+        points.append(ParetoPoint(s, schedule_depth(res.schedule), res.algbw_GBps, res))
+    return _front(points)
+
+
+def _front(points: list[ParetoPoint]) -> list[ParetoPoint]:
     points.sort(key=lambda p: (p.depth, -p.algbw_GBps))
     kept: list[ParetoPoint] = []
     for p in points:

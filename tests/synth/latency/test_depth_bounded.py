@@ -188,3 +188,15 @@ def test_pareto_set_is_a_pareto_front() -> None:
         assert schedule_depth(p.schedule) == p.depth
         if p.max_depth is not None:
             assert p.depth <= p.max_depth
+
+
+def test_alltoall_pareto_uses_step_bounds() -> None:
+    topo = load_topology("hpn:1x2x4", ["fail2"])
+    pts = pareto_set("alltoall", topo, depths=(1, 2, 3, None), chunks=2)
+    assert [p.max_depth for p in pts][:1] == [2]  # one step cannot cross rails: skipped
+    bws = [p.algbw_GBps for p in pts]
+    assert all(a < b for a, b in zip(bws, bws[1:]))
+    for p in pts:
+        p.schedule.validate(topo)
+        if p.max_depth is not None:
+            assert schedule_depth(p.schedule) <= p.max_depth
