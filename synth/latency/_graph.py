@@ -1,7 +1,7 @@
 """The logical GPU graph of a topology under link weights: switch-only shortest paths between GPUs.
 
 With ``routing="fixed"`` (the default) every GPU pair has the one path a peer-addressed executor
-(MSCCL, torch P2P) uses, the fewest-link switch path, so schedules lower to XML. With ``"free"``
+(MSCCL, torch P2P) uses (:func:`synth.routing.pair_route`), so schedules lower to XML. With ``"free"``
 every GPU is split into an *out* node (its sending side) and an *in* node (its receiving side), so a
 shortest path from ``u_out`` to ``v_in`` can only cross switches in between: exactly the physical path
 of one schedule hop. :class:`LinkGraph` builds the split graph once; :meth:`LinkGraph.costs` runs one
@@ -18,7 +18,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
 from synth._types import NodeId
-from synth.paths import switch_reachable
+from synth.routing import route_table
 from synth.topologies.model import Topology
 
 __all__ = ["LinkGraph", "PairCosts"]
@@ -75,19 +75,19 @@ class LinkGraph:
             self._build_fixed(gpu_ids)
 
     def _build_fixed(self, gpu_ids: list[NodeId]) -> None:
-        """The one path a peer-addressed executor uses per GPU pair (:func:`synth.paths.switch_path`)."""
+        """The one path the executor uses per GPU pair (:func:`synth.routing.route_table`)."""
         n = self.n
         rows, cols = [], []
-        for u in range(n):
-            reach = switch_reachable(self.topo, gpu_ids[u])
-            for v in range(n):
-                path = reach.get(gpu_ids[v]) if v != u else None
-                if path is None:
-                    continue
-                links = [self.key_index[(a, b)] for a, b in zip(path[:-1], path[1:])]
-                self._fixed[(u, v)] = links
-                rows.extend([u * n + v] * len(links))
-                cols.extend(links)
+        for (u, v), path in sorted(route_table(self.topo).items()):
+            if u == v:
+                continue
+            idx = [self.key_index.get((a, b)) for a, b in zip(path[:-1], path[1:])]
+            if any(i is None for i in idx):
+                continue  # a route over a down link is no route
+            links = [int(i) for i in idx if i is not None]
+            self._fixed[(u, v)] = links
+            rows.extend([u * n + v] * len(links))
+            cols.extend(links)
         self._incidence = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(n * n, self.nlinks))
         self._reachable = np.zeros(n * n, dtype=bool)
         self._reachable[[u * n + v for u, v in self._fixed]] = True
