@@ -265,6 +265,7 @@ def run_live(cfg: LiveConfig, *, on_event: Callable[[str, dict[str, Any]], None]
     handle = serve(ctl, token=token, store_dir=store_dir, poll_interval_s=cfg.poll_interval_s,
                    log=lambda rec: None)
     ctx = None
+    finished = False
     t_start = time.time()
     results: dict[int, dict[str, Any]] = {}
     errors: list[str] = []
@@ -307,10 +308,11 @@ def run_live(cfg: LiveConfig, *, on_event: Callable[[str, dict[str, Any]], None]
             if on_event and time.monotonic() - last_status > 0.5:
                 last_status = time.monotonic()
                 on_event("status", _detector_state(ctl))
+        finished = not errors
     finally:
-        if ctx is not None:
+        if ctx is not None:  # a moment to leave after a clean run; at once on errors, Ctrl-C or SIGTERM
             for p in ctx.processes:
-                p.join(0.0 if errors else 2.0)
+                p.join(2.0 if finished else 0.0)
             for p in ctx.processes:
                 if p.is_alive():
                     p.kill()
