@@ -94,7 +94,7 @@ def _close(torch: Any, got: Any, ref: Any, world: int, exact: bool) -> tuple[boo
     if exact or not got.dtype.is_floating_point:
         return bool(torch.equal(got, ref)), float((got != ref).sum().item())
     diff = (got.float() - ref.float()).abs()
-    tol = torch.finfo(got.dtype).eps * 4 * world * (1 + ref.float().abs())
+    tol = torch.finfo(got.dtype).eps * 8 * world * (1 + ref.float().abs())
     return bool((diff <= tol).all().item()), float(diff.max().item())
 
 

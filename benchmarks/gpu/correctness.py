@@ -4,7 +4,7 @@ Each case draws a collective (AllGather, ReduceScatter, AllReduce, AllToAll in t
 (loopcoll's ForestColl / AllToAll schedules for ``nvswitch:N`` and for ``ring:N``, lowered to MSCCL
 programs), a dtype (float32, float16, bfloat16, int32, int64, uint8), a size (1 .. ``--max-elems`` elements
 per rank), in or out of place, and a reduction (SUM, MAX, MIN, AVG on floats); the executor's output must
-equal the native collective's (bit for bit without reduction or for MIN/MAX, within 4·N·eps(dtype)·(1+|x|)
+equal the native collective's (bit for bit without reduction or for MIN/MAX, within 8·N·eps(dtype)·(1+|x|)
 for floating sums) and the call must have run the program (not a native fallback).
 
     python benchmarks/gpu/correctness.py                           # every visible GPU, NCCL
