@@ -79,12 +79,12 @@ def _inner(dev: Any, size_bytes: int) -> int:
 
 
 def _fill(torch: Any, t: Any, seed: int) -> Any:
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=t.device).manual_seed(seed)  # generated on the device: no host-side copies
     if t.dtype.is_floating_point:
-        src = torch.randn(t.numel(), generator=g).to(t.dtype)
+        src = torch.randn(t.numel(), generator=g, device=t.device)
     else:
-        src = torch.randint(0, 9, (t.numel(),), generator=g).to(t.dtype)
-    return t.view(-1).copy_(src.to(t.device))
+        src = torch.randint(0, 9, (t.numel(),), generator=g, device=t.device)
+    return t.view(-1).copy_(src)
 
 
 def _close(torch: Any, got: Any, ref: Any, world: int, exact: bool) -> tuple[bool, float]:

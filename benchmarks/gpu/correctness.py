@@ -41,12 +41,12 @@ def main(argv: list[str] | None = None) -> int:
     add_common(ap)
     ap.add_argument("--cases", type=int, default=None, help="random cases (default 200 on GPUs, 24 on gloo)")
     ap.add_argument("--max-elems", type=int, default=None, help="largest per-rank element count "
-                    "(default 4M on GPUs, 4096 on gloo)")
+                    "(default 1M on GPUs, 4096 on gloo)")
     ap.add_argument("--seed", type=int, default=24)
     args = resolve(ap.parse_args(argv))
     gpu = args.backend == "nccl"
     cases = args.cases or (200 if gpu else 24)
-    max_elems = args.max_elems or ((4 << 20) if gpu else 4096)
+    max_elems = args.max_elems or ((1 << 20) if gpu else 4096)
     res = launch_workers(W.correctness, args, programs(args.nprocs), cases, args.seed, max_elems)
     rows = res[0]["rows"]
     failures = [f for r in res for f in r["failures"]]
