@@ -3,8 +3,8 @@
 The scripts are meant for NCCL on GPUs (issue #24); here each one runs end to end on gloo so that the
 code paths the GPU runs take (launch, executor vs native, ceiling, swaps, telemetry with a contender
 process, daemon + following executors) are exercised, and their JSON has the figures it promises.
-Timing figures are not asserted. About 9 s per script on an idle 2-core machine (process start-up
-dominates).
+Timing figures are not asserted. 43 s for the file on a shared 2-core VM at load average 12 (6-12 s per
+script; process start-up and torch imports dominate).
 """
 
 from __future__ import annotations
