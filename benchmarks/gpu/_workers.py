@@ -36,8 +36,9 @@ def worker_env(torch: Any) -> dict[str, Any]:
     """GPU name, CUDA and NCCL versions seen by this process (empty figures on CPU)."""
     env: dict[str, Any] = {"torch": torch.__version__}
     if torch.distributed.get_backend() == "nccl":
+        v = torch.cuda.nccl.version()  # a tuple (major, minor, patch[, suffix]); an int in old torch
         env.update(gpu_name=torch.cuda.get_device_name(), cuda=torch.version.cuda, gpus_visible=torch.cuda.device_count(),
-                   nccl=".".join(map(str, torch.cuda.nccl.version())),
+                   nccl=".".join(map(str, v)) if isinstance(v, tuple) else str(v),
                    capability=".".join(map(str, torch.cuda.get_device_capability())))
     return env
 
