@@ -112,3 +112,38 @@ def test_nccl_without_gpus_is_refused(tmp_path: Path) -> None:
         swap.main(["--backend", "nccl", "--out-dir", str(tmp_path)])
     with pytest.raises(ExecutorError, match="runs on --device"):
         swap.main(["--backend", "gloo", "--device", "cuda", "--out-dir", str(tmp_path)])
+
+
+def test_closed_loop_analysis_figures() -> None:
+    """Detection, reaction and the algbw phases from made-up call logs (the paths a GPU run takes)."""
+    t0, size = 1000.0, 1 << 20
+
+    def calls(switch_at: float) -> list:  # one call per 10 ms; 1 ms healthy, 2 ms contended on v1, 1.25 ms on v2
+        out = []
+        for k in range(1000):
+            t = t0 + 0.01 * k
+            version = 2 if t >= switch_at else 1
+            slow = 3.0 <= t - t0 < 6.0
+            dur = (2e-3 if version == 1 else 1.25e-3) if slow else 1e-3
+            out.append((t, dur, version))
+        return out
+
+    res = [{"calls": calls(t0 + 3.2), "t_loop": t0, "t_inject": t0 + 3.0, "t_clear": t0 + 6.0},
+           {"calls": calls(t0 + 3.25), "t_loop": t0, "t_inject": None, "t_clear": None}]
+    log = [{"event": "flag", "t_s": t0 + 1.0},  # before the injection: a false flag
+           {"event": "flag", "t_s": t0 + 3.05}, {"event": "synthesized", "t_s": t0 + 3.05, "synth_time_s": 0.02},
+           {"event": "publish", "t_s": t0 + 3.07, "version": 2, "collective": "allgather"},
+           {"event": "stopped", "t_s": t0 + 11, "counters": {"samples_received": 123}}]
+    a = closed_loop.analyse(res, log, size)
+    assert a["initial_version"] == 1 and a["versions_seen"] == [1, 2]
+    assert a["detect_ms"] == pytest.approx(50.0) and a["detect_calls"] == 6
+    assert a["false_flags_before_injection"] == 1 and a["flags"] == 2
+    assert a["synth_ms"] == pytest.approx(20.0) and a["publish_ms"] == pytest.approx(70.0)
+    assert a["reaction_ms"] == pytest.approx(250.0)  # the last rank's first call on version 2
+    assert a["before_GBps"] == pytest.approx(size / 1e-3 / 1e9)
+    assert a["stale_GBps"] == pytest.approx(size / 2e-3 / 1e9)
+    assert a["adapted_GBps"] == pytest.approx(size / 1.25e-3 / 1e9)
+    assert a["after_clear_GBps"] == pytest.approx(size / 1e-3 / 1e9)
+    assert a["daemon_samples_received"] == 123
+    none = closed_loop.analyse([{**res[0], "calls": calls(t0 + 99)}], log[:1], size)
+    assert none["detect_ms"] is None and none["reaction_ms"] is None and none["adapted_GBps"] is None
