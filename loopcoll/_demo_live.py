@@ -76,7 +76,7 @@ class _View:
                            f"{1e3 * (data.get('synth_time_s') or 0):.0f} ms)",
                 "cooldown": f"v{data.get('version')} in cool-down", "abort": "aborts: degradation cleared",
                 "no_gain": f"keeps v{data.get('version')} (no gain)",
-                "synthesis_failed": f"synthesis failed: {data.get('error')}"}.get(ev, ev)
+                "synthesis_failed": f"synthesis failed: {data.get('error')}"}.get(str(ev), str(ev))
         if ev == "publish" and data.get("version") == 1:
             return
         print(f"    {t:+7.2f}s controller  {data.get('collective')}: {what}", file=self.out, flush=True)
@@ -110,7 +110,9 @@ def run_live_demo(args: argparse.Namespace) -> int:
     cfg = LiveConfig(topology=topology, gbps_scale=args.gbps_scale, steps=steps,
                      allgather_bytes=parse_size(args.allgather_size), alltoall_bytes=parse_size(args.alltoall_size),
                      failure=failure, faults=tuple(faults), window=args.window, check_every=args.check_every)
-    cfg.emulation().scaled_topology()  # a bad topology or failure fails here, before any process starts
+    from runtime.executor.throttle import emulation_from_dict
+
+    emulation_from_dict(cfg.emulation().to_dict())  # a bad topology or failure fails here, before any process starts
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     quiet = args.json or args.quiet

@@ -236,7 +236,9 @@ def run_live(cfg: LiveConfig, *, on_event: Callable[[str, dict[str, Any]], None]
     from runtime.daemon import serve
     from runtime.executor.launch import free_port
 
-    emu = cfg.emulation()
+    from runtime.executor.throttle import emulation_from_dict
+
+    emu = emulation_from_dict(cfg.emulation().to_dict())  # validated here, before any process starts
     topo = emu.scaled_topology()
     world = topo.nranks
     hosts = [g.host if g.host is not None else 0 for g in sorted(topo.gpus, key=lambda g: g.rank)]
@@ -463,7 +465,8 @@ def plot_live(res: LiveResult, path: str | os.PathLike[str]) -> None:
         for i in range(0, len(steps) - w + 1, w):
             chunk = steps[i:i + w]
             xs.append(chunk[-1][0] - t0)
-            ys.append(len(chunk) * nbytes[coll] / sum(r[1 + ci] for r in chunk) / 1e6)
+            busy_s = sum(r[1] if ci == 0 else r[2] for r in chunk)
+            ys.append(len(chunk) * nbytes[coll] / busy_s / 1e6)
         ax.plot(xs, ys, label=f"{coll} algbw", color=("tab:blue", "tab:orange")[ci])
     for a, b in res.fault_wall:
         if a is not None:

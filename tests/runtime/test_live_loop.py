@@ -78,3 +78,23 @@ def test_new_schedule_moves_less_over_the_throttled_pair(live) -> None:
     for coll in COLLECTIVES:
         tl = res.timeline[coll]
         assert share(coll, tl["new_version"]) < share(coll, tl["stale_version"]), coll
+
+
+def test_timeline_table_and_plot(live, tmp_path) -> None:
+    from runtime.live import format_timeline, plot_live
+
+    res, _ = live
+    table = format_timeline(res)
+    assert all(c in table for c in COLLECTIVES) and "v1->v" in table
+    plot_live(res, tmp_path / "live.png")
+    assert (tmp_path / "live.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_refuses_bad_options_before_starting_anything(capsys) -> None:
+    from loopcoll.cli import main
+
+    assert main(["demo", "--live", "--steps", "10"]) == 2
+    assert main(["demo", "--live", "--steps", "300", "--fault-at", "200", "--clear-at", "100"]) == 2
+    assert main(["demo", "--live", "--fail", "fail9"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("loopcoll: error:") == 3 and "Traceback" not in err
