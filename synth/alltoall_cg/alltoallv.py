@@ -20,7 +20,6 @@ Examples
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from synth.alltoall_cg._args import check_cg_args
 from synth.alltoall_cg._expanded import Network, hop_diameter
 from synth.alltoall_cg._schedule import RouteCache, make_routes, route_order
 from synth.alltoall_cg._vcg import VRun, WeightedCg
@@ -37,7 +37,6 @@ from synth.alltoall_cg._vround import disaggregate_v, greedy_remainder, improve,
 from synth.alltoallv_schedule import AllToAllvSchedule, check_demand
 from synth.errors import ScheduleError, SolverError
 from synth.result import Status
-from synth.solvers import LP_SOLVERS
 from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology
 
@@ -99,19 +98,7 @@ class AllToAllvBound:
 
 
 def _check_args(topology: object, nchunks: object, max_steps: object, solver: object, time_limit_s: object) -> None:
-    if not isinstance(topology, Topology):
-        raise SolverError(f"synthesize_alltoallv needs a Topology, got {type(topology).__name__}")
-    if topology.nranks < 2:
-        raise SolverError(f"topology {topology.name!r} has {topology.nranks} GPU(s); AllToAllv needs at least 2")
-    if isinstance(nchunks, bool) or not isinstance(nchunks, int) or nchunks < 1:
-        raise SolverError(f"nchunks must be an integer >= 1, got {nchunks!r}")
-    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
-        raise SolverError(f"max_steps must be None or an integer >= 1, got {max_steps!r}")
-    if solver not in LP_SOLVERS:
-        raise SolverError(f"unknown LP solver {solver!r}; allowed: {', '.join(LP_SOLVERS)}")
-    if time_limit_s is not None and (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float))
-                                     or not math.isfinite(time_limit_s) or time_limit_s <= 0):
-        raise SolverError(f"time_limit_s must be None or a finite number of seconds > 0, got {time_limit_s!r}")
+    check_cg_args("synthesize_alltoallv", "AllToAllv", topology, nchunks, max_steps, solver, time_limit_s)
 
 
 def _demand_array(topology: Topology, demand: Any) -> FloatArray:

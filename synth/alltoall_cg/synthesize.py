@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from synth.alltoall_cg._args import check_cg_args
 from synth.alltoall_cg._cg import CgRun, ColumnGeneration
 from synth.alltoall_cg._expanded import Network, hop_diameter
 from synth.alltoall_cg._repair import RoundedState, repair
@@ -51,7 +52,6 @@ from synth._resources import require_memory
 from synth.errors import ScheduleError, SolverError
 from synth.result import Status, SynthResult
 from synth.schedule import CutLink, Schedule
-from synth.solvers import LP_SOLVERS
 from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology
 
@@ -92,19 +92,7 @@ class AllToAllBound:
 
 def _validate_args(topology: object, nchunks: object, max_steps: object, solver: object, time_limit_s: object,
                    warm_start: object) -> None:
-    if not isinstance(topology, Topology):
-        raise SolverError(f"synthesize_alltoall needs a Topology, got {type(topology).__name__}")
-    if topology.nranks < 2:
-        raise SolverError(f"topology {topology.name!r} has {topology.nranks} GPU(s); AllToAll needs at least 2")
-    if isinstance(nchunks, bool) or not isinstance(nchunks, int) or nchunks < 1:
-        raise SolverError(f"nchunks must be an integer >= 1, got {nchunks!r}")
-    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
-        raise SolverError(f"max_steps must be None or an integer >= 1, got {max_steps!r}")
-    if solver not in LP_SOLVERS:
-        raise SolverError(f"unknown LP solver {solver!r}; allowed: {', '.join(LP_SOLVERS)}")
-    if time_limit_s is not None and (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, (int, float))
-                                     or not math.isfinite(time_limit_s) or time_limit_s <= 0):
-        raise SolverError(f"time_limit_s must be None or a finite number of seconds > 0, got {time_limit_s!r}")
+    check_cg_args("synthesize_alltoall", "AllToAll", topology, nchunks, max_steps, solver, time_limit_s)
     if warm_start is not None and not isinstance(warm_start, (SynthResult, WarmState, Schedule)):
         raise SolverError(
             f"warm_start must be a SynthResult, its warm_state, or a Schedule, got {type(warm_start).__name__}"
