@@ -57,17 +57,7 @@ class TreeMaster:
         if k == 0:
             return
         tr, lk = np.nonzero(loads)
-        counts = np.bincount(tr, minlength=k) + 1
-        starts = np.zeros(k, dtype=np.int64)
-        starts[1:] = np.cumsum(counts)[:-1]
-        index = np.empty(int(counts.sum()), dtype=np.int64)
-        value = np.empty(len(index), dtype=np.float64)
-        index[starts] = sources
-        value[starts] = 1.0
-        body = np.ones(len(index), dtype=bool)
-        body[starts] = False
-        index[body] = self.n + lk
-        value[body] = loads[tr, lk]
+        starts, index, value = tree_columns(sources, np.bincount(tr, minlength=k), self.n + lk, loads[tr, lk])
         ub = np.full(k, np.inf) if upper is None else upper
         self.lp.add_cols(np.zeros(k), np.zeros(k), ub, starts, index, value)
 
@@ -91,3 +81,29 @@ class TreeMaster:
         mu = sol.row_duals[: self.n]
         w = np.maximum(0.0, -sol.row_duals[self.n :])
         return mu, w
+
+
+def tree_columns(sources: IntArray, link_counts: IntArray, link_rows: IntArray,
+                 link_values: FloatArray) -> tuple[IntArray, IntArray, FloatArray]:
+    """CSC ``(starts, index, value)`` of tree columns: 1 in the source's convexity row, then its link entries.
+
+    ``link_rows`` / ``link_values`` hold the link entries of all columns in column order, ``link_counts[i]``
+    of them for column i.
+
+    >>> s, i, v = tree_columns(np.array([0, 1]), np.array([1, 2]), np.array([5, 5, 6]), np.array([1.0, 2.0, 3.0]))
+    >>> s.tolist(), i.tolist(), v.tolist()
+    ([0, 2], [0, 5, 1, 5, 6], [1.0, 1.0, 1.0, 2.0, 3.0])
+    """
+    k = len(sources)
+    counts = np.asarray(link_counts) + 1
+    starts = np.zeros(k, dtype=np.int64)
+    starts[1:] = np.cumsum(counts)[:-1]
+    index = np.empty(int(counts.sum()), dtype=np.int64)
+    value = np.empty(len(index), dtype=np.float64)
+    index[starts] = sources
+    value[starts] = 1.0
+    body = np.ones(len(index), dtype=bool)
+    body[starts] = False
+    index[body] = link_rows
+    value[body] = link_values
+    return starts, index, value

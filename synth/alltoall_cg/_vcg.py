@@ -30,7 +30,7 @@ import numpy.typing as npt
 from scipy.sparse import csr_matrix
 
 from synth.alltoall_cg._expanded import ExpandedGraph, Network
-from synth.alltoall_cg._master import TreeMaster
+from synth.alltoall_cg._master import TreeMaster, tree_columns
 from synth.alltoall_cg._pool import PathPool, TreePool
 from synth.alltoall_cg._schedule import RouteCache
 from synth.alltoall_cg._pricing import _condensed_shortest, _free_shortest, layered_shortest, price_trees
@@ -129,17 +129,7 @@ class WeightedCg:
     def _add_columns(self, sources: IntArray, loads: csr_matrix) -> None:
         """Tree columns into the master: 1 in the source's convexity row, loads in link rows."""
         k, n = len(sources), self.net.n_gpus
-        counts = np.diff(loads.indptr) + 1
-        starts = np.zeros(k, dtype=np.int64)
-        starts[1:] = np.cumsum(counts)[:-1]
-        index = np.empty(int(counts.sum()), dtype=np.int64)
-        value = np.empty(len(index), dtype=np.float64)
-        index[starts] = sources
-        value[starts] = 1.0
-        body = np.ones(len(index), dtype=bool)
-        body[starts] = False
-        index[body] = n + loads.indices
-        value[body] = loads.data
+        starts, index, value = tree_columns(sources, np.diff(loads.indptr), n + loads.indices, loads.data)
         self.master.lp.add_cols(np.zeros(k), np.zeros(k), np.full(k, np.inf), starts, index, value)
 
     def add_trees(self, sources: IntArray, path_ids: IntArray) -> int:
