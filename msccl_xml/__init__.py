@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .algbw import program_algbw_GBps, program_link_loads, switch_path
 from ._export import export
-from .checker import CheckResult, CheckStatus, check, check_file, check_text
+from .checker import CheckResult, CheckStatus, check, check_file, check_text, verdict_message
 from .limits import RUNTIMES, RuntimeLimits, runtime_limits
 from .lint import lint_text
 from .lowering import lower
@@ -51,5 +51,6 @@ __all__ = [
     "read",
     "runtime_limits",
     "switch_path",
+    "verdict_message",
     "write",
 ]

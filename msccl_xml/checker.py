@@ -99,10 +99,21 @@ class CheckResult:
     @property
     def message(self) -> str:
         """One line: the verdict, and the first error when there is one."""
-        where = f"{self.collective} on {self.nranks} ranks for {self.runtime}"
-        if not self.errors:
-            return f"valid {where}" + (f" ({len(self.warnings)} warnings)" if self.warnings else "")
-        return f"invalid {where}: {len(self.errors)} error(s); first: {self.errors[0]}"
+        return verdict_message(f"{self.collective} on {self.nranks} ranks for {self.runtime}",
+                               self.errors, self.warnings)
+
+
+def verdict_message(where: str, errors: tuple[str, ...], warnings: tuple[str, ...]) -> str:
+    """A checker's one-line verdict on ``where``: valid (with a warning count) or the first error.
+
+    >>> verdict_message("plan x", (), ("w",))
+    'valid plan x (1 warnings)'
+    >>> verdict_message("plan x", ("e1", "e2"), ())
+    'invalid plan x: 2 error(s); first: e1'
+    """
+    if not errors:
+        return f"valid {where}" + (f" ({len(warnings)} warnings)" if warnings else "")
+    return f"invalid {where}: {len(errors)} error(s); first: {errors[0]}"
 
 
 def check(

@@ -25,7 +25,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from enum import Enum
 
-from msccl_xml import switch_path
+from msccl_xml import switch_path, verdict_message
 from synth.topologies import Topology
 
 from ._simulate import Transfer, simulate
@@ -83,10 +83,7 @@ class PlanCheckResult:
     @property
     def message(self) -> str:
         """One line: the verdict, and the first error when there is one."""
-        where = f"MSCCL++ plan, {self.collective} on {self.nranks} ranks"
-        if not self.errors:
-            return f"valid {where}" + (f" ({len(self.warnings)} warnings)" if self.warnings else "")
-        return f"invalid {where}: {len(self.errors)} error(s); first: {self.errors[0]}"
+        return verdict_message(f"MSCCL++ plan, {self.collective} on {self.nranks} ranks", self.errors, self.warnings)
 
 
 def check(plan: Plan) -> PlanCheckResult:
