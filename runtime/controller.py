@@ -32,7 +32,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -113,12 +113,15 @@ class ControllerConfig:
     contention_gate: dict[str, Any] | None = None
 
     def manager_config(self) -> ManagerConfig:
-        return ManagerConfig(gamma=self.gamma, hysteresis=self.hysteresis, cooldown_s=self.cooldown_s,
-                             time_limit_s=self.time_limit_s, chunks=self.chunks,
-                             alltoall_chunks=self.alltoall_chunks, solver=self.solver,
-                             min_gain=self.min_gain, recovery_check_s=self.recovery_check_s,
-                             export_xml=self.export_xml,
-                             gate=None if self.contention_gate is None else GateConfig.from_dict(self.contention_gate))
+        """The manager's share of this config: every :class:`ManagerConfig` field of the same name, and
+        ``gate`` from ``contention_gate``.
+
+        >>> ControllerConfig(gamma=0.2).manager_config().gamma
+        0.2
+        """
+        shared = {f.name: getattr(self, f.name) for f in fields(ManagerConfig) if f.name != "gate"}
+        gate = None if self.contention_gate is None else GateConfig.from_dict(self.contention_gate)
+        return ManagerConfig(**shared, gate=gate)
 
 
 def _check_config(cfg: ControllerConfig) -> None:

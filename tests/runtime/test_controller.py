@@ -177,3 +177,13 @@ def test_restart_after_a_degradation_keeps_the_degraded_version(tmp_path: Path) 
     # a fresh controller on an empty store is still at nominal
     c3 = Controller(topo, _profile(), tmp_path / "other", config=cfg)
     assert c3.estimator.estimate_gbps(("gpu0", "tor0.0")) == topo.link("gpu0", "tor0.0").gbps
+
+
+def test_manager_config_carries_every_manager_knob_with_the_same_defaults() -> None:
+    from runtime.manager import ManagerConfig
+
+    assert ControllerConfig().manager_config() == ManagerConfig()
+    cfg = ControllerConfig(gamma=0.3, cooldown_s=2.5, solver="glop", export_xml=False, contention_gate={})
+    mc = cfg.manager_config()
+    assert (mc.gamma, mc.cooldown_s, mc.solver, mc.export_xml) == (0.3, 2.5, "glop", False)
+    assert mc.gate is not None
