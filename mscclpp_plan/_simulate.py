@@ -93,6 +93,18 @@ class _State:
 _LAUNCH = Op(name="launch")
 
 
+def units_per_chunk(plan: Plan) -> int:
+    """Units a chunk splits into: the lcm of the thread block group sizes of ``plan``'s ops (1 without)."""
+    L = 1
+    for gpu in plan.gpus:
+        for tb in gpu.threadblocks:
+            for op in tb.ops:
+                for o in (op, *op.ops):
+                    if o.tbg is not None:
+                        L = math.lcm(L, o.tbg[1])
+    return L
+
+
 def simulate(plan: Plan, *, runs: int = 1) -> tuple[list[str], list[str], list[Transfer]]:
     """Run ``plan`` symbolically; return (errors, warnings, transfers).
 
@@ -101,13 +113,7 @@ def simulate(plan: Plan, *, runs: int = 1) -> tuple[list[str], list[str], list[T
     not synchronised, so a peer may still be in its first launch. Values are then not checked
     (inputs would be reduced twice); races, deadlocks and leftover signals are.
     """
-    L = 1
-    for gpu in plan.gpus:
-        for tb in gpu.threadblocks:
-            for op in tb.ops:
-                for o in (op, *op.ops):
-                    if o.tbg is not None:
-                        L = math.lcm(L, o.tbg[1])
+    L = units_per_chunk(plan)
     if L > 4096:
         return [f"plan: thread block group sizes need {L} units per chunk, more than 4096"], [], []
     st = _State(plan=plan, res=resolve(plan), L=L, coll=canonical_collective(plan.collective), values=runs == 1)

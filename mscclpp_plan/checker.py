@@ -28,7 +28,7 @@ from enum import Enum
 from msccl_xml import switch_path, verdict_message
 from synth.topologies import Topology
 
-from ._simulate import Transfer, simulate
+from ._simulate import Transfer, simulate, units_per_chunk
 from ._structure import canonical_collective, structural_problems
 from ._args import need, need_path, need_str
 from .errors import PlanError
@@ -140,7 +140,7 @@ def plan_link_loads(plan: Plan, topology: Topology) -> dict[str, dict[tuple[str,
     need(topology, Topology, "topology")
     if topology.nranks != plan.nranks:
         raise PlanError(f"topology {topology.name!r} has {topology.nranks} ranks but the plan has {plan.nranks}")
-    L = _units_per_chunk(plan)
+    L = units_per_chunk(plan)
     allreduce = canonical_collective(plan.collective) == "allreduce"
     out: dict[str, dict[tuple[str, str], float]] = defaultdict(lambda: defaultdict(float))
     for tr in _transfers(plan):
@@ -168,16 +168,3 @@ def plan_algbw_GBps(plan: Plan, topology: Topology) -> float:  # noqa: N802
     for phase in loads.values():
         worst += max((chunks / topology.link(a, b).GBps for (a, b), chunks in phase.items()), default=0.0)
     return float("inf") if worst == 0 else s_chunks / worst
-
-
-def _units_per_chunk(plan: Plan) -> int:
-    import math
-
-    L = 1
-    for g in plan.gpus:
-        for tb in g.threadblocks:
-            for op in tb.ops:
-                for o in (op, *op.ops):
-                    if o.tbg is not None:
-                        L = math.lcm(L, o.tbg[1])
-    return L
