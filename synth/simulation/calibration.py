@@ -44,6 +44,7 @@ import numpy as np
 
 from synth.baselines import nccl_direct_alltoall, nccl_ring
 from synth.errors import LoopcollError
+from synth.latency.depth import schedule_depth
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.simulation.costmodel import (
     EXECUTORS,
@@ -172,7 +173,7 @@ def tree_schedule(collective: str, topo: Topology) -> Schedule:
 
     >>> from synth.topologies import named_topology
     >>> s = tree_schedule("allgather", named_topology("nvswitch:8"))
-    >>> s.validate(named_topology("nvswitch:8")); _depth(s)
+    >>> s.validate(named_topology("nvswitch:8")); schedule_depth(s)
     3
     """
     if collective not in ("allgather", "reducescatter", "allreduce"):
@@ -188,20 +189,6 @@ def tree_schedule(collective: str, topo: Topology) -> Schedule:
         if collective in ("allgather", "allreduce"):
             routes.append(Route(RouteKind.OUT_TREE, root, 1, down))
     return Schedule(collective, n, 1, tuple(routes), meta={"synthesizer": "nccl-tree"})  # type: ignore[arg-type]
-
-
-def _depth(schedule: Schedule) -> int:
-    """Longest chain of hops in any route (a path's length; a tree's height)."""
-    best = 0
-    for route in schedule.routes:
-        level: dict[int, int] = {}
-        for h in route.hops:
-            if route.kind is RouteKind.IN_TREE:
-                level[h.dst] = max(level.get(h.dst, 0), level.get(h.src, 0) + 1)
-            else:
-                level[h.dst] = level.get(h.src, 0) + 1
-        best = max(best, *level.values()) if level else best
-    return best
 
 
 @lru_cache(maxsize=256)
@@ -280,7 +267,7 @@ def _fit_executor(
     from scipy.optimize import least_squares
 
     classes = sorted(set().union(*(_classes(o) for o in obs)))
-    depths = {_depth(reference_schedule(o.collective, o.topology, o.shape)) for o in obs}
+    depths = {schedule_depth(reference_schedule(o.collective, o.topology, o.shape)) for o in obs}
     start_launch = 0.5 * min(o.time_us for o in obs)
     launch0 = base.launch_us if base is not None else start_launch
     hop0 = base.hop_us if base is not None else _DEFAULT_HOP_US
