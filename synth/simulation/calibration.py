@@ -51,7 +51,6 @@ from synth.simulation.costmodel import (
     IDEAL,
     CostProfile,
     ExecutorCost,
-    ProfileError,
     link_classes,
 )
 from synth.simulation.simulator import auto_slices, simulate
@@ -578,15 +577,3 @@ def parse_telemetry(paths: Sequence[str | Path]) -> dict[tuple[str, int, bool], 
     if not times:
         raise CalibrationError(f"{', '.join(map(str, paths))}: no usable loopcoll.telemetry/1 coll samples")
     return {k: {"time_us": statistics.median(v), "records": len(v)} for k, v in sorted(times.items())}
-
-
-def profile_errors(profile: CostProfile, observations: Iterable[Observation]) -> list[tuple[Observation, float, float]]:
-    """``(obs, model_us, algbw error)`` of ``profile`` on each observation (no fitting)."""
-    out = []
-    for o in observations:
-        try:
-            m = predict_us(o, profile)
-        except ProfileError:
-            raise
-        out.append((o, m, o.time_us / m - 1.0))
-    return out
