@@ -171,7 +171,6 @@ class Controller:
         self.profile = profile
         self.config = config
         self._clock = clock
-        self._real_time = clock is time.time or clock is time.monotonic
         self._user_log = log
         self.store = store if isinstance(store, VersionStore) else VersionStore(Path(store))
         self._lock = threading.RLock()
