@@ -103,6 +103,15 @@ def improve(cg: WeightedCg, pids: IntArray, chunks: IntArray, nchunks: int, *, m
     starts, all_links = paths.link_csr(pids)
     owner = np.repeat(pids, np.diff(starts))
     extra: set[int] = set()  # paths that received a chunk by a move
+
+    def move(p: int, q: int, size: float) -> None:
+        """One chunk of path ``p``'s block from ``p`` onto ``q``."""
+        np.subtract.at(loads, lk(p), size)
+        np.add.at(loads, lk(q), size)
+        chunk_of[p] -= 1
+        chunk_of[q] = chunk_of.get(q, 0) + 1
+        extra.add(q)
+
     moves = 0
     blocked: set[int] = set()
     while moves < max_moves and (deadline is None or time.perf_counter() < deadline):
@@ -138,11 +147,7 @@ def improve(cg: WeightedCg, pids: IntArray, chunks: IntArray, nchunks: int, *, m
                 if worst < best_t:
                     best_q, best_t = q, worst
             if best_q >= 0:
-                np.subtract.at(loads, lk(p), size)
-                np.add.at(loads, lk(best_q), size)
-                chunk_of[p] -= 1
-                chunk_of[best_q] = chunk_of.get(best_q, 0) + 1
-                extra.add(best_q)
+                move(p, best_q, size)
                 moves += 1
                 done = True
                 break
@@ -164,11 +169,7 @@ def improve(cg: WeightedCg, pids: IntArray, chunks: IntArray, nchunks: int, *, m
                 continue
             b = s * n + d
             by_block[b] = np.union1d(by_block.get(b, np.zeros(0, dtype=np.int64)), [q])
-            np.subtract.at(loads, lk(p), size)
-            np.add.at(loads, lk(q), size)
-            chunk_of[p] -= 1
-            chunk_of[q] = chunk_of.get(q, 0) + 1
-            extra.add(q)
+            move(p, q, size)
             moves += 1
             done = True
             break
