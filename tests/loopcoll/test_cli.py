@@ -15,22 +15,13 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from loopcoll.cli import build_parser, main
+from loopcoll.cli import build_parser
 from synth import optimal_bound
 from synth.topologies import Topology, load_topology, read_topology, topology_to_json, write_topology
+from tests.loopcoll._run import run
 from tests.strategies import BAD_TOPOLOGY_CASES, random_topologies
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr); argparse's SystemExit is turned into its code."""
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def assert_one_error_line(code: int, out: str, err: str, match: str) -> None:

@@ -14,18 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from loopcoll.cli import MAX_ERROR_CHARS, main
+from loopcoll.cli import MAX_ERROR_CHARS
+from tests.loopcoll._run import run
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_error(code: int, err: str, match: str) -> None:
