@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._report import write_results  # noqa: E402
 from msccl_xml import export, parse, program_algbw_GBps  # noqa: E402
 from synth import optimal_bound, synthesize  # noqa: E402
+from synth.errors import RuntimeLimitError  # noqa: E402
 from synth.routed.fabrics import forestcoll_dgx_a100, mi250_like, random_fabric  # noqa: E402
 from synth.topologies import Topology, named_topology  # noqa: E402
 
@@ -67,16 +68,27 @@ def _fabric_row(family: str, topo: Topology, coll: str, tree_limit_s: float) -> 
     t0 = time.perf_counter()
     warm = synthesize(coll, topo, chunks=chunks, time_limit_s=limit, warm_from=cold)
     warm_s = time.perf_counter() - t0
-    with tempfile.TemporaryDirectory() as tmp:
-        text = export(cold.schedule, topo, str(Path(tmp) / "x.xml"))
-    xml = program_algbw_GBps(parse(text), topo)
+    exported, note = cold, ""
+    xml: float | None = None
+    for cap in (4, 2, 1, None):  # an XML over the runtime's limits: fewer chunks, as `synth -o` does for trees
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                text = export(exported.schedule, topo, str(Path(tmp) / "x.xml"))
+            xml = program_algbw_GBps(parse(text), topo)
+            break
+        except RuntimeLimitError as exc:
+            note = f"runtime limit at {exported.schedule.nchunks} chunk(s): {exc}"
+            if cap is None:
+                break
+            exported = synthesize(coll, topo, chunks=cap, time_limit_s=limit)
     routed = cold.stats["routed_optimal_algbw_GBps"]
     return {
         "fabric": family, "gpus": topo.nranks, "collective": coll, "status": cold.status.value,
         "free_opt_GBps": free, "routed_opt_GBps": routed,
         "executor_loss_pct": cold.stats["routing_gap_pct"],
         "algbw_GBps": cold.algbw_GBps, "xml_algbw_GBps": xml,
-        "xml_equals_schedule": math.isclose(xml, cold.schedule.algbw_GBps(topo), rel_tol=1e-12),
+        "xml_equals_schedule": xml is not None and math.isclose(xml, exported.schedule.algbw_GBps(topo), rel_tol=1e-12),
+        "xml_chunks": exported.schedule.nchunks if xml is not None else None, "xml_note": note,
         "routed_opt_proven": cold.stats.get("routed_optimum_proven", True), "rounding_gap_pct": cold.gap_pct, "chunks": cold.schedule.nchunks,
         "cold_s": cold_s, "warm_s": warm_s, "warm_status": warm.status.value,
     }
@@ -112,25 +124,39 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="16-32 GPUs, 3 repeats")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--tree-limit", type=float, default=120.0, help="seconds per tree-collective solve")
+    parser.add_argument("--resume", metavar="LOG", help="reuse the fabric rows a previous run printed to LOG")
     args = parser.parse_args()
+    done: dict[tuple[str, int, str], dict[str, Any]] = {}
+    if args.resume:
+        import ast
+
+        for line in Path(args.resume).read_text().splitlines():
+            if line.startswith("{'fabric'"):
+                row = ast.literal_eval(line)
+                row.setdefault("xml_chunks", row["chunks"])
+                row.setdefault("xml_note", "")
+                done[(row["fabric"], row["gpus"], row["collective"])] = row
     sizes = [16, 32] if args.quick else [16, 32, 64, 128]
     repeats = 3 if args.quick else args.repeats
-    command = "python benchmarks/routed.py" + (" --quick" if args.quick else "")
+    command = "python " + " ".join(["benchmarks/routed.py", *sys.argv[1:]])
     rows = []
     for family, topo in _fabrics(sizes):
         for coll in ("allgather", "alltoall") if topo.nranks > 16 else ("allgather", "allreduce", "alltoall"):
-            row = _fabric_row(family, topo, coll, args.tree_limit)
+            row = done.get((family, topo.nranks, coll)) or _fabric_row(family, topo, coll, args.tree_limit)
             rows.append(row)
             print(row, flush=True)
     cols = ["fabric", "gpus", "collective", "status", "free_opt_GBps", "routed_opt_GBps", "routed_opt_proven",
-            "executor_loss_pct",
-            "algbw_GBps", "xml_algbw_GBps", "rounding_gap_pct", "chunks", "cold_s", "warm_s"]
+            "executor_loss_pct", "algbw_GBps", "rounding_gap_pct", "chunks", "xml_algbw_GBps", "xml_chunks", "cold_s",
+            "warm_s"]
     print(write_results("routed_fabrics", cols, rows, command,
                         "xml_algbw_GBps is the exported XML's algbw under the executor's routing (equal to the "
                         "schedule's in every row: xml_equals_schedule in the JSON). Rows with status time_limit "
-                        "stopped the routed column generation at --tree-limit seconds: routed_opt_GBps is then the "
+                        "stopped the routed LP at --tree-limit seconds: routed_opt_GBps is then the "
                         "best proven upper bound on the routed optimum (routed_opt_proven false), executor_loss_pct "
-                        "a lower bound on the loss, rounding_gap_pct certified against that bound."))
+                        "a lower bound on the loss, rounding_gap_pct certified against that bound. Where the XML "
+                        "of the schedule exceeds the MSCCL runtime's limits, it is re-synthesized with fewer chunks "
+                        "(xml_chunks; xml_note in the JSON) and xml_algbw_GBps is that schedule's; empty where even "
+                        "one chunk exceeds them (the runtime-limit error is in xml_note)."))
     named = []
     for spec in NAMED:
         for coll in ("allgather", "allreduce", "alltoall"):
