@@ -97,7 +97,20 @@ class RankPlan:
     rounds: tuple[Round, ...]
     scratch_chunks: int
     temp_chunks: int
-    sent_chunks_by_peer: tuple[tuple[int, int], ...]
+
+    @property
+    def sent_chunks_by_peer(self) -> tuple[tuple[int, int], ...]:
+        """``(peer, chunks)`` this rank sends over all its rounds, by peer.
+
+        >>> m = Message(1, (("o", 0, 2),), 2)
+        >>> RankPlan(0, (), (Round(1, (m,), (), ()), Round(2, (m,), (), ())), 0, 0).sent_chunks_by_peer
+        ((1, 4),)
+        """
+        totals: defaultdict[int, int] = defaultdict(int)
+        for rnd in self.rounds:
+            for m in rnd.sends:
+                totals[m.peer] += m.chunks
+        return tuple(sorted(totals.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,7 +357,6 @@ def _emit(program, coll, steps, order, finish, send_ready, t_in, out_partner) ->
 
     sends_at: dict[tuple[int, int], list[Message]] = defaultdict(list)
     recvs_at: dict[tuple[int, int], list[Message]] = defaultdict(list)
-    sent: list[defaultdict[int, int]] = [defaultdict(int) for _ in range(n)]
     for (rnd, a, b), items in sorted(transfers.items()):
         items.sort(key=lambda x: (x[0], x[1]))
         merged: list[tuple[list[Region], list[Region]]] = []
@@ -358,7 +370,6 @@ def _emit(program, coll, steps, order, finish, send_ready, t_in, out_partner) ->
             cnt = sum(r[2] for r in s_regs)
             sends_at[(a, rnd)].append(Message(b, tuple(s_regs), cnt))
             recvs_at[(b, rnd)].append(Message(a, tuple(r_regs), cnt))
-            sent[a][b] += cnt
 
     def ops(rank: int, rnd: int) -> tuple[Op, ...]:
         return tuple(op for _p, op in sorted(ops_at.get((rank, rnd), ()), key=lambda x: x[0]))
@@ -371,8 +382,7 @@ def _emit(program, coll, steps, order, finish, send_ready, t_in, out_partner) ->
         rounds = [Round(r, tuple(sends_at.get((rank, r), ())), tuple(recvs_at.get((rank, r), ())), ops(rank, r))
                   for r in rounds_idx]
         nrounds = max(nrounds, rounds_idx[-1] if rounds_idx else 0)
-        rank_plans.append(RankPlan(rank, ops(rank, 0), tuple(rounds), program.gpu(rank).s_chunks,
-                                   temp_next[rank], tuple(sorted(sent[rank].items()))))
+        rank_plans.append(RankPlan(rank, ops(rank, 0), tuple(rounds), program.gpu(rank).s_chunks, temp_next[rank]))
     return Plan(coll, n, program.nchunksperloop, bool(program.inplace), bool(program.outofplace),
                 int(program.min_bytes or 0), int(program.max_bytes or 0), nrounds, tuple(rank_plans), program.name)
 
