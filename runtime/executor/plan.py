@@ -124,14 +124,18 @@ class Plan:
     outofplace: bool
     min_bytes: int
     max_bytes: int
-    nrounds: int
     ranks: tuple[RankPlan, ...]
     name: str | None = None
+
+    @property
+    def nrounds(self) -> int:
+        """The last round index of any rank (0 when no rank has a round)."""
+        return max((rp.rounds[-1].index for rp in self.ranks if rp.rounds), default=0)
 
     def accepts(self, nbytes: int) -> bool:
         """Whether a call of ``nbytes`` (MSCCL's size: the large buffer) falls in the program's range.
 
-        >>> Plan("allreduce", 2, 2, True, False, 0, 0, 0, ()).accepts(10**12)
+        >>> Plan("allreduce", 2, 2, True, False, 0, 0, ()).accepts(10**12)
         True
         """
         return nbytes >= self.min_bytes and (self.max_bytes <= 0 or nbytes <= self.max_bytes)
@@ -375,16 +379,14 @@ def _emit(program, coll, steps, order, finish, send_ready, t_in, out_partner) ->
         return tuple(op for _p, op in sorted(ops_at.get((rank, rnd), ()), key=lambda x: x[0]))
 
     rank_plans = []
-    nrounds = 0
     for rank in range(n):
         rounds_idx = sorted({r for (k, r) in sends_at if k == rank} | {r for (k, r) in recvs_at if k == rank}
                             | {r for (k, r) in ops_at if k == rank and r > 0})
         rounds = [Round(r, tuple(sends_at.get((rank, r), ())), tuple(recvs_at.get((rank, r), ())), ops(rank, r))
                   for r in rounds_idx]
-        nrounds = max(nrounds, rounds_idx[-1] if rounds_idx else 0)
         rank_plans.append(RankPlan(rank, ops(rank, 0), tuple(rounds), program.gpu(rank).s_chunks, temp_next[rank]))
     return Plan(coll, n, program.nchunksperloop, bool(program.inplace), bool(program.outofplace),
-                int(program.min_bytes or 0), int(program.max_bytes or 0), nrounds, tuple(rank_plans), program.name)
+                int(program.min_bytes or 0), int(program.max_bytes or 0), tuple(rank_plans), program.name)
 
 
 def _canonical(coll: str, inplace: bool, rank: int, buf: str, k: int, c: int) -> tuple[str, int]:
