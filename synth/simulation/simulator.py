@@ -180,6 +180,12 @@ MAX_SLICE_TRANSFERS = 50_000_000
 
 
 def _prepare(schedule: Schedule, topology: Topology, slices_per_chunk: int, check: bool) -> tuple[FlowModel, float]:
+    model = _checked_model(schedule, topology, slices_per_chunk, check)
+    return model, _bandwidth_term_GBps(schedule, topology, model, slices_per_chunk)
+
+
+def _checked_model(schedule: Schedule, topology: Topology, slices_per_chunk: int, check: bool) -> FlowModel:
+    """The flow model of ``schedule`` after the simulator's input checks (size cap, validation or rank count)."""
     transfers = slices_per_chunk * sum(r.chunks * len(r.hops) for r in schedule.routes)
     if transfers > MAX_SLICE_TRANSFERS:
         raise ScheduleError(
@@ -190,8 +196,7 @@ def _prepare(schedule: Schedule, topology: Topology, slices_per_chunk: int, chec
         schedule.validate(topology)
     elif topology.nranks != schedule.nranks:
         raise ScheduleError(f"schedule is for {schedule.nranks} ranks but topology {topology.name!r} has {topology.nranks}")
-    model = build_model(schedule, topology, slices_per_chunk)
-    return model, _bandwidth_term_GBps(schedule, topology, model, slices_per_chunk)
+    return build_model(schedule, topology, slices_per_chunk)
 
 
 def _costed(

@@ -22,9 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from synth.simulation._build import build_model
 from synth.simulation._engine import run_engine
-from synth.simulation.simulator import _costed, _validate
+from synth.simulation.simulator import _costed, _validate, _checked_model
 
 if TYPE_CHECKING:
     from synth.schedule import Schedule
@@ -77,9 +76,7 @@ def simulate_transfers(
     :func:`~synth.simulation.simulate` does.
     """
     _validate(nbytes, slices_per_chunk, rtol)
-    if check:
-        schedule.validate(topology)
-    model = build_model(schedule, topology, slices_per_chunk)
+    model = _checked_model(schedule, topology, slices_per_chunk, check)
     model, launch_s, _, _ = _costed(model, topology, schedule, profile, executor)
     slice_bytes = float(nbytes) / (schedule.nranks * schedule.nchunks * slices_per_chunk)
     run = run_engine(model, slice_bytes, rtol)

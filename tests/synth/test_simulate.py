@@ -295,6 +295,14 @@ def test_simulate_rejects_a_schedule_for_another_topology() -> None:
         simulate(_one_way_ring("allgather", 4), named_topology("ring:3"), 1e6)
 
 
+@pytest.mark.parametrize("check", [True, False])
+def test_simulate_transfers_rejects_a_schedule_for_another_topology(check: bool) -> None:
+    from synth.simulation import simulate_transfers
+
+    with pytest.raises(ScheduleError, match=r"4 ranks but topology 'ring-3' has 3"):
+        simulate_transfers(_one_way_ring("allgather", 4), named_topology("ring:3"), 1e6, check=check)
+
+
 def test_simulate_without_check_still_rejects_missing_links() -> None:
     topo = named_topology("ring:4")
     bad = Schedule("alltoall", 4, 1, tuple(
