@@ -241,7 +241,7 @@ def run_live(cfg: LiveConfig, *, on_event: Callable[[str, dict[str, Any]], None]
     emu = emulation_from_dict(cfg.emulation().to_dict())  # validated here, before any process starts
     topo = emu.scaled_topology()
     world = topo.nranks
-    hosts = [g.host if g.host is not None else 0 for g in sorted(topo.gpus, key=lambda g: g.rank)]
+    hosts = [g.host if g.host is not None else 0 for g in topo.gpus]  # gpus are in rank order
     tmp = None
     if store_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="loopcoll-live-")

@@ -57,7 +57,8 @@ class TreeMaster:
         if k == 0:
             return
         tr, lk = np.nonzero(loads)
-        starts, index, value = tree_columns(sources, np.bincount(tr, minlength=k), self.n + lk, loads[tr, lk])
+        starts, index, value = tree_columns(sources, np.bincount(tr, minlength=k), self.n + lk,
+                                            loads[tr, lk].astype(np.float64))
         ub = np.full(k, np.inf) if upper is None else upper
         self.lp.add_cols(np.zeros(k), np.zeros(k), ub, starts, index, value)
 

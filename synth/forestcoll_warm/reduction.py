@@ -81,7 +81,7 @@ def synthesize_reducescatter(
                   warm_start is not None, {"in": solved.hint_meta}, stats=solved.stats, u_meta=str(solved.U))
 
 
-def _scale(routes: list[Route], factor: int) -> list[Route]:
+def _scale(routes: Sequence[Route], factor: int) -> list[Route]:
     return [Route(r.kind, r.root, r.chunks * factor, r.hops) for r in routes]
 
 
