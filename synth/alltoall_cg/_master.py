@@ -85,7 +85,7 @@ class TreeMaster:
 
 
 def tree_columns(sources: IntArray, link_counts: IntArray, link_rows: IntArray,
-                 link_values: FloatArray) -> tuple[IntArray, IntArray, FloatArray]:
+                 link_values: IntArray | FloatArray) -> tuple[IntArray, IntArray, FloatArray]:
     """CSC ``(starts, index, value)`` of tree columns: 1 in the source's convexity row, then its link entries.
 
     ``link_rows`` / ``link_values`` hold the link entries of all columns in column order, ``link_counts[i]``
