@@ -67,7 +67,7 @@ def _arg_lists(fn: Callable[..., Any]) -> list[tuple[tuple[Any, ...], dict[str, 
         calls.append(((w,) * n, {}))
     # One wrong argument at a time, the others valid-looking defaults from a small menu.
     menu = {"collective": "allgather", "topo": synth.load_topology("ring:4"), "topology": synth.load_topology("ring:4")}
-    for i, p in enumerate(required):
+    for i in range(len(required)):
         for w in WRONG:
             args = tuple(w if j == i else menu.get(q.name, "allgather") for j, q in enumerate(required))
             calls.append((args, {}))
