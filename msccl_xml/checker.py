@@ -111,6 +111,9 @@ def verdict_message(where: str, errors: tuple[str, ...], warnings: tuple[str, ..
     >>> verdict_message("plan x", ("e1", "e2"), ())
     'invalid plan x: 2 error(s); first: e1'
     """
+    expect_type(where, str, "where", XmlError)
+    expect_type(errors, (tuple, list), "errors", XmlError)
+    expect_type(warnings, (tuple, list), "warnings", XmlError)
     if not errors:
         return f"valid {where}" + (f" ({len(warnings)} warnings)" if warnings else "")
     return f"invalid {where}: {len(errors)} error(s); first: {errors[0]}"
