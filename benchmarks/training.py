@@ -44,13 +44,13 @@ def spec_for(gpus: int) -> str:
     return f"hpn:1x{gpus // 8}x8"
 
 
-def iteration_rows(gpus_list: list[int]) -> tuple[list[dict], list[dict]]:
+def iteration_rows(gpus_list: list[int], time_limit_s: float | None = None) -> tuple[list[dict], list[dict]]:
     rows, coll_rows = [], []
     for gpus in gpus_list:
         topo = load_topology(spec_for(gpus))
         for name, gen in GENS.items():
             work = gen(gpus)
-            timer = CollectiveTimer(topo, work)
+            timer = CollectiveTimer(topo, work, time_limit_s=time_limit_s)
             for scenario in SCENARIOS:
                 t0 = time.perf_counter()
                 res = whatif(work, topo, scenario, timer=timer)
@@ -107,7 +107,7 @@ def plot(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def solve_worker(gpus: int, collective: str, comm: str) -> dict:
+def solve_worker(gpus: int, collective: str, comm: str, time_limit_s: float | None = None) -> dict:
     """Cold + warm (after fail1..3) synthesis of one workload collective; prints JSON with peak RSS."""
     spec = spec_for(gpus)
     topo = load_topology(spec)
@@ -119,26 +119,30 @@ def solve_worker(gpus: int, collective: str, comm: str) -> dict:
     sub = topo.communicator(c.ranks, relay=relay)
     out["nodes"], out["links"] = len(sub.nodes), len(sub.links)
     t0 = time.perf_counter()
-    cold = synthesize(collective, sub, routing="free")  # type: ignore[call-overload]
+    cold = synthesize(collective, sub, routing="free", time_limit_s=time_limit_s)  # type: ignore[call-overload]
     out["cold_s"], out["cold_gap_pct"], out["cold_GBps"] = time.perf_counter() - t0, cold.gap_pct, cold.algbw_GBps
     for scenario in ("fail1", "fail2", "fail3"):
         deg = topo.with_failure(scenario).communicator(c.ranks, relay=relay)
         t0 = time.perf_counter()
-        warm = synthesize(collective, deg, warm_from=cold, routing="free")  # type: ignore[call-overload]
+        warm = synthesize(collective, deg, warm_from=cold, routing="free",  # type: ignore[call-overload]
+                          time_limit_s=time_limit_s)
         out[f"warm_{scenario}_s"] = time.perf_counter() - t0
         out[f"warm_{scenario}_gap_pct"] = warm.gap_pct
         out[f"warm_{scenario}_GBps"] = warm.algbw_GBps
         out[f"warm_{scenario}_mode"] = str(warm.stats.get("warm_mode", "")) if warm.stats else ""
+        out[f"warm_{scenario}_status"] = warm.status.value
     out["peak_rss_MiB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
 
 
-def solve_rows(gpus_list: list[int], timeout_s: float) -> list[dict]:
+def solve_rows(gpus_list: list[int], timeout_s: float, time_limit_s: float | None) -> list[dict]:
     rows = []
     jobs = [("allgather", "dp"), ("allgather", "dp-relay"), ("alltoall", "ep")]
     for gpus in gpus_list:
         for collective, comm in jobs:
             cmd = [sys.executable, __file__, "--solve-worker", str(gpus), collective, comm]
+            if time_limit_s is not None:
+                cmd += ["--time-limit", str(time_limit_s)]
             try:
                 proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -208,20 +212,26 @@ def main() -> None:
     ap.add_argument("--skip-iteration", action="store_true")
     ap.add_argument("--skip-model-error", action="store_true")
     ap.add_argument("--solve-timeout", type=float, default=900.0)
+    ap.add_argument("--time-limit", type=float, default=60.0,
+                    help="seconds per synthesis in the iteration part (past it: best schedule, certified gap)")
+    ap.add_argument("--solve-merge", action="store_true",
+                    help="keep the rows of other GPU counts already in results/training_solve.json")
     ap.add_argument("--solve-worker", nargs=3, metavar=("GPUS", "COLLECTIVE", "COMM"))
     args = ap.parse_args()
     if args.solve_worker:
         gpus, collective, comm = args.solve_worker
-        print(json.dumps(solve_worker(int(gpus), collective, comm), sort_keys=True))
+        print(json.dumps(solve_worker(int(gpus), collective, comm, args.time_limit), sort_keys=True))
         return
     cmd = "python benchmarks/training.py " + " ".join(sys.argv[1:])
     if not args.skip_iteration:
-        rows, coll_rows = iteration_rows(args.gpus)
+        rows, coll_rows = iteration_rows(args.gpus, args.time_limit)
         cols = ["workload", "gpus", "scenario", "nccl_s", "static_s", "resynth_s", "speedup_vs_nccl",
                 "speedup_vs_static", "paper_speedup", "comm_share_nccl", "exposed_share_nccl", "paper_comm_share",
                 "worst_gap_pct", "wall_s"]
         best = {n: max((r for r in rows if r["workload"] == n), key=lambda r: r["speedup_vs_nccl"]) for n in GENS}
-        notes = ("Times: seconds per iteration of one pipeline stage (bandwidth+latency model per collective). "
+        notes = ("Times: seconds per iteration of one pipeline stage (bandwidth+latency model per collective); "
+                 f"each synthesis limited to {args.time_limit:g} s (worst_gap_pct: the largest certified gap of a "
+                 "re-synthesized schedule in the row). "
                  "Paper (MCCL §6.3, fail2): Llama 2.85x, DeepSeek 4.99x; no advantage when healthy; communication "
                  "share 34 % / 65 %. Largest speedup here: " + "; ".join(
                      f"{n} {b['speedup_vs_nccl']:.2f}x ({b['scenario']}, {b['gpus']} GPUs)" for n, b in best.items()))
@@ -229,12 +239,16 @@ def main() -> None:
         (RESULTS / "training_collectives.json").write_text(json.dumps(coll_rows, indent=1, sort_keys=True) + "\n")
         plot(rows, RESULTS / "training_fig14.png")
     if not args.skip_solve:
-        rows = solve_rows(args.gpus, args.solve_timeout)
+        rows = solve_rows(args.gpus, args.solve_timeout, args.time_limit)
+        if args.solve_merge and (RESULTS / "training_solve.json").exists():  # keep earlier rows of other GPU counts
+            old = json.loads((RESULTS / "training_solve.json").read_text())["rows"]
+            rows = sorted([r for r in old if r["gpus"] not in args.gpus] + rows, key=lambda r: r["gpus"])
         cols = ["gpus", "collective", "communicator", "members", "nodes", "cold_s", "cold_gap_pct", "warm_fail1_s",
                 "warm_fail2_s", "warm_fail3_s", "warm_fail1_gap_pct", "warm_fail2_gap_pct", "warm_fail3_gap_pct",
-                "warm_fail2_mode", "peak_rss_MiB", "note"]
+                "warm_fail2_mode", "warm_fail1_status", "peak_rss_MiB", "note"]
         print(write_results("training_solve", cols, rows, cmd,
-                            "One subprocess per row (peak RSS = its ru_maxrss). Gaps: certified, against each "
+                            f"One subprocess per row (peak RSS = its ru_maxrss); each synthesis limited to {args.time_limit:g} s "
+                            "(status time_limit: best schedule kept, gap certified). Gaps: certified, against each "
                             "communicator's exact optimum (AllGather: ForestColl optimum; AllToAll: LP bound)."))
     if not args.skip_model_error:
         rows = model_error_rows(args.error_gpus)
