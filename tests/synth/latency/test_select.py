@@ -71,3 +71,24 @@ def test_store_publishes_one_xml_per_band(fail2, tmp_path) -> None:
         assert entry.band_for(b.size_bytes) == i
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert len(manifest["versions"][0]["bands"]) == len(bands)
+
+
+def test_executor_plans_pick_the_band_by_size(fail2, tmp_path) -> None:
+    """The executor stages every band's XML as a plan and runs the first (by min_bytes) that accepts the size."""
+    from runtime.executor import compile_program, load_programs
+    from runtime.store import VersionStore
+
+    topo, pts = fail2
+    sizes = [1 << 16, 1 << 30]
+    bands = choose_bands(pts, topo, sizes, "h200")
+    assert len(bands) == 2  # shallow trees for 64 KB, the deepest (fastest bandwidth term) for 1 GB
+    store = VersionStore(tmp_path)
+    entry = store.publish("world", "allgather", [(b.min_bytes, b.max_bytes, pts[b.point].result) for b in bands],
+                          reason="test", topology=topo)
+    plans = sorted((compile_program(load_programs(str(store.path(b.xml)))[0]) for b in entry.bands),
+                   key=lambda p: p.min_bytes)
+    for nbytes in [1, *sizes, 1 << 40]:
+        chosen = next(p for p in plans if p.accepts(nbytes))
+        i = entry.band_for(nbytes)
+        assert chosen.min_bytes == entry.bands[i].min_bytes
+        assert sum(p.accepts(nbytes) for p in plans) == 1
