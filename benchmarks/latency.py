@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _report import RESULTS, markdown_table, write_results  # noqa: E402
 
-from synth import load_topology  # noqa: E402
+from synth import SynthResult, load_topology  # noqa: E402
+from synth.result import Status  # noqa: E402
 from synth.fileio import write_text_atomic  # noqa: E402
 from synth.baselines import nccl_ring  # noqa: E402
 from synth.latency.bounded import synthesize_depth_bounded  # noqa: E402
@@ -47,15 +48,21 @@ def run_case(spec: str, scenario: str, per_rank_mb: list[int], profile: str, chu
     points = pareto_set("allgather", topo, chunks=chunks)
     synth_s = time.perf_counter() - t0
     reps = [n * m * MB for m in per_rank_mb]
-    t0 = time.perf_counter()
-    bands = choose_bands(points, topo, reps, profile)
-    choose_s = time.perf_counter() - t0
     fc = next((p for p in points if p.max_depth is None), None)
     if fc is None:  # dominated by a bounded point, so not in the set: today's schedule all the same
         res = synthesize_depth_bounded("allgather", topo, None)
         fc = ParetoPoint(None, int(res.stats["depth"]), res.algbw_GBps, res)
     optimal = fc
     ring = nccl_ring("allgather", topo)
+    ring_bw = ring.algbw_GBps(topo)
+    ring_point = ParetoPoint(None, n - 1, ring_bw, SynthResult(Status.OPTIMAL, "NCCL-like ring", ring, ring_bw, ring_bw,
+                                                                0.0, 0.0), name="ring")
+    # candidates of the size-aware choice: the Pareto set, today's optimum, and the NCCL-like ring
+    # (NCCL itself switches kernels by size)
+    candidates = list(points) + ([] if any(p is fc for p in points) else [fc]) + [ring_point]
+    t0 = time.perf_counter()
+    bands = choose_bands(candidates, topo, reps, profile)
+    choose_s = time.perf_counter() - t0
     between = [int(round((a * b) ** 0.5)) for a, b in zip(per_rank_mb[:-1], per_rank_mb[1:])] if between else []
     # the selection's simulations are the same calls (deterministic): reuse them
     known = {(i, size): t for b in bands for size, times in b.evaluated for i, t in enumerate(times)}
@@ -64,12 +71,13 @@ def run_case(spec: str, scenario: str, per_rank_mb: list[int], profile: str, chu
     for m in sorted(set(per_rank_mb) | set(between)):
         s = n * m * MB
         band = next(b for b in bands if b.min_bytes <= s and (b.max_bytes is None or s <= b.max_bytes))
-        chosen = points[band.point]
+        chosen = candidates[band.point]
         t_choice = known.get((band.point, s)) or _sim(chosen.schedule, topo, s, profile)
-        opt_i = next((i for i, p in enumerate(points) if p is optimal), None)
+        opt_i = next((i for i, p in enumerate(candidates) if p is optimal), None)
+        ring_i = len(candidates) - 1
         t_opt = t_choice if chosen is optimal else (known.get((opt_i, s)) if opt_i is not None else None) or _sim(
             optimal.schedule, topo, s, profile)
-        t_ring = _sim(ring, topo, s, profile)
+        t_ring = t_choice if chosen is ring_point else known.get((ring_i, s)) or _sim(ring, topo, s, profile)
         rows.append({
             "topology": spec, "scenario": scenario, "N": n, "MB_per_rank": m,
             "representative": m in per_rank_mb, "choice": chosen.label, "choice_depth": chosen.depth,
@@ -83,7 +91,8 @@ def run_case(spec: str, scenario: str, per_rank_mb: list[int], profile: str, chu
                         "gap_pct": p.result.gap_pct,
                         "lp_gap_pct": p.result.stats.get("lp_gap_pct"),
                         "depth_bound_algbw_GBps": p.result.stats.get("depth_bound_algbw_GBps")} for p in points],
-            "bands": [{"min_bytes": b.min_bytes, "max_bytes": b.max_bytes, "choice": points[b.point].label} for b in bands],
+            "bands": [{"min_bytes": b.min_bytes, "max_bytes": b.max_bytes, "choice": candidates[b.point].label}
+                      for b in bands],
             "synth_s": synth_s, "choose_s": choose_s}
     return rows, info
 

@@ -36,6 +36,7 @@ class ParetoPoint:
     depth: int
     algbw_GBps: float  # noqa: N815
     result: SynthResult
+    name: str = ""
 
     @property
     def schedule(self) -> Schedule:
@@ -44,7 +45,9 @@ class ParetoPoint:
 
     @property
     def label(self) -> str:
-        """``D<=2`` or ``D=inf``."""
+        """``D<=2`` or ``D=inf`` (or ``name`` for another candidate, e.g. a baseline)."""
+        if self.name:
+            return self.name
         return "D=inf" if self.max_depth is None else f"D<={self.max_depth}"
 
 
