@@ -10,6 +10,7 @@ Examples
 >>> main(["bound", "allgather", "ring:4"])  # doctest: +NORMALIZE_WHITESPACE
 allgather on ring-4 (4 ranks): algbw 133.333 GB/s, busbw 100.000 GB/s
   bottleneck: gpu0->gpu3, gpu2->gpu3
+  free-routing optimum 133.333 GB/s, routed optimum 133.333 GB/s (every hop on its pair's route): the executor loses 0.00%
 0
 """
 
