@@ -225,12 +225,18 @@ def test_two_clients_degrade_rank0_nic_publish_kill_restart(daemons: list[Daemon
         assert {"stopped", "publish", "hello", "drop", "truncated"} <= {e["event"] for e in d.events()}
         assert _wait(lambda: not survivor.connected)
         survivor.send_samples([{"kind": "coll"}])  # queued while the daemon is down
-        # No polls on the restarted daemon: what it serves is the reloaded store, not a new controller decision.
-        d2 = _start(daemons, tmp_path, store, "--port", d.address.rpartition(":")[2], "--poll-interval-s", "3600")
+        # The restarted daemon polls as usual: its controller starts from the store's measured capacities, so
+        # with no new evidence it keeps serving the degraded version instead of swapping back to nominal.
+        d2 = _start(daemons, tmp_path, store, "--port", d.address.rpartition(":")[2])
         assert d2.address == d.address
         with d2.client(role="executor", comms=["world"]) as executor:
             assert executor.wait_version("world", "allgather", newer_than=v1["version"], timeout_s=30) is not None
+            time.sleep(1.0)  # twenty polls
             assert executor.versions() == before
+        again = _loopcoll("daemon", "status", "--address", d2.address, "--token-file", str(d2.token_file), "--json")
+        assert again.returncode == 0, again.stderr
+        assert any(lk["estimate_gbps"] < 0.5 * lk["nominal_gbps"] for lk in json.loads(again.stdout)["controller"]["links"]
+                   if lk["link"] == "gpu0->tor0.0"), "the restarted controller forgot rank 0's degraded NIC"
         assert _wait(lambda: survivor.connections == 2, 30), "the executor client did not reconnect"
         assert survivor.versions() == before
         assert survivor.flush(10) and survivor.sent_samples == 1 and survivor.dropped_samples == 0
