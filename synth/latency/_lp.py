@@ -18,6 +18,7 @@ is then reported, never hidden).
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -25,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.sparse import csc_matrix
 
+from synth import _deadline
 from synth._types import NodeId
 from synth.errors import SolverError
 from synth.latency._graph import LinkGraph
@@ -37,6 +39,7 @@ __all__ = ["Column", "LpOutcome", "solve_depth_lp"]
 FloatArray = npt.NDArray[np.float64]
 
 _RC_TOL = 1e-9
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,7 @@ def solve_depth_lp(
     status, why = Status.OPTIMAL, ""
     u_lp = float("inf")
     added_total = 0
+    next_report = start + _deadline.PROGRESS_EVERY_S
     while True:
         it += 1
         sol = lp.solve(method="primal")
@@ -214,6 +218,12 @@ def solve_depth_lp(
         slack = eps * (graph.nnodes + 1)
         lb = float(np.maximum(lbs - slack * (n - 1), 0.0).sum())
         u_lower = min(max(u_lower, lb), u_lp)
+        now = time.perf_counter()
+        if now >= next_report:
+            next_report = now + _deadline.PROGRESS_EVERY_S
+            log.info("depth-%d tree LP: iteration %d, %d trees, algbw %.6g GB/s, certified bound %.6g GB/s "
+                     "(%.1f s)", max_depth, it, len(columns), n / u_lp if u_lp > 0 else float("inf"),
+                     n / u_lower if u_lower > 0 else float("inf"), now - start)
         if u_lp - u_lower <= gap_tol * u_lp:
             why = f"certified within {100 * (1 - u_lower / u_lp):.3g}% of the depth-{max_depth} optimum"
             break

@@ -13,6 +13,8 @@ it); ``None`` (ForestColl, the exact optimum) closes the set.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,6 +28,7 @@ from synth.topologies.model import Topology
 __all__ = ["DEFAULT_DEPTHS", "ParetoPoint", "pareto_set"]
 
 DEFAULT_DEPTHS: tuple[int | None, ...] = (1, 2, 3, 4, None)
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ def pareto_set(
     for d in _check_depths(depths):
         if d is not None and reached:
             continue
+        start = time.perf_counter()
         try:
             res = synthesize_depth_bounded(collective, topo, d, chunks=unbounded_chunks if d is None else chunks,
                                            time_limit_s=time_limit_s)
@@ -95,6 +99,8 @@ def pareto_set(
             if d is not None and "no spanning tree" in str(exc):
                 continue
             raise
+        log.info("pareto set of %s on %s: depth bound %s done in %.1f s: %s", collective, topo.name,
+                 "inf" if d is None else d, time.perf_counter() - start, res.message)
         if res.schedule is None:
             continue
         if d is not None:

@@ -111,6 +111,17 @@ def test_progress_goes_to_stderr_unless_quiet(monkeypatch: pytest.MonkeyPatch, c
     assert capsys.readouterr().err == ""
 
 
+def test_depth_bounded_synthesis_reports_progress(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    import loopcoll._cmd_synth as cmd
+    from synth import _deadline
+
+    monkeypatch.setattr(cmd, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(_deadline, "PROGRESS_EVERY_S", 0.0)
+    assert main(["synth", "allgather", "hpn:1x2x8", "--fail", "fail2", "--max-depth", "2"]) == 0
+    assert "loopcoll: depth-2 tree LP: iteration 1, " in capsys.readouterr().err
+
+
 def test_xml_output_caps_chunks_to_the_runtime_limits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # The uncapped optimum on 128 GPUs + fail2 uses k = 293 chunks per source: 128 x 293 offsets
     # overflow the executor's int16; without --chunks the CLI re-synthesizes under the cap.

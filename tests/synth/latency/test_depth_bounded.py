@@ -200,3 +200,19 @@ def test_alltoall_pareto_uses_step_bounds() -> None:
         p.schedule.validate(topo)
         if p.max_depth is not None:
             assert schedule_depth(p.schedule) <= p.max_depth
+
+
+def test_long_runs_log_progress(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from synth import _deadline
+
+    monkeypatch.setattr(_deadline, "PROGRESS_EVERY_S", 0.0)  # report every iteration, as a long run would
+    with caplog.at_level(logging.INFO, logger="synth.latency"):
+        pts = pareto_set("allgather", load_topology("hpn:1x2x4", ["fail2"]), depths=(2, None), chunks=4)
+    lines = [r.getMessage() for r in caplog.records]
+    lp = [m for m in lines if m.startswith("depth-2 tree LP: iteration ")]
+    assert lp and "certified bound" in lp[-1]
+    done = [m for m in lines if m.startswith("pareto set of allgather on ")]
+    assert [m.split("depth bound ")[1].split(" ")[0] for m in done] == ["2", "inf"]
+    assert len(pts) >= 1
