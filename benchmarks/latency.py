@@ -108,7 +108,10 @@ def _plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cases = sorted({(r["topology"], r["scenario"]) for r in rows}, key=lambda c: (c[0], c[1]))
+    order = {"healthy": 0, "fail1": 1, "fail2": 2, "fail3": 3}
+    ranks = {r["topology"]: r["N"] for r in rows}
+    cases = sorted({(r["topology"], r["scenario"]) for r in rows},
+                   key=lambda c: (ranks[c[0]], c[0], order.get(c[1], 9), c[1]))
     ncol = 4
     nrow = (len(cases) + ncol - 1) // ncol
     fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 3.2 * nrow), squeeze=False)

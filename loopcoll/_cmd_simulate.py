@@ -53,9 +53,14 @@ def _schedules(args: argparse.Namespace, topo: Topology) -> list[tuple[str, Sche
         static = res.schedule
     for k in kinds:
         if k == "pareto":
+            from loopcoll._latency import unbounded_chunk_cap
             from synth.latency.pareto import pareto_set
 
-            for p in pareto_set(args.collective, topo, chunks=args.chunks):
+            cap = args.chunks
+            if cap is None and args.collective != "alltoall":  # D = inf: what the simulator takes at these sizes
+                sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
+                cap = unbounded_chunk_cap(args.collective, topo.nranks, sizes or [1 << 30])
+            for p in pareto_set(args.collective, topo, chunks=args.chunks, unbounded_chunks=cap):
                 out.append((f"{p.label} (depth {p.depth})", p.schedule))
             continue
         if k == "nccl":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ from synth.latency.pareto import pareto_set
 from synth.latency.select import choose_bands
 from synth.topologies.model import Topology
 
-__all__ = ["band_path", "parse_depths", "run_max_depth", "run_sizes"]
+__all__ = ["band_path", "parse_depths", "run_max_depth", "run_sizes", "unbounded_chunk_cap"]
 
 
 def parse_depths(text: str) -> list[int | None]:
@@ -50,6 +52,37 @@ def band_path(path: str, index: int) -> str:
     """
     p = Path(path)
     return str(p.with_name(f"{p.stem}.b{index}{p.suffix}"))
+
+
+def unbounded_chunk_cap(collective: str, nranks: int, sizes: Sequence[int], runtime: str = "msccl-executor-nccl") -> int:
+    """Most chunks per source for the ``D = inf`` point of ``--sizes`` / ``--schedules pareto``: what
+    the MSCCL ``runtime`` can address and the flow simulator takes at every representative size.
+
+    ForestColl's uncapped optimum can need hundreds of chunks per source (293 on 128 or 256 GPUs
+    after ``fail2``, far more on measured capacities); the choice simulates every point and exports
+    one XML per band, so the point is synthesized with at most this many (it is the exact optimum
+    whenever that fits; otherwise ForestColl's best fixed-k schedule, whose gap is reported). A tree
+    chunk crosses ``nranks - 1`` GPU hops (twice for AllReduce); slices per chunk as
+    :func:`synth.simulation.auto_slices`.
+
+    >>> unbounded_chunk_cap("allgather", 256, [256 << 20, 256 << 28])
+    128
+    >>> unbounded_chunk_cap("allreduce", 1024, [1 << 20])
+    5
+    """
+    from msccl_xml import runtime_limits
+    from synth.simulation.simulator import MAX_SLICE_TRANSFERS
+
+    hops = (nranks - 1) * (2 if collective == "allreduce" else 1)
+
+    def transfers(k: int) -> int:
+        slices = max(max(4, min(64, math.ceil(s / (nranks * k) / (4 << 20)))) for s in sizes)
+        return slices * k * nranks * hops
+
+    cap = (runtime_limits(runtime).max_offset + 1) // nranks
+    while cap > 1 and transfers(cap) > MAX_SLICE_TRANSFERS:
+        cap -= 1
+    return max(cap, 1)
 
 
 def _export(sched: Schedule, topo: Topology, path: str, args: argparse.Namespace, lo: int = 0, hi: int | None = None) -> None:
@@ -94,8 +127,11 @@ def run_sizes(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
     if not sizes:
         raise LoopcollError("--sizes is empty")
+    unbounded = args.chunks
+    if unbounded is None:
+        unbounded = unbounded_chunk_cap(args.collective, topo.nranks, sizes, args.runtime)
     points = pareto_set(args.collective, topo, depths=parse_depths(args.depths), chunks=args.chunks,
-                        unbounded_chunks=args.chunks, time_limit_s=args.time_limit)
+                        unbounded_chunks=unbounded, time_limit_s=args.time_limit)
     bands = choose_bands(points, topo, sizes, args.profile)
     written: list[str] = []
     for i, b in enumerate(bands):
@@ -118,7 +154,7 @@ def run_sizes(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -
     if args.json:
         doc: dict[str, Any] = {
             "collective": args.collective, "topology": topo.name, "nranks": topo.nranks, "profile": args.profile,
-            "pareto": [_point_doc(p) for p in points],
+            "pareto": [_point_doc(p) for p in points], "unbounded_chunk_cap": unbounded,
             "bands": [{"min_bytes": b.min_bytes, "max_bytes": b.max_bytes, "choice": points[b.point].label,
                        "size_bytes": b.size_bytes, "predicted_us": [t * 1e6 for t in b.predicted_s]} for b in bands],
             "written": written, "store_version": None if entry is None else entry.version,
@@ -127,7 +163,11 @@ def run_sizes(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -
         return 0
     print(f"{args.collective} on {topo.name} ({topo.nranks} ranks): Pareto set")
     for p in points:
-        print(f"  {p.label:>6}: depth {p.depth:>3}, algbw {p.algbw_GBps:9.3f} GB/s, {p.schedule.nchunks} chunks")
+        capped = ""
+        if p.max_depth is None and p.result.gap_pct > 0:
+            capped = (f" (at most {unbounded} chunks per source: {p.result.gap_pct:.3g}% below the exact optimum "
+                      f"{p.result.optimal_algbw_GBps:.3f} GB/s)")
+        print(f"  {p.label:>6}: depth {p.depth:>3}, algbw {p.algbw_GBps:9.3f} GB/s, {p.schedule.nchunks} chunks{capped}")
     print(f"bands (profile {args.profile}):")
     for b in bands:
         hi = "inf" if b.max_bytes is None else str(b.max_bytes)
@@ -142,4 +182,4 @@ def run_sizes(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -
 
 def _point_doc(p: Any) -> dict[str, Any]:
     return {"label": p.label, "max_depth": p.max_depth, "depth": p.depth, "algbw_GBps": p.algbw_GBps,
-            "nchunks": p.schedule.nchunks}
+            "nchunks": p.schedule.nchunks, "gap_pct": p.result.gap_pct}

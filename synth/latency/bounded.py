@@ -163,8 +163,10 @@ def _check(collective: str, max_depth: int | None, chunks: int | None, gap_tol: 
                           "(AllToAll bounds its steps with max_steps)")
     if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1):
         raise SolverError(f"--max-depth must be an integer >= 1 or None (unbounded), got {short_repr(max_depth)}")
-    if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int) or not 1 <= chunks <= 64):
-        raise SolverError(f"chunks must be an integer in 1..64 for depth-bounded trees, got {short_repr(chunks)}")
+    if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1
+                               or (max_depth is not None and chunks > 64)):
+        raise SolverError(f"chunks must be an integer in 1..64 for depth-bounded trees (>= 1 for max_depth None), "
+                          f"got {short_repr(chunks)}")
     if not (isinstance(gap_tol, float | int) and 0 <= gap_tol < 1):
         raise SolverError(f"gap_tol must be a number in [0, 1), got {short_repr(gap_tol)}")
 

@@ -104,7 +104,7 @@ if TYPE_CHECKING:
     from synth.schedule import Schedule
     from synth.topologies.model import Topology
 
-__all__ = ["SimResult", "SimStatus", "auto_slices", "simulate", "simulate_sweep"]
+__all__ = ["MAX_SLICE_TRANSFERS", "SimResult", "SimStatus", "auto_slices", "simulate", "simulate_sweep"]
 
 
 class SimStatus(Enum):

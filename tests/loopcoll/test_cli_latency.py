@@ -71,3 +71,35 @@ def test_simulate_shows_the_pareto_set(_cli) -> None:
              "--profile", "h200", "--quiet")
     assert p.returncode == 0, p.stderr
     assert "Pareto set" in p.stdout and "D<=2" in p.stdout and "fastest per size" in p.stdout
+
+
+def test_sizes_caps_the_unbounded_point_to_what_simulator_and_runtime_take(_cli, tmp_path, monkeypatch) -> None:
+    # ForestColl's uncapped optimum after fail2 needs 293 chunks per source; with the simulator's cap
+    # lowered to 1e5 slice transfers it no longer fits (as on 256 GPUs with the real cap), and
+    # choosing the bands used to fail on it.
+    from msccl_xml import check, read
+    from synth import load_topology, synthesize
+    from synth.errors import ScheduleError
+    from synth.simulation import simulate, simulator
+
+    monkeypatch.setattr(simulator, "MAX_SLICE_TRANSFERS", 100_000)
+    topo = load_topology("hpn:1x2x8", ["fail2"])
+    exact = synthesize("allgather", topo)
+    assert exact.schedule is not None and exact.schedule.nchunks == 293
+    with pytest.raises(ScheduleError, match="above the simulator"):
+        simulate(exact.schedule, topo, 64 << 20, slices_per_chunk=4)
+    out = tmp_path / "ag.xml"
+    p = _cli("synth", "allgather", "hpn:1x2x8", "--fail", "fail2", "--sizes", "1M,64M", "--depths", "2,inf",
+             "-o", str(out), "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["unbounded_chunk_cap"] == 100_000 // (4 * 16 * 15)
+    inf = next(pt for pt in doc["pareto"] if pt["max_depth"] is None)
+    assert inf["nchunks"] <= doc["unbounded_chunk_cap"]
+    assert inf["algbw_GBps"] >= 0.999 * exact.algbw_GBps
+    for path in doc["written"]:
+        assert check(read(path)).valid
+    p = _cli("simulate", "allgather", "hpn:1x2x8", "--fail", "fail2", "--schedules", "pareto", "--sizes", "1M,64M",
+             "--quiet")
+    assert p.returncode == 0, p.stderr
+    assert "D=inf" in p.stdout
