@@ -32,13 +32,17 @@ from synth.errors import SolverError
 from synth.latency._graph import LinkGraph
 from synth.latency._pricing import greedy_trees, tree_lower_bounds
 from synth.result import Status
-from synth.solvers import lp_backend
+from synth.solvers import LpBackend, lp_backend
 
 __all__ = ["Column", "LpOutcome", "solve_depth_lp"]
 
 FloatArray = npt.NDArray[np.float64]
 
 _RC_TOL = 1e-9
+#: past this many columns per master row, unused columns are dropped down to the cheapest
+#: ``_KEEP_ROWS`` per row (plus every column in use)
+_PURGE_ROWS = 8
+_KEEP_ROWS = 2
 log = logging.getLogger(__name__)
 
 
@@ -156,11 +160,15 @@ def solve_depth_lp(
     start = time.perf_counter()
     n, nl = graph.n, graph.nlinks
     cap = graph.cap_GBps
-    lp = lp_backend(solver)
-    lp.add_rows(np.ones(n), np.ones(n))
-    lp.add_rows(np.full(nl, -np.inf), np.zeros(nl))
-    lp.add_cols(np.array([1.0]), np.array([0.0]), np.array([np.inf]), np.array([0]),
-                np.arange(n, n + nl), -cap)
+
+    def master() -> LpBackend:
+        m = lp_backend(solver)
+        m.add_rows(np.ones(n), np.ones(n))
+        m.add_rows(np.full(nl, -np.inf), np.zeros(nl))
+        m.add_cols(np.array([1.0]), np.array([0.0]), np.array([np.inf]), np.array([0]), np.arange(n, n + nl), -cap)
+        return m
+
+    lp = master()
     columns: list[Column] = []
     seen: set[tuple[object, ...]] = set()
 
@@ -199,6 +207,8 @@ def solve_depth_lp(
     status, why = Status.OPTIMAL, ""
     u_lp = float("inf")
     added_total = 0
+    purged = 0
+    purge_at = max(_PURGE_ROWS, _KEEP_ROWS + 1) * (n + nl)
     next_report = start + _deadline.PROGRESS_EVERY_S
     while True:
         it += 1
@@ -250,6 +260,17 @@ def solve_depth_lp(
             exact = float(w[c.links] @ c.loads) - float(pi[r])
             if exact < -_RC_TOL * max(1.0, abs(float(pi[r]))):
                 new.append(c)
+        if new and len(columns) > purge_at:
+            # Keep the master small: the columns in use and the cheapest others under these duals
+            # (a dropped column can be priced in again). The next solve starts from scratch.
+            rc = load_matrix(columns, nl).T @ w - pi[np.array([c.root for c in columns])]
+            keep = np.asarray(sol.col_values[1:]) > 0
+            keep[np.argsort(rc, kind="stable")[: _KEEP_ROWS * (n + nl)]] = True
+            kept = [c for c, k in zip(columns, keep.tolist()) if k]
+            purged += len(columns) - len(kept)
+            lp, columns = master(), []
+            seen.clear()
+            add(kept)
         got = add(new)
         added_total += got
         if got == 0:
@@ -257,7 +278,8 @@ def solve_depth_lp(
                    f"to the depth-{max_depth} optimum")
             break
     y = np.asarray(sol.col_values[1:], dtype=np.float64)
-    stats: dict[str, float | int | str] = {"iterations": it, "columns": len(columns), "lp_time_s": time.perf_counter() - start}
+    stats: dict[str, float | int | str] = {"iterations": it, "columns": len(columns), "columns_dropped": purged,
+                                           "lp_time_s": time.perf_counter() - start}
     return LpOutcome(columns, y, u_lp, u_lower, it, status, why, stats)
 
 

@@ -254,6 +254,7 @@ def synthesize_depth_bounded(
         "rounding_bound_algbw_GBps": n / u_bnd, "lp_gap_pct": 100.0 * (1 - u_low / u_lp),
         "rounding_gap_pct": 100.0 * (1 - u_lp / u_round),
         "iterations": sum(s[2].iterations for s in sides), "columns": sum(len(s[2].columns) for s in sides),
+        "columns_dropped": sum(int(s[2].stats.get("columns_dropped", 0)) for s in sides),
     }
     meta = {"synthesizer": "depth-bounded", "max_depth": max_depth, "depth": depth,
             "optimal_algbw_GBps": n / u_inf, "depth_bound_algbw_GBps": bound, **communicator_meta(topo)}

@@ -216,3 +216,20 @@ def test_long_runs_log_progress(monkeypatch: pytest.MonkeyPatch, caplog: pytest.
     done = [m for m in lines if m.startswith("pareto set of allgather on ")]
     assert [m.split("depth bound ")[1].split(" ")[0] for m in done] == ["2", "inf"]
     assert len(pts) >= 1
+
+
+@pytest.mark.parametrize(("spec", "fail", "d"), [("hpn:1x4x8", [], 3), ("hpn:1x4x8", ["fail2"], 3), ("hpn:1x2x8", ["fail2"], 3)])
+def test_a_purged_master_reaches_the_same_certified_lp(spec, fail, d, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Large masters drop unused columns; forced here on small fabrics, the LP must still close its gap
+    # to the same value as a master that keeps every column.
+    from synth.latency import _lp
+
+    topo = load_topology(spec, fail)
+    full = synthesize_depth_bounded("allgather", topo, d)
+    assert full.stats["columns_dropped"] == 0
+    monkeypatch.setattr(_lp, "_PURGE_ROWS", 3)
+    purged = synthesize_depth_bounded("allgather", topo, d)
+    assert purged.stats["columns_dropped"] > 0
+    assert purged.stats["lp_gap_pct"] < 1e-4 and full.stats["lp_gap_pct"] < 1e-4
+    assert purged.stats["lp_algbw_GBps"] == pytest.approx(full.stats["lp_algbw_GBps"], rel=1e-7)
+    _check_result(topo, purged, d)
