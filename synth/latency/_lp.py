@@ -260,9 +260,11 @@ def solve_depth_lp(
             exact = float(w[c.links] @ c.loads) - float(pi[r])
             if exact < -_RC_TOL * max(1.0, abs(float(pi[r]))):
                 new.append(c)
-        if new and len(columns) > purge_at:
+        rebuilt = bool(new) and len(columns) > purge_at
+        if rebuilt:
             # Keep the master small: the columns in use and the cheapest others under these duals
-            # (a dropped column can be priced in again). The next solve starts from scratch.
+            # (a dropped column can be priced in again). The next solve starts from scratch; a
+            # rebuilt master is always re-solved, so the final solution matches ``columns``.
             rc = load_matrix(columns, nl).T @ w - pi[np.array([c.root for c in columns])]
             keep = np.asarray(sol.col_values[1:]) > 0
             keep[np.argsort(rc, kind="stable")[: _KEEP_ROWS * (n + nl)]] = True
@@ -273,11 +275,12 @@ def solve_depth_lp(
             add(kept)
         got = add(new)
         added_total += got
-        if got == 0:
+        if got == 0 and not rebuilt:
             why = (f"pricing found no improving tree; certified gap {100 * (1 - u_lower / u_lp):.3g}% "
                    f"to the depth-{max_depth} optimum")
             break
     y = np.asarray(sol.col_values[1:], dtype=np.float64)
+    assert len(y) == len(columns), "the final solution belongs to the current master"
     stats: dict[str, float | int | str] = {"iterations": it, "columns": len(columns), "columns_dropped": purged,
                                            "lp_time_s": time.perf_counter() - start}
     return LpOutcome(columns, y, u_lp, u_lower, it, status, why, stats)
