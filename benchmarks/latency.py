@@ -99,6 +99,12 @@ def run_case(spec: str, scenario: str, per_rank_mb: list[int], profile: str, chu
     return rows, info
 
 
+def _case_key(d: dict) -> tuple:
+    """Report order: by GPU count, then healthy, fail1, fail2, fail3."""
+    order = {"healthy": 0, "fail1": 1, "fail2": 2, "fail3": 3}
+    return d["N"], d["topology"], order.get(d["scenario"], 9), d["scenario"]
+
+
 def _plot(rows: list[dict], path: Path) -> None:
     try:
         import matplotlib
@@ -108,10 +114,9 @@ def _plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    order = {"healthy": 0, "fail1": 1, "fail2": 2, "fail3": 3}
     ranks = {r["topology"]: r["N"] for r in rows}
     cases = sorted({(r["topology"], r["scenario"]) for r in rows},
-                   key=lambda c: (ranks[c[0]], c[0], order.get(c[1], 9), c[1]))
+                   key=lambda c: _case_key({"N": ranks[c[0]], "topology": c[0], "scenario": c[1]}))
     ncol = 4
     nrow = (len(cases) + ncol - 1) // ncol
     fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 3.2 * nrow), squeeze=False)
@@ -136,13 +141,8 @@ def _plot(rows: list[dict], path: Path) -> None:
 def _report(name: str, rows: list[dict], infos: list[dict], command: str) -> None:
     cols = ["topology", "scenario", "N", "MB_per_rank", "choice", "choice_depth", "choice_us", "optimal_us",
             "optimal_depth", "nccl_ring_us", "speedup_vs_optimal", "speedup_vs_nccl", "never_slower"]
-    order = {"healthy": 0, "fail1": 1, "fail2": 2, "fail3": 3}
-
-    def case(d: dict) -> tuple:
-        return d["N"], d["topology"], order.get(d["scenario"], 9), d["scenario"]
-
-    rows = sorted(rows, key=lambda r: (case(r), r["MB_per_rank"]))
-    infos = sorted(infos, key=case)
+    rows = sorted(rows, key=lambda r: (_case_key(r), r["MB_per_rank"]))
+    infos = sorted(infos, key=_case_key)
     rep = [r for r in rows if r["representative"]]
     mid = [r for r in rows if not r["representative"]]
     notes = ["## Pareto sets (depth bound: actual depth, bandwidth-term algbw)", ""]

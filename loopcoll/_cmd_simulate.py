@@ -13,7 +13,7 @@ from synth.baselines import nccl_direct_alltoall, nccl_ring
 from synth.errors import LoopcollError, ScheduleError
 from synth.topologies.model import Topology
 
-__all__ = ["parse_size", "register"]
+__all__ = ["parse_size", "parse_sizes", "register"]
 
 DEFAULT_SIZES = "1M,4M,16M,64M,256M,1G"
 KINDS = ("loopcoll", "nccl", "static", "pareto")
@@ -32,6 +32,18 @@ def parse_size(text: str) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
+def parse_sizes(text: str) -> list[int]:
+    """``--sizes`` ``"1M,64M"`` → ``[1048576, 67108864]``; an empty list is an error.
+
+    >>> parse_sizes("4K, 1M")
+    [4096, 1048576]
+    """
+    sizes = [parse_size(s) for s in text.split(",") if s.strip()]
+    if not sizes:
+        raise LoopcollError("--sizes is empty")
+    return sizes
+
+
 def _label(nbytes: int) -> str:
     for unit, scale in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
         if nbytes >= scale and nbytes % scale == 0:
@@ -39,7 +51,7 @@ def _label(nbytes: int) -> str:
     return str(nbytes)
 
 
-def _schedules(args: argparse.Namespace, topo: Topology) -> list[tuple[str, Schedule]]:
+def _schedules(args: argparse.Namespace, topo: Topology, sizes: list[int]) -> list[tuple[str, Schedule]]:
     out: list[tuple[str, Schedule]] = []
     kinds = [k.strip() for k in args.schedules.split(",") if k.strip()]
     for k in kinds:
@@ -58,8 +70,7 @@ def _schedules(args: argparse.Namespace, topo: Topology) -> list[tuple[str, Sche
 
             cap = args.chunks
             if cap is None and args.collective != "alltoall":  # D = inf: what the simulator takes at these sizes
-                sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
-                cap = unbounded_chunk_cap(args.collective, topo.nranks, sizes or [1 << 30])
+                cap = unbounded_chunk_cap(args.collective, topo.nranks, sizes)
             for p in pareto_set(args.collective, topo, chunks=args.chunks, unbounded_chunks=cap):
                 out.append((f"{p.label} (depth {p.depth})", p.schedule))
             continue
@@ -129,10 +140,8 @@ def _run(args: argparse.Namespace) -> int:
     configure_progress(args.quiet or args.json)
     profile = load_profile(args.profile)
     topo = topology_from_args(args)
-    sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
-    if not sizes:
-        raise LoopcollError("--sizes is empty")
-    scheds = _schedules(args, topo)
+    sizes = parse_sizes(args.sizes)
+    scheds = _schedules(args, topo, sizes)
     bound = optimal_bound(args.collective, topo).algbw_GBps
     series: dict[str, list[float]] = {}
     rows = []

@@ -7,7 +7,14 @@ import logging
 import sys
 import time
 
-from loopcoll._common import add_topology_args, check_outputs, positive_seconds, print_json, topology_from_args
+from loopcoll._common import (
+    add_topology_args,
+    check_outputs,
+    positive_seconds,
+    print_json,
+    topology_from_args,
+    xml_chunk_cap,
+)
 from synth import synthesize
 from synth import read_schedule, write_schedule
 from synth.errors import RuntimeLimitError, ScheduleError
@@ -166,7 +173,6 @@ def _export_fitting(
     Returns the exported result and, when chunks were capped, (the cap, a note).
     """
     from msccl_xml import export
-    from msccl_xml import runtime_limits
 
     assert result.schedule is not None
     mscclpp = getattr(args, "format", "xml") == "mscclpp"
@@ -195,7 +201,7 @@ def _export_fitting(
     if mscclpp:  # MSCCL++ limits operations per threadblock, not offsets: halve the chunks
         cap = max(1, uncapped // 2) if uncapped > 1 else 0
     else:
-        cap = min(uncapped - 1, (runtime_limits(args.runtime).max_offset + 1) // topo.nranks)
+        cap = min(uncapped - 1, xml_chunk_cap(args.runtime, topo.nranks))
     log = logging.getLogger("synth.cli")
     while cap >= 1:
         log.warning("%s; re-synthesizing with at most %d chunks per source", first, cap)

@@ -10,7 +10,8 @@ from typing import Any
 from synth.errors import LoopcollError, TopologyError
 from synth.topologies import FAILURES, NAMED_SPECS, Topology, load_topology
 
-__all__ = ["add_topology_args", "check_outputs", "positive_seconds", "print_json", "topology_from_args"]
+__all__ = ["add_topology_args", "check_outputs", "positive_seconds", "print_json", "topology_from_args",
+           "xml_chunk_cap"]
 
 SPEC_HELP = "a named spec (" + ", ".join(NAMED_SPECS) + ") or a topology JSON file"
 
@@ -100,3 +101,14 @@ def positive_seconds(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text[:40]!r}")
     return value
+
+
+def xml_chunk_cap(runtime: str, nranks: int) -> int:
+    """Most chunks per source the MSCCL ``runtime`` addresses on ``nranks`` GPUs (int16 buffer offsets).
+
+    >>> xml_chunk_cap("msccl-executor-nccl", 256)
+    128
+    """
+    from msccl_xml import runtime_limits
+
+    return (runtime_limits(runtime).max_offset + 1) // nranks

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loopcoll._common import print_json
+from loopcoll._common import print_json, xml_chunk_cap
 from synth import Schedule, write_schedule
 from synth.errors import LoopcollError, ScheduleError
 from synth.latency import synthesize_depth_bounded
@@ -70,16 +69,14 @@ def unbounded_chunk_cap(collective: str, nranks: int, sizes: Sequence[int], runt
     >>> unbounded_chunk_cap("allreduce", 1024, [1 << 20])
     5
     """
-    from msccl_xml import runtime_limits
-    from synth.simulation.simulator import MAX_SLICE_TRANSFERS
+    from synth.simulation.simulator import MAX_SLICE_TRANSFERS, slices_for_chunk
 
     hops = (nranks - 1) * (2 if collective == "allreduce" else 1)
 
     def transfers(k: int) -> int:
-        slices = max(max(4, min(64, math.ceil(s / (nranks * k) / (4 << 20)))) for s in sizes)
-        return slices * k * nranks * hops
+        return max(slices_for_chunk(s / (nranks * k)) for s in sizes) * k * nranks * hops
 
-    cap = (runtime_limits(runtime).max_offset + 1) // nranks
+    cap = xml_chunk_cap(runtime, nranks)
     while cap > 1 and transfers(cap) > MAX_SLICE_TRANSFERS:
         cap -= 1
     return max(cap, 1)
@@ -122,11 +119,9 @@ def run_max_depth(args: argparse.Namespace, topo: Topology, warm: Schedule | Non
 
 def run_sizes(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -> int:
     """The Pareto set and one schedule per size band (``--sizes``)."""
-    from loopcoll._cmd_simulate import parse_size
+    from loopcoll._cmd_simulate import parse_sizes
 
-    sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
-    if not sizes:
-        raise LoopcollError("--sizes is empty")
+    sizes = parse_sizes(args.sizes)
     unbounded = args.chunks
     if unbounded is None:
         unbounded = unbounded_chunk_cap(args.collective, topo.nranks, sizes, args.runtime)

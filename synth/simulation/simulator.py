@@ -104,7 +104,8 @@ if TYPE_CHECKING:
     from synth.schedule import Schedule
     from synth.topologies.model import Topology
 
-__all__ = ["MAX_SLICE_TRANSFERS", "SimResult", "SimStatus", "auto_slices", "simulate", "simulate_sweep"]
+__all__ = ["MAX_SLICE_TRANSFERS", "SimResult", "SimStatus", "auto_slices", "simulate", "simulate_sweep",
+           "slices_for_chunk"]
 
 
 class SimStatus(Enum):
@@ -387,5 +388,13 @@ def auto_slices(schedule: Schedule, nbytes: float, *, slice_bytes: float = 4 * 2
     >>> auto_slices(sched, 4 * 128 * 2**20), auto_slices(sched, 2**20)
     (32, 4)
     """
-    chunk_bytes = nbytes / (schedule.nranks * schedule.nchunks)
+    return slices_for_chunk(nbytes / (schedule.nranks * schedule.nchunks), slice_bytes=slice_bytes, lo=lo, hi=hi)
+
+
+def slices_for_chunk(chunk_bytes: float, *, slice_bytes: float = 4 * 2**20, lo: int = 4, hi: int = 64) -> int:
+    """:func:`auto_slices` for a chunk of ``chunk_bytes`` (before any schedule exists).
+
+    >>> slices_for_chunk(2**20), slices_for_chunk(64 * 2**20), slices_for_chunk(2**40)
+    (4, 16, 64)
+    """
     return max(lo, min(hi, math.ceil(chunk_bytes / slice_bytes)))
