@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from loopcoll._common import check_outputs
 from synth.errors import LoopcollError, TopologyError
 from synth.topologies import Topology, topology_to_json, write_topology
 from synth.topologies.probe import (
@@ -26,6 +27,8 @@ from synth.topologies.probe import (
 )
 
 __all__ = ["add_probe_parser", "read_hostfile"]
+
+_INPUTS = ("nvidia_smi_topo", "ibstat", "ibv_devinfo", "gpu_list", "hostfile")
 
 
 def _gbps(text: str) -> float:
@@ -45,18 +48,17 @@ def _count(text: str) -> int:
 
 
 class _Inputs:
-    """Reads each input file once; ``-`` is stdin (at most one input may be)."""
+    """Reads each input file once; ``-`` is stdin."""
 
-    def __init__(self) -> None:
+    def __init__(self, args: argparse.Namespace) -> None:
         self._cache: dict[str, tuple[str, str]] = {}
-        self._stdin_for: str | None = None
+        stdin = [f"--{k.replace('_', '-')}" for k in _INPUTS if getattr(args, k) == "-"]
+        if len(stdin) > 1:
+            both = "both" if len(stdin) == 2 else "all"
+            raise LoopcollError(f"{' and '.join(stdin)} {both} read stdin ('-'); give all but one of them a file")
 
     def read(self, path: str, flag: str) -> tuple[str, str]:
         """(text, name for messages)."""
-        if path == "-":
-            if self._stdin_for not in (None, flag):
-                raise LoopcollError(f"{self._stdin_for} and {flag} both read stdin ('-'); give one of them a file")
-            self._stdin_for = flag
         if path not in self._cache:
             if path == "-":
                 self._cache[path] = (sys.stdin.read(), "<stdin>")
@@ -134,7 +136,9 @@ def _nic_lines(result: ProbeResult) -> list[str]:
 
 
 def _run(args: argparse.Namespace, describe: Callable[[Topology], str]) -> int:
-    inputs = _Inputs()
+    if args.output != "-":
+        check_outputs(output=args.output)
+    inputs = _Inputs(args)
     hosts = _hosts(args, inputs)
     templated = args.hostfile is not None
     probes = [_probe(args, inputs, h, templated) for h in hosts]
@@ -155,7 +159,10 @@ def _run(args: argparse.Namespace, describe: Callable[[Topology], str]) -> int:
     return 0
 
 
-def add_probe_parser(tsub: argparse._SubParsersAction, describe: Callable[[Topology], str]) -> None:  # type: ignore[type-arg]
+def add_probe_parser(
+    tsub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    describe: Callable[[Topology], str],
+) -> None:
     """Add ``topo probe`` to the ``topo`` subcommands (``describe`` prints the summary)."""
     p = tsub.add_parser(
         "probe",
@@ -177,7 +184,8 @@ def add_probe_parser(tsub: argparse._SubParsersAction, describe: Callable[[Topol
     hosts.add_argument("--hosts", metavar="N", type=_count, default=1, help="number of identical hosts (default 1)")
     hosts.add_argument("--hostfile", metavar="FILE", help="host names, one per line (first word; # comments)")
     p.add_argument("--fabric", choices=FABRICS, default="rail",
-                   help="the network beyond the NICs: rail (default; NIC j of every host into leaf j), "
+                   help="the network beyond the NICs: rail (default; the NICs of one name, e.g. mlx5_3, on every "
+                   "host into one leaf), "
                    "single-leaf (every NIC into one leaf), none (one host, no network)")
     p.add_argument("--nics", metavar="NAME,...", help="use only these NICs (e.g. mlx5_0,mlx5_3); default all")
     p.add_argument("--nvlink-gbps", metavar="GBIT", type=_gbps,

@@ -12,12 +12,14 @@ ports and GPU names):
   of at least one GPU. Its rate is the sum of its active ports' rates, or ``nic_gbps``.
 * **PCIe.** Where the NVLink cables join all GPUs of a host, GPU↔GPU PCIe paths are left out (they
   are far slower and NCCL uses NVLink); a NIC that is the nearest of one GPU only is that GPU's own
-  link into the fabric at ``min(rate, PCIe)``, a NIC shared by several GPUs a switch ``nic{h}.{j}``
-  with GPU↔NIC links at the PCIe rate. Otherwise the host gets its PCIe tree
+  link into the fabric at the NIC's rate (the PCIe hop between them is taken not to be narrower), a
+  NIC shared by several GPUs a switch ``nic{h}.{j}`` with GPU↔NIC links at the PCIe rate. Otherwise
+  the host gets its PCIe tree
   (:mod:`~synth.topologies.probe.pcie`): switches ``pcie{h}.{k}``, every edge at the PCIe rate, NICs
   hanging from it.
-* **Fabric.** ``rail``: NIC j of every host (NICs ordered by the first GPU that uses them) plugs into
-  leaf ``tor0.{j}``; ``single-leaf``: every NIC into ``leaf0``; ``none``: no network (one host only).
+* **Fabric.** ``rail``: the NICs of one name (``mlx5_3``) on every host plug into one leaf, ``tor0.{j}``
+  for the j-th name (host 0's NICs ordered by the first GPU that uses them, then names first met on
+  later hosts); ``single-leaf``: every NIC into ``leaf0``; ``none``: no network (one host only).
 
 The ids follow the named specs (``gpu{rank}``, ``nvs0.{h}``, ``tor0.{j}``), and so does the order,
 so a probed DGX H100 is the very topology ``dgx-h100:H`` (same fingerprint).
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 
 from synth.errors import TopologyError, short_repr
 from synth.topologies.model import Link, Node, NodeKind, Topology
-from synth.topologies.named import NIC_LATENCY_US, NVSWITCH_LATENCY_US
+from synth.topologies.named import NIC_LATENCY_US, NVSWITCH_LATENCY_US, _positive
 from synth.topologies.probe.gpus import MAX_NVLINKS_PER_GPU, GpuModel, gpu_model
 from synth.topologies.probe.ibstat import HcaPort
 from synth.topologies.probe.nvidia_smi import PCIE_LEVELS, Relation, TopoMatrix
@@ -220,6 +222,9 @@ def _nvlink(m: TopoMatrix, model: GpuModel | None, nvlink_gbps: float | None,
     g = len(m.gpus)
     counts = {k for _, _, k in pairs}
     bound = model.nvlinks_per_gpu if model is not None and model.nvlinks_per_gpu else MAX_NVLINKS_PER_GPU
+    if model is not None and max(counts) > bound:
+        raise TopologyError(f"{m.source}: NV{max(counts)} joins two GPUs, but the {model.name} has {bound} NVLinks "
+                            "per GPU: is the GPU list from the same host?")
     switched = len(pairs) == g * (g - 1) // 2 and len(counts) == 1 and g > 2 and counts.pop() * (g - 1) > bound
     return switched, [(a, b, k * per_link) for a, b, k in pairs]
 
@@ -271,7 +276,7 @@ def _wire_host(w: _Wiring, h: int, rank0: int, host: HostProbe, nics: tuple[Prob
                 if a == g:
                     w.cable(gid, gpu[b], gbps, NVSWITCH_LATENCY_US)
         for j in own.get(g, []):
-            w.cable(gid, leaf[j], min(nics[j].gbps, pcie), NIC_LATENCY_US)
+            w.cable(gid, leaf[j], nics[j].gbps, NIC_LATENCY_US)
     owned = {j for js in own.values() for j in js}
     nic_id = {j: f"nic{h}.{j}" for j in range(len(nics)) if j not in owned}
     for j, node_id in nic_id.items():
@@ -305,11 +310,7 @@ class _Options:
 
 
 def _positive_or_none(value: float | None, what: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
-        raise TopologyError(f"{what} must be a finite number > 0, got {short_repr(value)}")
-    return float(value)
+    return None if value is None else _positive(value, what)
 
 
 def probe_topology(
@@ -362,17 +363,18 @@ def probe_topology(
         if fabric != "none" and not used and len(hosts) > 1:
             raise TopologyError(f"host {host.name!r} ({host.matrix.source}) has no usable NIC to join the others")
         per_host.append(used)
-    nrails = max(len(u) for u in per_host)
-    leaves = [f"tor0.{j}" for j in range(nrails)] if fabric == "rail" else ["leaf0"] if nrails else []
+    # A rail is a NIC name: the same slot on identical hosts is cabled to the same rail switch.
+    rails = list(dict.fromkeys(nic.name for used in per_host for nic in used))
+    leaves = [f"tor0.{j}" for j in range(len(rails))] if fabric == "rail" else ["leaf0"] if rails else []
     w = _Wiring()
     rank0 = 0
     for h, (host, used) in enumerate(zip(hosts, per_host)):
-        leaf = [leaves[j] if fabric == "rail" else leaves[0] for j in range(len(used))]
+        leaf = [leaves[rails.index(nic.name)] if fabric == "rail" else leaves[0] for nic in used]
         _wire_host(w, h, rank0, host, used, leaf, opts, notes)
         rank0 += len(host.matrix.gpus)
     w.nodes.extend(Node(lf, NodeKind.SWITCH, role="tor") for lf in leaves)
     if fabric != "none":
-        notes.note(f"fabric {fabric}: " + ("NIC j of every host into leaf tor0.j" if fabric == "rail"
+        notes.note(f"fabric {fabric}: " + ("the NICs of one name on every host into one leaf tor0.j" if fabric == "rail"
                                             else "every NIC into one leaf, leaf0"))
     gpus_per_host = {len(h.matrix.gpus) for h in hosts}
     default = f"probe-{len(hosts)}x{gpus_per_host.pop()}" if len(gpus_per_host) == 1 else f"probe-{rank0}"

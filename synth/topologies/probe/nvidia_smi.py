@@ -110,9 +110,11 @@ def _cell(token: str, where: str) -> Cell:
 def _find_header(lines: list[str], source: str) -> int:
     for i, line in enumerate(lines):
         tokens = line.split()
-        if tokens and tokens[0] == "GPU0" and (len(tokens) == 1 or tokens[1] not in _TOKENS and not _NV.match(tokens[1])):
+        is_row = len(tokens) > 1 and (tokens[1] in _TOKENS or _NV.match(tokens[1]) is not None)
+        if tokens and tokens[0] == "GPU0" and not is_row:
             return i
-    raise TopologyError(f"{source}: no header line starting with 'GPU0' found: is this the output of `nvidia-smi topo -m`?")
+    raise TopologyError(f"{source}: no header line starting with 'GPU0' found: "
+                        "is this the output of `nvidia-smi topo -m`?")
 
 
 def _header_columns(line: str) -> tuple[list[str], int]:

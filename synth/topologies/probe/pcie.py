@@ -63,7 +63,12 @@ def pcie_tree(
     order = {d: i for i, d in enumerate(devices)}
     found: dict[frozenset[str], tuple[str, ...]] = {}
     for lv in range(levels):
-        for comp in _components(devices, lambda u, v, lv=lv: (d := level(u, v)) is not None and d <= lv):
+
+        def near(u: str, v: str, lv: int = lv) -> bool:
+            d = level(u, v)
+            return d is not None and d <= lv
+
+        for comp in _components(devices, near):
             if len(comp) >= 2:
                 found.setdefault(frozenset(comp), comp)
     groups = tuple(sorted(found.values(), key=lambda g: (len(g), order[g[0]])))
