@@ -176,7 +176,7 @@ def _nic_rates(host: HostProbe, selection: Sequence[str] | None, nic_gbps: float
                                     "rate (use `ibstat` or `ibv_devinfo -v`), or give --nic-gbps")
         if rate is None:
             raise TopologyError(f"{m.source}: the rate of NIC {nic} is unknown: give --ibstat/--ibv-devinfo "
-                                "output or --nic-gbps")
+                                "output or --nic-gbps (or --fabric none: one host, no network)")
         if rate <= 0:
             raise TopologyError(f"{nic}: rate must be > 0 Gbit/s, got {rate!r}")
         if not stated:
