@@ -257,7 +257,6 @@ def _wire_host(w: _Wiring, h: int, rank0: int, host: HostProbe, nics: tuple[Prob
     m = host.matrix
     model = _model(host)
     switched, cables = _nvlink(m, model, opts.nvlink_gbps, notes)
-    pcie = _pcie_rate(model, opts.pcie_gbps, notes)
     gpu = [f"gpu{rank0 + g}" for g in range(len(m.gpus))]
     nvs = f"nvs0.{h}"
     if switched:
@@ -279,6 +278,9 @@ def _wire_host(w: _Wiring, h: int, rank0: int, host: HostProbe, nics: tuple[Prob
             w.cable(gid, leaf[j], nics[j].gbps, NIC_LATENCY_US)
     owned = {j for js in own.values() for j in js}
     nic_id = {j: f"nic{h}.{j}" for j in range(len(nics)) if j not in owned}
+    if not tree and not nic_id:
+        return  # no PCIe link to lay (and no PCIe rate to assume)
+    pcie = _pcie_rate(model, opts.pcie_gbps, notes)
     for j, node_id in nic_id.items():
         w.nodes.append(Node(node_id, NodeKind.SWITCH, role="nic"))
         w.cable(node_id, leaf[j], nics[j].gbps, NIC_LATENCY_US)

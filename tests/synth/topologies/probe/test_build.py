@@ -28,6 +28,7 @@ def test_dgx_h100_is_the_named_spec(hosts: int) -> None:
     assert [n.name for n in r.nics[0]] == list(COMPUTE_NICS)  # rail order: by the GPU that uses each
     assert r.warnings == ()
     assert any("mlx5_1 left out" in n for n in r.notes) and any("NVLink 200 Gbit/s" in n for n in r.notes)
+    assert not any("PCIe" in n for n in r.notes)  # no PCIe link laid, so no PCIe rate assumed
 
 
 def test_written_json_loads_back() -> None:
@@ -38,7 +39,9 @@ def test_written_json_loads_back() -> None:
 
 def test_a100_two_nics_shared_by_four_gpus_each() -> None:
     a100 = host("a100-2nic.topo.txt", "a100-2nic.ibv_devinfo.txt", "a100-2nic.gpus.csv")
-    topo = probe_topology([a100, a100]).topology
+    r = probe_topology([a100, a100])
+    assert "PCIe 252 Gbit/s per x16 link (A100)" in r.notes
+    topo = r.topology
     roles = switch_roles(topo)
     assert sorted(s for s, role in roles.items() if role == "nic") == ["nic0.0", "nic0.1", "nic1.0", "nic1.1"]
     assert topo.link("gpu0", "nvs0.0").gbps == 2400.0  # NV12 x 200 Gbit/s
