@@ -1,4 +1,4 @@
-"""``loopcoll topo show|export``: inspect a topology or write it as JSON."""
+"""``loopcoll topo show|export|probe``: inspect a topology, write it as JSON, or build one from tool output."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ import argparse
 from collections import Counter
 
 from loopcoll._common import add_topology_args, topology_from_args
+from loopcoll._probe import add_probe_parser
 from synth.topologies import Topology, topology_to_json, write_topology
 
-__all__ = ["register"]
+__all__ = ["describe", "register"]
 
 
-def _describe(topo: Topology) -> str:
+def describe(topo: Topology) -> str:
+    """The ``topo show`` summary of a topology."""
     lines = [
         f"topology {topo.name}  (fingerprint {topo.fingerprint})",
         f"  {topo.nranks} GPUs, {len(topo.switches)} switches, {len(topo.links)} links "
@@ -35,7 +37,7 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print(topology_to_json(topo), end="")
     else:
-        print(_describe(topo))
+        print(describe(topo))
     return 0
 
 
@@ -47,8 +49,9 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add ``topo show`` and ``topo export``."""
-    topo = sub.add_parser("topo", help="show or export a topology", description="Show or export a topology.")
+    """Add ``topo show``, ``topo export`` and ``topo probe``."""
+    topo = sub.add_parser("topo", help="show, export or probe a topology",
+                          description="Show or export a topology, or build one from nvidia-smi/ibstat output.")
     tsub = topo.add_subparsers(dest="topo_command", metavar="ACTION", parser_class=type(topo))
     tsub.required = True
     show = tsub.add_parser("show", help="summarise a topology", description="Summarise a topology.")
@@ -61,3 +64,4 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     add_topology_args(export)
     export.add_argument("-o", "--output", metavar="FILE", required=True, help="output JSON file (written atomically)")
     export.set_defaults(func=_export)
+    add_probe_parser(tsub, describe)
