@@ -8,7 +8,7 @@ a one-line ``message``, a derived ``success`` property, then its figures, frozen
 A schedule's status follows one rule, :func:`judge`: ``optimal`` only when its algbw reaches the
 optimum it is held to (``optimal_algbw_GBps``) within relative :data:`OPTIMAL_RTOL`, else
 ``feasible`` with ``gap_pct`` against that certified bound; ``time_limit`` when a limit stopped the
-run first. :func:`status_text` is the one way text output shows a status and its gap.
+run first. :func:`format_status` is the one way text output shows a status and its gap.
 
 Examples
 --------
@@ -16,7 +16,7 @@ Examples
 >>> r.success, r.status.value
 (False, 'time_limit')
 >>> status, gap = judge(350.0, 354.13)
->>> status.value, round(gap, 2), status_text(status, gap, "optimum 354.13 GB/s")
+>>> status.value, round(gap, 2), format_status(status, gap, "354.13 GB/s")
 ('feasible', 1.17, 'feasible (gap 1.17 % vs optimum 354.13 GB/s)')
 """
 
@@ -31,8 +31,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from synth.schedule import Schedule
 
-__all__ = ["OPTIMAL_RTOL", "Outcome", "Status", "SynthResult", "gap_pct", "gap_pct_time", "judge", "judge_time",
-           "status_text"]
+__all__ = ["OPTIMAL_RTOL", "Outcome", "Status", "SynthResult", "format_status", "gap_pct", "gap_pct_time",
+           "judge", "judge_time"]
 
 #: Relative tolerance within which a delivered schedule counts as reaching its optimum.
 OPTIMAL_RTOL = 1e-9
@@ -112,15 +112,18 @@ class SynthResult:
         """True for a schedule that ran to the end: ``OPTIMAL`` or ``FEASIBLE``."""
         return self.status in (Status.OPTIMAL, Status.FEASIBLE)
 
-    @property
-    def status_text(self) -> str:
+    def status_text(self, bound: str = "optimum") -> str:
         """The status with its gap, for text output: ``feasible (gap 1.17 % vs optimum 354.13 GB/s)``.
 
-        >>> SynthResult(Status.OPTIMAL, "ok", None, 1.0, 1.0, 0.0, 0.1).status_text
+        ``bound`` names what ``optimal_algbw_GBps`` is (``"depth-2 bound"``); a time-limited run's is
+        always a ``"proven bound"``.
+
+        >>> SynthResult(Status.OPTIMAL, "ok", None, 1.0, 1.0, 0.0, 0.1).status_text()
         'optimal'
+        >>> SynthResult(Status.FEASIBLE, "ok", None, 99.0, 100.0, 1.0, 0.1).status_text("depth-2 bound")
+        'feasible (gap 1.00 % vs depth-2 bound 100.00 GB/s)'
         """
-        against = "optimum" if self.status is not Status.TIME_LIMIT else "proven bound"
-        return status_text(self.status, self.gap_pct, f"{against} {self.optimal_algbw_GBps:.2f} GB/s")
+        return format_status(self.status, self.gap_pct, f"{self.optimal_algbw_GBps:.2f} GB/s", bound)
 
 
 def judge(algbw_GBps: float, optimum_GBps: float) -> tuple[Status, float]:  # noqa: N803
@@ -182,15 +185,20 @@ def _per_s(time_s: float) -> float:
     return 1.0 / time_s if time_s > 0 else math.inf
 
 
-def status_text(status: Status, gap_pct: float, against: str) -> str:
+def format_status(status: Status, gap_pct: float, bound: str, name: str = "optimum") -> str:
     """A status as text output shows it: the word, and for ``feasible`` / ``time_limit`` the gap
-    against ``against`` (what the gap is measured against, e.g. ``"optimum 354.13 GB/s"``).
+    against ``bound`` (the figure, e.g. ``"354.13 GB/s"``), named ``name`` (a time-limited run's
+    bound is always a ``proven bound``).
 
-    >>> status_text(Status.TIME_LIMIT, 2.5, "proven bound 100.00 GB/s")
+    >>> format_status(Status.TIME_LIMIT, 2.5, "100.00 GB/s")
     'time_limit (gap 2.50 % vs proven bound 100.00 GB/s)'
+    >>> format_status(Status.OPTIMAL, 0.0, "100.00 GB/s")
+    'optimal'
     """
+    if status is Status.TIME_LIMIT:
+        name = "proven bound"
     if status in (Status.FEASIBLE, Status.TIME_LIMIT):
-        return f"{status.value} (gap {gap_pct:.2f} % vs {against})"
+        return f"{status.value} (gap {gap_pct:.2f} % vs {name} {bound})"
     return status.value
 
 

@@ -36,7 +36,7 @@ from synth.alltoall_cg._vcg import VRun, WeightedCg
 from synth.alltoall_cg._vround import disaggregate_v, greedy_remainder, improve, largest_remainder_v, link_loads
 from synth.alltoallv_schedule import AllToAllvSchedule, check_demand
 from synth.errors import ScheduleError, SolverError
-from synth.result import Status, gap_pct_time, judge_time, status_text
+from synth.result import Status, format_status, gap_pct_time, judge_time
 from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology
 
@@ -81,11 +81,9 @@ class AllToAllvResult:
         """True when a schedule exists (``OPTIMAL``, ``FEASIBLE``, or a time limit with a certified gap)."""
         return self.schedule is not None and self.status in (Status.OPTIMAL, Status.FEASIBLE, Status.TIME_LIMIT)
 
-    @property
     def status_text(self) -> str:
-        """The status with its gap, for text output (:func:`synth.result.status_text`)."""
-        against = "optimum" if self.status is not Status.TIME_LIMIT else "proven bound"
-        return status_text(self.status, self.gap_pct, f"{against} {1e6 * self.optimal_time_s:.3f} us")
+        """The status with its gap, for text output (:func:`synth.result.format_status`)."""
+        return format_status(self.status, self.gap_pct, f"{1e6 * self.optimal_time_s:.3f} us")
 
 
 @dataclass(frozen=True, slots=True)
