@@ -278,9 +278,9 @@ def synthesize_allgather(
     Returns
     -------
     SynthResult
-        ``OPTIMAL`` when the schedule's exact rate equals the cut bound (``gap_pct == 0``); with
-        ``max_chunks`` below the optimum's k, ``OPTIMAL`` for the fixed-k search with the gap to the
-        unconstrained optimum stated in ``message`` and ``gap_pct``.
+        ``OPTIMAL`` when the schedule's rate reaches the cut bound (``gap_pct == 0``,
+        :func:`synth.result.judge`); with ``max_chunks`` below the optimum's k, or a non-Eulerian
+        switch, ``FEASIBLE`` with the gap to the unconstrained optimum in ``message`` and ``gap_pct``.
 
     Raises
     ------
