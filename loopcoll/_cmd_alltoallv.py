@@ -69,7 +69,7 @@ def _run_synth(args: argparse.Namespace) -> int:
     if args.json:
         doc = {"collective": "alltoallv", "topology": topo.name, "nranks": topo.nranks, "nchunks": sched.nchunks,
                "status": result.status.value, "completion_time_s": result.completion_time_s,
-               "optimal_time_s": result.optimal_time_s, "gap": result.gap_pct / 100.0,
+               "optimal_time_s": result.optimal_time_s, "gap": result.gap_pct / 100.0, "gap_pct": result.gap_pct,
                "direct_time_s": direct, "two_phase_time_s": two, "solve_time_s": result.solve_time_s,
                "total_bytes": sched.total_bytes}
         if "global_ranks" in sched.meta:
@@ -81,7 +81,7 @@ def _run_synth(args: argparse.Namespace) -> int:
           f"optimal {1e6 * result.optimal_time_s:.3f} us (gap {result.gap_pct:.3f}%)")
     print(f"  baselines: NCCL-like direct {1e6 * direct:.3f} us ({direct / result.completion_time_s:.2f}x), "
           f"FAST-like two-phase {1e6 * two:.3f} us ({two / result.completion_time_s:.2f}x)")
-    print(f"  solve {result.solve_time_s:.3f} s; {result.status.value}: {result.message}")
+    print(f"  solve {result.solve_time_s:.3f} s; status: {result.status_text()}; {result.message}")
     if args.schedule_out:
         print(f"  wrote schedule to {args.schedule_out}")
     return 0

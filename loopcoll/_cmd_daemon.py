@@ -23,6 +23,7 @@ from typing import Any
 
 from loopcoll._common import SPEC_HELP, print_json
 from synth.errors import LoopcollError
+from synth.result import Status, format_status, gap_pct
 
 __all__ = ["register"]
 
@@ -241,6 +242,21 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _version_status(v: dict[str, Any]) -> str:
+    """A manifest entry's synthesis status for the status text, with its gap when it has one.
+
+    >>> _version_status({"status": "feasible", "algbw_GBps": 99.0, "optimal_algbw_GBps": 100.0})
+    '  status feasible (gap 1.00 % vs optimum 100.00 GB/s)'
+    """
+    word = v.get("status")
+    try:
+        status = Status(word)
+    except ValueError:  # "given" (a deployed schedule) or absent
+        return f"  status {word}" if word else ""
+    algbw, optimal = float(v.get("algbw_GBps", 0.0)), float(v.get("optimal_algbw_GBps", 0.0))
+    return f"  status {format_status(status, gap_pct(algbw, optimal), f'{optimal:.2f} GB/s')}"
+
+
 def render_status(doc: dict[str, Any], *, max_rows: int = 20) -> str:
     """The human-readable status: daemon line, versions, degraded link estimates, recent verdicts, counters.
 
@@ -259,7 +275,7 @@ def render_status(doc: dict[str, Any], *, max_rows: int = 20) -> str:
     out.append("versions:" if versions else "versions: none")
     for v in versions:
         extra = "  ".join(f"{k} {_fmt(v[k])}" for k in ("algbw_GBps", "optimal_algbw_GBps", "reason") if k in v)
-        out.append(f"  {v.get('comm')}/{v.get('collective')} v{v.get('version')}  {extra}".rstrip())
+        out.append(f"  {v.get('comm')}/{v.get('collective')} v{v.get('version')}  {extra}{_version_status(v)}".rstrip())
     links = [lk for lk in c.get("links", []) if isinstance(lk, dict)]
     if links:
         low = [lk for lk in links if lk.get("estimate_gbps", 0.0) < 0.98 * lk.get("nominal_gbps", 0.0)]

@@ -88,6 +88,7 @@ def result_json(collective: str, topo_name: str, nranks: int, result: SynthResul
         "solve_time_s": result.solve_time_s,
         "warm": result.warm,
         "status": result.status.value,
+        "gap_pct": result.gap_pct,
     }
     doc["routing"] = result.stats.get("routing", "free")
     for key in ("free_optimal_algbw_GBps", "routed_optimal_algbw_GBps", "routing_gap_pct"):
@@ -150,7 +151,8 @@ def _run(args: argparse.Namespace) -> int:
         f"{len(sched.routes)} routes): algbw {result.algbw_GBps:.3f} GB/s, "
         f"optimal {result.optimal_algbw_GBps:.3f} GB/s ({100 * result.algbw_GBps / result.optimal_algbw_GBps:.2f}%)"
     )
-    print(f"  {'warm' if result.warm else 'cold'} solve {result.solve_time_s:.3f} s; {result.status.value}: {result.message}")
+    print(f"  {'warm' if result.warm else 'cold'} solve {result.solve_time_s:.3f} s; status: {result.status_text()}; "
+          f"{result.message}")
     if "free_optimal_algbw_GBps" in result.stats:
         print(f"  free-routing optimum {result.stats['free_optimal_algbw_GBps']:.3f} GB/s, routed optimum "
               f"{result.stats['routed_optimal_algbw_GBps']:.3f} GB/s: the executor loses "

@@ -13,6 +13,7 @@ from synth.errors import LoopcollError, ScheduleError
 from synth.latency import synthesize_depth_bounded
 from synth.latency.pareto import pareto_set
 from synth.latency.select import choose_bands
+from synth.result import Status
 from synth.topologies.model import Topology
 
 __all__ = ["band_path", "parse_depths", "run_max_depth", "run_sizes", "unbounded_chunk_cap"]
@@ -110,7 +111,7 @@ def run_max_depth(args: argparse.Namespace, topo: Topology, warm: Schedule | Non
     print(f"{args.collective} on {topo.name} ({topo.nranks} ranks, depth {st['depth']} <= {args.max_depth}, "
           f"{res.schedule.nchunks} chunks): algbw {res.algbw_GBps:.3f} GB/s; depth-{args.max_depth} bound "
           f"{st['depth_bound_algbw_GBps']:.3f}, unbounded optimum {st['unbounded_optimal_algbw_GBps']:.3f} GB/s")
-    print(f"  solve {res.solve_time_s:.3f} s; {res.status.value}: {res.message}")
+    print(f"  solve {res.solve_time_s:.3f} s; status: {res.status_text(_bound_name(args.max_depth))}; {res.message}")
     for path, what in ((args.output, "MSCCL XML"), (args.schedule_out, "schedule")):
         if path:
             print(f"  wrote {what} to {path}")
@@ -158,11 +159,10 @@ def run_sizes(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -
         return 0
     print(f"{args.collective} on {topo.name} ({topo.nranks} ranks): Pareto set")
     for p in points:
-        capped = ""
-        if p.max_depth is None and p.result.gap_pct >= 1e-3:  # below: float noise of an exact optimum
-            capped = (f" (at most {unbounded} chunks per source: {p.result.gap_pct:.3g}% below the exact optimum "
-                      f"{p.result.optimal_algbw_GBps:.3f} GB/s)")
-        print(f"  {p.label:>6}: depth {p.depth:>3}, algbw {p.algbw_GBps:9.3f} GB/s, {p.schedule.nchunks} chunks{capped}")
+        capped = f", at most {unbounded} chunks per source" if p.max_depth is None and unbounded is not None \
+            and p.result.status is not Status.OPTIMAL else ""
+        print(f"  {p.label:>6}: depth {p.depth:>3}, algbw {p.algbw_GBps:9.3f} GB/s, {p.schedule.nchunks} chunks; "
+              f"{p.result.status_text(_bound_name(p.max_depth))}{capped}")
     print(f"bands (profile {args.profile}):")
     for b in bands:
         hi = "inf" if b.max_bytes is None else str(b.max_bytes)
@@ -177,4 +177,9 @@ def run_sizes(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -
 
 def _point_doc(p: Any) -> dict[str, Any]:
     return {"label": p.label, "max_depth": p.max_depth, "depth": p.depth, "algbw_GBps": p.algbw_GBps,
-            "nchunks": p.schedule.nchunks, "gap_pct": p.result.gap_pct}
+            "nchunks": p.schedule.nchunks, "status": p.result.status.value, "gap_pct": p.result.gap_pct}
+
+
+def _bound_name(max_depth: int | None) -> str:
+    """What a depth-bounded result's ``optimal_algbw_GBps`` is, for its status text."""
+    return "optimum" if max_depth is None else f"depth-{max_depth} bound"

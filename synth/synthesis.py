@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, overload
 from synth._types import Collective, Rank
 from synth._deadline import check_time_limit, solving
 from synth.errors import ScheduleError, SolverError, TimeLimitError, expect_type, short_repr
-from synth.result import Status, SynthResult
+from synth.result import Status, SynthResult, gap_pct
 from synth.schedule import Schedule
 from synth.routing import has_route_choice
 from synth.topologies.communicator import communicator
@@ -175,7 +175,7 @@ def synthesize(  # type: ignore[misc]
             return SynthResult(Status.TIME_LIMIT, f"{exc} before a schedule was built (no schedule)", None, 0.0,
                                math.inf, 100.0, elapsed, warm_from is not None)
         sched, algbw, upper = kept
-        gap = max(0.0, 100.0 * (1.0 - algbw / upper))
+        gap = gap_pct(algbw, upper)
         return SynthResult(Status.TIME_LIMIT, f"{exc}; kept the warm-start schedule, valid on {topo.name!r}: "
                            f"{algbw:.6g} GB/s, gap <= {gap:.3f}% vs a proven upper bound of {upper:.6g} GB/s",
                            sched, algbw, upper, gap, elapsed, True)

@@ -3,6 +3,7 @@
 Stable API (other test modules import it; extend compatibly):
 
 * :func:`random_topologies` -- valid random :class:`~synth.topologies.Topology` objects.
+* :func:`switch_fabrics` -- random multi-NIC switch fabrics where GPU pairs have a route choice.
 * :data:`BAD_TOPOLOGY_CASES` -- ``(case id, JSON text, culprit regex)`` for every validation rule
   of ``docs/topology.md``; a reader must reject the text with a message matching the regex.
 * :func:`topology_doc` -- a small valid topology document (2 GPUs, 1 switch) to mutate.
@@ -19,7 +20,8 @@ from hypothesis import strategies as st
 
 from synth.topologies import Link, Node, NodeKind, Topology
 
-__all__ = ["BAD_TOPOLOGY_CASES", "CAPACITIES_GBPS", "LATENCIES_US", "random_topologies", "topology_doc"]
+__all__ = ["BAD_TOPOLOGY_CASES", "CAPACITIES_GBPS", "LATENCIES_US", "random_topologies", "switch_fabrics",
+           "topology_doc"]
 
 #: Capacities drawn for live links: integers, and decimals whose binary floats are inexact, so that
 #: exact (Fraction) arithmetic is exercised.
@@ -79,6 +81,50 @@ def random_topologies(
         [Link(a, b, *links[(a, b)]) for a, b in order],
         meta,
     )
+
+
+@st.composite
+def switch_fabrics(draw: st.DrawFn, max_hosts: int = 2, max_gpus_per_host: int = 3, max_leaves: int = 2) -> Topology:
+    """Random multi-NIC switch fabrics (symmetric cables): hosts of GPUs, each host with or without a
+    host switch ``hs{h}`` (NVSwitch-like), every GPU with one or two NICs, each on a leaf switch
+    ``leaf{j}``, the leaves cabled to a spine ``spine`` (or, with one leaf, nothing more). Two NICs of a
+    GPU, or a host switch besides the NICs, give GPU pairs several switch-only paths: the route
+    choice of ``synth.routing.has_route_choice`` (most draws have one; none is forced).
+    """
+    hosts = draw(st.integers(1, max_hosts), label="hosts")
+    sizes = draw(st.lists(st.integers(1, max_gpus_per_host), min_size=hosts, max_size=hosts), label="gpus per host")
+    if sum(sizes) < 2:
+        sizes[0] = 2
+    leaves = draw(st.integers(1, max_leaves), label="leaves")
+    capacity = st.sampled_from((25.0, 50.0, 100.0, 200.0, 400.0, 12.5, 0.3))
+    nodes = [Node(f"leaf{j}", NodeKind.SWITCH, role="tor") for j in range(leaves)]
+    links: list[Link] = []
+
+    def cable(a: str, b: str, gbps: float) -> None:
+        links.extend([Link(a, b, gbps, 0.5), Link(b, a, gbps, 0.5)])
+
+    if leaves > 1:
+        nodes.append(Node("spine", NodeKind.SWITCH, role="spine"))
+        for j in range(leaves):
+            cable(f"leaf{j}", "spine", draw(capacity, label="uplink"))
+    rank = 0
+    for h, size in enumerate(sizes):
+        host_switch = draw(st.booleans(), label="host switch")
+        if host_switch:
+            nodes.append(Node(f"hs{h}", NodeKind.SWITCH, role="nvswitch"))
+        for _ in range(size):
+            gpu = f"gpu{rank}"
+            nodes.append(Node(gpu, NodeKind.GPU, rank, h))
+            if host_switch:
+                cable(gpu, f"hs{h}", draw(st.sampled_from((400.0, 900.0, 2400.0)), label="nvlink"))
+            nics = draw(st.lists(st.integers(0, leaves - 1), min_size=1, max_size=2), label="nic leaves")
+            for j, leaf in enumerate(nics):
+                nic = f"nic{rank}.{j}"
+                nodes.append(Node(nic, NodeKind.SWITCH, role="nic"))
+                cable(gpu, nic, draw(capacity, label="pcie"))
+                cable(nic, f"leaf{leaf}", draw(capacity, label="nic"))
+            rank += 1
+    return Topology.create(f"switch-fabric-{rank}g{leaves}l", nodes, links, {"family": "switch-fabric"})
 
 
 def topology_doc() -> dict[str, Any]:

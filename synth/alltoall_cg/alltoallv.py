@@ -36,7 +36,7 @@ from synth.alltoall_cg._vcg import VRun, WeightedCg
 from synth.alltoall_cg._vround import disaggregate_v, greedy_remainder, improve, largest_remainder_v, link_loads
 from synth.alltoallv_schedule import AllToAllvSchedule, check_demand
 from synth.errors import ScheduleError, SolverError
-from synth.result import Status
+from synth.result import Status, format_status, gap_pct_time, judge_time
 from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology
 
@@ -60,8 +60,9 @@ class AllToAllvResult:
     """Outcome of :func:`synthesize_alltoallv`.
 
     ``completion_time_s`` is the rounded schedule's bandwidth-term time, ``optimal_time_s`` the LP
-    optimum (``OPTIMAL``) or a proven lower bound (``TIME_LIMIT``); ``gap_pct`` is
-    ``100 · (1 − optimal/completion)``; ``stats`` holds figures (iterations, pivots, phase times).
+    optimum or, under ``TIME_LIMIT``, a proven lower bound; ``gap_pct`` is
+    ``100 · (1 − optimal/completion)``. ``OPTIMAL`` when the schedule reaches the LP optimum, else
+    ``FEASIBLE`` (:func:`synth.result.judge_time`); ``stats`` holds figures (iterations, pivots, phase times).
     """
 
     status: Status
@@ -77,8 +78,12 @@ class AllToAllvResult:
 
     @property
     def success(self) -> bool:
-        """True when a schedule exists (optimal LP, or a time limit with a certified gap)."""
-        return self.schedule is not None and self.status in (Status.OPTIMAL, Status.TIME_LIMIT)
+        """True when a schedule exists (``OPTIMAL``, ``FEASIBLE``, or a time limit with a certified gap)."""
+        return self.schedule is not None and self.status in (Status.OPTIMAL, Status.FEASIBLE, Status.TIME_LIMIT)
+
+    def status_text(self) -> str:
+        """The status with its gap, for text output (:func:`synth.result.format_status`)."""
+        return format_status(self.status, self.gap_pct, f"{1e6 * self.optimal_time_s:.3f} us")
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +259,10 @@ def _finish(topology: Topology, cg: WeightedCg, run: VRun, d_bytes: FloatArray, 
     schedule = AllToAllvSchedule(n, nchunks, cast(Any, d_bytes), tuple(routes), topology.fingerprint, meta)
     t_sched = time.perf_counter() - t0
     completion = t_round * to_s
-    gap = max(0.0, 1.0 - lb_s / completion) if completion > 0 else 0.0
+    status, gap_pct = judge_time(completion, lb_s)
+    if not run.converged:  # stopped by the limit: the gap is against the proven lower bound
+        status, gap_pct = Status.TIME_LIMIT, gap_pct_time(completion, lb_s)
+    gap = gap_pct / 100.0
     elapsed = time.perf_counter() - start
     stats = {"lp_completion_s": lp_s, "lower_bound_s": lb_s, "gap": gap, "cg_iterations": run.iterations,
              "lp_pivots": run.lp_pivots, "columns": len(cg.trees), "paths": len(cg.paths), "max_steps": cg.steps,
@@ -262,14 +270,12 @@ def _finish(topology: Topology, cg: WeightedCg, run: VRun, d_bytes: FloatArray, 
              "setup_time_s": t_setup, "cg_time_s": t_cg, "lp_solve_time_s": run.lp_time_s,
              "pricing_time_s": run.pricing_time_s, "rounding_time_s": t_rounding, "schedule_time_s": t_sched}
     if run.converged:
-        status = Status.OPTIMAL
         message = (f"LP optimal after {run.iterations} CG iterations ({len(cg.trees)} trees, {cg.steps} steps); "
                    f"rounded to {nchunks} chunks per block, gap {100 * gap:.3f}% ({cg.solver} {run.native})")
     else:
-        status = Status.TIME_LIMIT
         message = f"time limit after {elapsed:.2f} s, gap {100 * gap:.2f}% vs a proven lower bound ({cg.solver})"
     state = AllToAllvWarmState(topology.fingerprint, nchunks, cg, d_bytes) if run.converged else None
-    return AllToAllvResult(status, message, schedule, completion, lb_s, 100.0 * gap, elapsed, mode != "cold",
+    return AllToAllvResult(status, message, schedule, completion, lb_s, gap_pct, elapsed, mode != "cold",
                            MappingProxyType(stats), state)
 
 

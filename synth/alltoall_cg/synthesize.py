@@ -50,7 +50,8 @@ from synth.alltoall_cg._schedule import RouteCache, build_schedule, check_and_me
 from synth.alltoall_cg._warm import WarmState, paths_from_schedule, restore, seed_paths
 from synth._resources import require_memory
 from synth.errors import ScheduleError, SolverError
-from synth.result import Status, SynthResult
+from synth.result import Status, SynthResult, judge
+from synth.result import gap_pct as gap_pct_of
 from synth.schedule import CutLink, Schedule
 from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology
@@ -222,7 +223,8 @@ def synthesize_alltoall(
     Returns
     -------
     SynthResult
-        ``optimal_algbw_GBps`` is the LP optimum (N·z*), ``gap_pct`` the rounding gap against it;
+        ``optimal_algbw_GBps`` is the LP optimum (N·z*), ``gap_pct`` the rounding gap against it
+        (``OPTIMAL`` when 0, else ``FEASIBLE``: :func:`synth.result.judge`);
         ``stats`` holds ``lp_algbw_GBps``, ``lp_bound_algbw_GBps``, ``gap``, ``cg_iterations``,
         ``lp_pivots`` (simplex iterations of the column generation), ``columns``, ``max_steps`` and
         phase times; ``warm_state`` seeds the next call.
@@ -306,7 +308,10 @@ def synthesize_alltoall(
                            0.0, lp_algbw, 100.0, time.perf_counter() - start, warm)
     t_sched = time.perf_counter() - t0
     optimal = lp_algbw if run.converged else bound_algbw
-    gap = max(0.0, 1.0 - algbw / optimal)
+    status, gap_pct = judge(algbw, optimal)
+    if not run.converged:  # stopped by the limit: the gap is against the proven bound
+        status, gap_pct = Status.TIME_LIMIT, gap_pct_of(algbw, optimal)
+    gap = gap_pct / 100.0
     elapsed = time.perf_counter() - start
     stats = {
         "lp_algbw_GBps": lp_algbw,
@@ -333,15 +338,13 @@ def synthesize_alltoall(
         "schedule_time_s": t_sched,
     }
     if run.converged:
-        status = Status.OPTIMAL
         message = (f"LP optimal after {run.iterations} CG iterations ({len(cg.trees)} trees, {cg.steps} steps); "
                    f"rounded to {nchunks} chunks, gap {100 * gap:.3f}% ({solver} {run.native})")
     else:
-        status = Status.TIME_LIMIT
         message = (f"time limit after {elapsed:.1f} s, gap {100 * gap:.2f}% vs proven bound "
                    f"{bound_algbw:.6g} GB/s ({solver} {run.native})")
     log.info("alltoall_cg: %s", message)
-    return SynthResult(status, message, schedule, algbw, optimal, 100.0 * gap, elapsed, warm, stats,
+    return SynthResult(status, message, schedule, algbw, optimal, gap_pct, elapsed, warm, stats,
                        WarmState.capture(cg, cache, diameter, rounded))
 
 
@@ -365,7 +368,8 @@ def _try_repair(topology: Topology, net: Network, state: WarmState, solver: str,
         return None
     lp_algbw = n / rep.t_lp
     schedule = rep.rounded.schedule
-    gap = max(0.0, 1.0 - rep.algbw_GBps / lp_algbw)
+    status, gap_pct = judge(rep.algbw_GBps, lp_algbw)
+    gap = gap_pct / 100.0
     elapsed = time.perf_counter() - start
     dive = rep.dive
     stats = {
@@ -383,7 +387,7 @@ def _try_repair(topology: Topology, net: Network, state: WarmState, solver: str,
     log.info("alltoall_cg: %s", message)
     new_state = WarmState(state.node_ids, state.link_keys, state.solver, state.steps, rep.paths, state.trees,
                           state.tree_loads, state.basis, state.routes, net.live.copy(), diameter, rep.rounded)
-    return SynthResult(Status.OPTIMAL, message, schedule, rep.algbw_GBps, lp_algbw, 100.0 * gap, elapsed, True,
+    return SynthResult(status, message, schedule, rep.algbw_GBps, lp_algbw, gap_pct, elapsed, True,
                        stats, new_state)
 
 

@@ -23,7 +23,7 @@ from synth.forestcoll_warm._optimum import IntGraph, Optimum, _dinkelbach, exact
 from synth.forestcoll_warm._packing import PackingError, TreeClass, pack_with_figures
 from synth.forestcoll_warm._splitting import SplitStuck, split_switches
 from synth.forestcoll_warm.warm import accept_old_trees, hint_from_meta, hint_to_meta, old_trees
-from synth.result import Status, SynthResult
+from synth.result import Status, SynthResult, judge
 from synth.schedule import Route, RouteKind, Schedule
 from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Link, Topology, exact_gbps
@@ -228,24 +228,24 @@ def finish(
         **communicator_meta(topo),
     }
     sched = sched.with_meta(**meta)
-    if rate == optimal_rate:
-        return SynthResult(Status.OPTIMAL, f"optimal: {algbw:.6g} GB/s with k={k} trees per root", sched, algbw,
-                           optimal_GBps, 0.0, solve_s, warm, stats)
-    gap = 100.0 * (1.0 - float(rate / optimal_rate))
-    if rate > optimal_rate and collective == "allreduce":
+    if rate > optimal_rate and collective != "allreduce":
+        return SynthResult(Status.FAILED, f"re-check failed: rate {rate} above the proven bound {optimal_rate}",
+                           None, algbw, optimal_GBps, 0.0, solve_s, warm, stats)
+    status, gap = judge(algbw, optimal_GBps)
+    if rate > optimal_rate:
         # The bound assumes RS then AG back to back; in the IR's link-load model the two phases
         # share links, and where their bottlenecks lie on different links (e.g. one GPU's in- and
         # out-links) the combined schedule is faster than that bound.
-        return SynthResult(Status.OPTIMAL, f"optimal RS+AG trees: {algbw:.6g} GB/s, above the sequential RS+AG "
+        return SynthResult(status, f"optimal RS+AG trees: {algbw:.6g} GB/s, above the sequential RS+AG "
                            f"bound {optimal_GBps:.6g} GB/s (phase bottlenecks on different links)", sched, algbw,
-                           optimal_GBps, 0.0, solve_s, warm, stats)
-    if rate > optimal_rate:
-        return SynthResult(Status.FAILED, f"re-check failed: rate {rate} above the proven bound {optimal_rate}",
-                           None, algbw, optimal_GBps, 0.0, solve_s, warm, stats)
+                           optimal_GBps, gap, solve_s, warm, stats)
+    if status is Status.OPTIMAL:
+        return SynthResult(status, f"optimal: {algbw:.6g} GB/s with k={k} trees per root", sched, algbw,
+                           optimal_GBps, gap, solve_s, warm, stats)
     why = "; ".join(s.message for s in solved if s.message) or (
         f"best schedule with at most {k} chunk(s) per source (fixed-k search), gap vs the unconstrained optimum"
     )
-    return SynthResult(Status.OPTIMAL, f"{why}: {algbw:.6g} of {optimal_GBps:.6g} GB/s ({gap:.3f}% gap)", sched,
+    return SynthResult(status, f"{why}: {algbw:.6g} of {optimal_GBps:.6g} GB/s ({gap:.3f}% gap)", sched,
                        algbw, optimal_GBps, gap, solve_s, warm, stats)
 
 
@@ -278,9 +278,9 @@ def synthesize_allgather(
     Returns
     -------
     SynthResult
-        ``OPTIMAL`` when the schedule's exact rate equals the cut bound (``gap_pct == 0``); with
-        ``max_chunks`` below the optimum's k, ``OPTIMAL`` for the fixed-k search with the gap to the
-        unconstrained optimum stated in ``message`` and ``gap_pct``.
+        ``OPTIMAL`` when the schedule's rate reaches the cut bound (``gap_pct == 0``,
+        :func:`synth.result.judge`); with ``max_chunks`` below the optimum's k, or a non-Eulerian
+        switch, ``FEASIBLE`` with the gap to the unconstrained optimum in ``message`` and ``gap_pct``.
 
     Raises
     ------

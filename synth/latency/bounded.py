@@ -30,7 +30,7 @@ from synth.errors import ScheduleError, SolverError, short_repr
 from synth.latency._graph import LinkGraph
 from synth.latency._lp import Column, LpOutcome, column_from_hops, load_matrix, solve_depth_lp
 from synth.latency.depth import schedule_depth
-from synth.result import Status, SynthResult
+from synth.result import Status, SynthResult, gap_pct, judge
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology
@@ -187,7 +187,8 @@ def synthesize_depth_bounded(
     ``chunks`` is the most chunks per source (default 8; ``D = inf`` passes it to ForestColl as
     ``max_chunks``). ``warm_from`` seeds the LP with a previous schedule's trees that are still
     valid and within the bound. The result's ``optimal_algbw_GBps`` is the *certified upper bound*
-    on any depth-``D`` schedule (so ``gap_pct`` covers both the LP gap and rounding); ``stats`` has
+    on any depth-``D`` schedule (so ``gap_pct`` covers both the LP gap and rounding; the status is
+    ``OPTIMAL`` only when the schedule reaches that bound, else ``FEASIBLE``); ``stats`` has
     ``depth``, ``max_depth``, ``lp_algbw_GBps``, ``depth_bound_algbw_GBps``,
     ``unbounded_optimal_algbw_GBps``, ``rounding_bound_algbw_GBps``, ``lp_gap_pct`` and the LP's figures.
     """
@@ -219,7 +220,8 @@ def synthesize_depth_bounded(
     routes: list[Route] = []
     ks = []
     u_round = u_lp = u_low = u_inf = u_bnd = 0.0
-    status, why = Status.OPTIMAL, []
+    stopped: Status | None = None
+    why: list[str] = []
     for kind, g, out, opt in sides:
         rts, k, u, ub = _out_trees(g, out, k_max)
         ks.append(k)
@@ -230,7 +232,7 @@ def synthesize_depth_bounded(
         u_inf += n / opt
         u_bnd += ub
         if out.status is not Status.OPTIMAL:
-            status = out.status
+            stopped = out.status
         why.append(out.message)
     k = math.lcm(*ks)
     routes = [Route(r.kind, r.root, r.chunks * (k // ks[0 if r.kind is RouteKind.IN_TREE or len(ks) == 1 else 1]), r.hops)
@@ -259,7 +261,8 @@ def synthesize_depth_bounded(
     meta = {"synthesizer": "depth-bounded", "max_depth": max_depth, "depth": depth,
             "optimal_algbw_GBps": n / u_inf, "depth_bound_algbw_GBps": bound, **communicator_meta(topo)}
     sched = sched.with_meta(**meta)
-    gap = max(0.0, 100.0 * (1.0 - algbw / bound))
+    # The LP's certified bound is the optimum held to; an LP stopped by a limit makes the run TIME_LIMIT.
+    status, gap = judge(algbw, bound) if stopped is None else (stopped, gap_pct(algbw, bound))
     message = (f"depth <= {max_depth} (actual {depth}): {algbw:.6g} GB/s with k={k}; LP {n / u_lp:.6g}, "
                f"depth-{max_depth} bound {bound:.6g}, unbounded optimum {n / u_inf:.6g} GB/s; " + "; ".join(why))
     return SynthResult(status, message, sched, algbw, bound, gap, time.perf_counter() - start, warm is not None, stats)

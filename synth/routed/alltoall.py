@@ -35,7 +35,7 @@ from scipy.sparse.csgraph import dijkstra
 
 from synth.alltoall_cg._master import TreeMaster
 from synth.errors import ScheduleError, SolverError
-from synth.result import Status, SynthResult
+from synth.result import Status, SynthResult, gap_pct, judge
 from synth.routed._logical import Logical
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.topologies.communicator import communicator_meta
@@ -294,14 +294,13 @@ def synthesize_routed_alltoall(
             "routing": "routed", **communicator_meta(topology)}
     sched = sched.with_meta(**meta)
     if not proven:
-        gap = max(0.0, 100.0 * (1.0 - algbw / upper)) if upper < float("inf") else 100.0
+        gap = gap_pct(algbw, upper)
         stats["gap"] = gap / 100.0
         return SynthResult(Status.TIME_LIMIT, f"routed column generation stopped at the time limit: {algbw:.6g} GB/s, "
                            f"proven within {gap:.3f}% of the routed optimum", sched, algbw, upper, gap, solve_s, warm,
                            stats, state)
-    gap = max(0.0, 100.0 * (1.0 - algbw / optimal))
-    gap = 0.0 if gap < 1e-7 else gap
+    status, gap = judge(algbw, optimal)
     stats["gap"] = gap / 100.0
-    return SynthResult(Status.OPTIMAL, f"routed LP optimum {optimal:.6g} GB/s rounded to {nchunks} chunks per block: "
+    return SynthResult(status, f"routed LP optimum {optimal:.6g} GB/s rounded to {nchunks} chunks per block: "
                        f"{algbw:.6g} GB/s ({gap:.3f}% gap), every hop on its pair's route", sched, algbw, optimal, gap,
                        solve_s, warm, stats, state)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from synth.errors import ScheduleError, SolverError
-from synth.result import Status, SynthResult
+from synth.result import Status, SynthResult, gap_pct, judge
 from synth.routed._logical import Logical
 from synth.forestcoll_warm._packing import PackingError, TreeClass
 from synth.routed._lovasz import integral_capacities, pack_trees
@@ -121,8 +121,9 @@ def synthesize_routed_trees(
 ) -> SynthResult:
     """AllGather / ReduceScatter / AllReduce over routed hops (module docstring).
 
-    Returns ``OPTIMAL`` with ``gap_pct`` the certified gap of the rounded schedule to the routed LP
-    optimum (``optimal_algbw_GBps``), or ``TIME_LIMIT`` when the LP stopped first
+    Returns ``OPTIMAL`` when the rounded schedule reaches the routed LP optimum
+    (``optimal_algbw_GBps``), else ``FEASIBLE`` with ``gap_pct`` its certified gap to it
+    (:func:`synth.result.judge`), or ``TIME_LIMIT`` when the LP stopped first
     (gap to the best proven bound). ``stats`` carries ``routed_optimal_algbw_GBps`` (the routed
     optimum, or while ``routed_optimum_proven`` is false the best proven upper bound on it), LP rounds and
     ``cg_rounds``, ``k`` and ``seeded_trees`` (warm-start trees reused as columns).
@@ -198,11 +199,12 @@ def synthesize_routed_trees(
     sched = sched.with_meta(**meta)
     warm = warm_start is not None
     if not proven:
-        gap = max(0.0, 100.0 * (1.0 - algbw / upper)) if upper < float("inf") else 100.0
+        gap = gap_pct(algbw, upper)
         return SynthResult(Status.TIME_LIMIT, f"routed LP stopped at the time limit: {algbw:.6g} GB/s, "
                            f"proven within {gap:.3f}% of the routed optimum", sched, algbw, upper, gap, solve_s, warm,
                            stats)
-    gap = max(0.0, 100.0 * (1.0 - algbw / optimal))
-    how = "routed optimum" if gap < 1e-7 else f"routed optimum {optimal:.6g} GB/s rounded to k={k} ({gap:.3f}% gap)"
-    return SynthResult(Status.OPTIMAL, f"{how}: {algbw:.6g} GB/s with k={k} chunks per root, every hop on its "
-                       "pair's route", sched, algbw, optimal, 0.0 if gap < 1e-7 else gap, solve_s, warm, stats)
+    status, gap = judge(algbw, optimal)
+    how = "routed optimum" if status is Status.OPTIMAL else \
+        f"routed optimum {optimal:.6g} GB/s rounded to k={k} ({gap:.3f}% gap)"
+    return SynthResult(status, f"{how}: {algbw:.6g} GB/s with k={k} chunks per root, every hop on its "
+                       "pair's route", sched, algbw, optimal, gap, solve_s, warm, stats)

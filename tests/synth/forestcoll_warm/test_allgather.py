@@ -16,6 +16,7 @@ from synth.result import Status
 from synth.schedule import Schedule
 from synth.topologies import Link, Node, NodeKind, Topology, load_topology
 from tests.synth.forestcoll_warm._helpers import assert_exact_optimal
+from tests.synth._judged import assert_judged
 
 SPECS = ["ring:2", "ring:8", "torus:3x3", "torus:4x4", "nvswitch:8", "h200-proto", "hpn:1x2x8", "dgx-a100:2",
          "dgx-h100:2", "hpn:2x2x4"]
@@ -65,7 +66,7 @@ def test_oracle_values_from_reference(spec: str, algbw: Fraction, k: int) -> Non
 def test_max_chunks_one_on_dgx_a100_2_matches_reference() -> None:
     topo = load_topology("dgx-a100:2")
     res = synthesize_allgather(topo, max_chunks=1)
-    assert res.status is Status.OPTIMAL
+    assert res.status is Status.FEASIBLE and res.success  # below the optimum it is held to (issue 28)
     assert res.schedule is not None and res.schedule.nchunks == 1
     res.schedule.validate(topo)
     assert topo.nranks * res.schedule.rate_GBps(topo) == Fraction(2400, 7)  # 342.857
@@ -105,7 +106,8 @@ def _one_way(spec: str) -> Topology:
 def test_non_eulerian_in_deficit_switch_gives_valid_schedule_with_stated_gap(spec: str) -> None:
     topo = _one_way(spec)  # NVSwitch receives less than it can send: out-excess
     res = synthesize_allgather(topo)
-    assert res.status is Status.OPTIMAL and res.schedule is not None
+    assert res.schedule is not None
+    assert_judged(res.status, res.algbw_GBps, res.optimal_algbw_GBps, res.gap_pct, res.message)
     res.schedule.validate(topo)
     assert res.algbw_GBps <= res.optimal_algbw_GBps
     if res.gap_pct > 0:

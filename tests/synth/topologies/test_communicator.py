@@ -17,6 +17,7 @@ from synth.schedule import Schedule
 from synth.simulation import simulate
 from synth.topologies import Topology, communicator, global_ranks, load_topology, named_topology
 from tests.strategies import random_topologies
+from tests.synth._judged import assert_judged
 
 TREE = ("allgather", "reducescatter", "allreduce")
 SETTINGS = settings(max_examples=int(os.environ.get("LOOPCOLL_COMMUNICATOR_EXAMPLES", "25")))
@@ -147,7 +148,7 @@ def test_tree_collective_on_subset_of_asymmetric_fabric_is_valid_within_bound(
 def test_alltoall_on_subset_is_within_its_rounding_gap_of_the_lp_optimum(case: tuple[Topology, list[int], bool]) -> None:
     topo, ranks, relay = case
     res = synthesize("alltoall", topo, ranks=ranks, relay=relay, routing="free")  # the free optimum (issue 16)
-    assert res.status is Status.OPTIMAL, res.message
+    assert_judged(res.status, res.algbw_GBps, res.optimal_algbw_GBps, res.gap_pct, res.message)
     assert res.schedule is not None
     assert_uses_only(res.schedule, topo, ranks, relay)
     lp = optimal_bound("alltoall", topo, ranks=ranks, relay=relay).algbw_GBps
