@@ -5,7 +5,7 @@ Each ```sh block runs as one bash script in a fresh temporary directory (with ``
 ``loopcoll`` meaning ``python -m loopcoll`` of this checkout (``PYTHONPATH`` = the repository) and
 ``python`` this interpreter (small wrapper scripts first on ``PATH``); ``pip install … &&`` prefixes are dropped (the package is installed) and
 the test command itself is skipped (it would recurse). Each ```python block runs as a script the same
-way. Where a ```text block directly follows, every line of it must appear in the output, with
+way. Where a ```text block directly follows, every line of it must appear in a line of the output, with
 figures of 3 or more decimals (timings) compared as "a number". ```text blocks that follow no
 runnable block are not run: that is how README shows long-running commands.
 """
@@ -109,13 +109,14 @@ def _normal(line: str) -> str:
 
 
 def missing_lines(expected: str, output: str) -> list[str]:
-    """Lines of ``expected`` not in ``output`` (whitespace runs and 3+-decimal figures normalised).
+    """Lines of ``expected`` found in no line of ``output`` (whitespace runs and 3+-decimal figures normalised;
+    an output line may carry more after or before the shown text).
 
-    >>> missing_lines("a  1.000 b\\nc", "x\\na 2.125 b\\n")
-    ['c']
+    >>> missing_lines("a  1.000 b\\nc\\nd 7", "x\\nwhere a 2.125 b\\nd 8\\n")
+    ['c', 'd 7']
     """
-    have = {_normal(s) for s in output.splitlines()}
-    return [s for s in expected.splitlines() if s.strip() and _normal(s) not in have]
+    have = [_normal(s) for s in output.splitlines()]
+    return [s for s in expected.splitlines() if s.strip() and not any(_normal(s) in h for h in have)]
 
 
 def _run(block: Block, tmp_path: Path) -> subprocess.CompletedProcess[str]:
