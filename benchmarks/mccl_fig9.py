@@ -120,12 +120,12 @@ def _charts(rows: list[dict]) -> list[Path]:
     return paths
 
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parent / "README.md"  # benchmarks/README.md: the results tables
 BEGIN, END = "<!-- mccl_fig9:begin -->", "<!-- mccl_fig9:end -->"
 
 
 def _update_readme(table: str, notes: str, cmd: str) -> bool:
-    """Replace the README's results block (between the markers) with this run's table and charts."""
+    """Replace benchmarks/README.md's Fig. 9 block (between the markers) with this run's table and charts."""
     if not README.exists():
         return False
     text = README.read_text()
@@ -141,8 +141,8 @@ def _update_readme(table: str, notes: str, cmd: str) -> bool:
         "",
         notes,
         "",
-        "![AllGather](benchmarks/results/mccl_fig9_allgather.png)",
-        "![AllToAll](benchmarks/results/mccl_fig9_alltoall.png)",
+        "![AllGather](results/mccl_fig9_allgather.png)",
+        "![AllToAll](results/mccl_fig9_alltoall.png)",
         END,
     ])
     head, _, rest = text.partition(BEGIN)

@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"loopcoll: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except MemoryError:
-        print("loopcoll: error: out of memory (see the Limits section of README.md)", file=sys.stderr)
+        print("loopcoll: error: out of memory (see docs/limits.md)", file=sys.stderr)
         return 2
     except _Terminated:
         print("loopcoll: terminated", file=sys.stderr)

@@ -52,3 +52,58 @@ def test_index_lists_every_document() -> None:
     for doc in sorted(DOCS.glob("*.md")):
         if doc.name != "README.md":
             assert f"]({doc.name})" in index, f"add docs/{doc.name} to the index table of docs/README.md"
+
+
+# -- links ----------------------------------------------------------------------------------------
+ROOT = DOCS.parent
+_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _prose(markdown: str) -> str:
+    """The text outside fenced code blocks and inline code (links in code are not links)."""
+    return re.sub(r"`[^`\n]*`", "", re.sub(r"^```.*?^```", "", markdown, flags=re.S | re.M))
+
+
+def heading_anchors(markdown: str) -> set[str]:
+    """GitHub's anchors for the headings: lowercase, punctuation dropped, spaces to hyphens, repeats numbered.
+
+    >>> sorted(heading_anchors("# A tour\\n## 3. The executor on `torch.distributed` (NCCL)\\n## A tour\\n"))
+    ['3-the-executor-on-torchdistributed-nccl', 'a-tour', 'a-tour-1']
+    """
+    fences_dropped = re.sub(r"^```.*?^```", "", markdown, flags=re.S | re.M)
+    anchors: set[str] = set()
+    for m in re.finditer(r"^#{1,6} +(.+?) *$", fences_dropped, re.M):
+        slug = re.sub(r"[^\w\- ]", "", m.group(1).lower()).replace(" ", "-")
+        n = 0
+        while (slug if n == 0 else f"{slug}-{n}") in anchors:
+            n += 1
+        anchors.add(slug if n == 0 else f"{slug}-{n}")
+    return anchors
+
+
+def broken_links(path: Path, root: Path = ROOT) -> list[str]:
+    """Relative links of a markdown file whose target file (or heading anchor) does not exist."""
+    bad = []
+    for target in _LINK.findall(_prose(path.read_text(encoding="utf-8"))):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+            continue
+        file_part, _, anchor = target.partition("#")
+        dest = (path.parent / file_part).resolve() if file_part else path
+        if not dest.exists():
+            bad.append(f"{path.relative_to(root)}: {target} (no such file)")
+        elif anchor and dest.suffix == ".md" and anchor not in heading_anchors(dest.read_text(encoding="utf-8")):
+            bad.append(f"{path.relative_to(root)}: {target} (no such heading)")
+    return bad
+
+
+def test_every_relative_link_resolves() -> None:
+    files = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted(DOCS.glob("*.md"))]
+    assert [bad for f in files for bad in broken_links(f)] == []
+
+
+def test_broken_links_are_caught(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# Top\n[ok](a.md#top) [gone](b.md) [anchor](a.md#nowhere) `[code](x.md)`\n"
+                                   "```text\n[in code](y.md)\n```\n![img](img.png) [web](https://x.org/z.md)\n",
+                                   encoding="utf-8")
+    assert broken_links(tmp_path / "a.md", tmp_path) == [
+        "a.md: b.md (no such file)", "a.md: a.md#nowhere (no such heading)", "a.md: img.png (no such file)"]
