@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from loopcoll._cli_doc import _subparsers, commands
 from loopcoll.cli import build_parser, main, package_version
 from synth.routing import has_route_choice
 from synth.topologies import read_topology
-from tests.smoke.cli_smoke import ENTRIES, Entry, files, verdict
+from tests.smoke.cli_smoke import ENTRIES, Entry, files, run_smoke, verdict
 from tests.smoke.wheel_build import NOT_SHIPPED, REPO, SHIPPED, build_wheel, source_files
 
 
@@ -114,3 +115,18 @@ def test_smoke_verdict() -> None:
     assert verdict(e, 0, "x.xml: valid (allgather, 4 ranks)") is None
     assert verdict(e, 1, "x.xml: valid (allgather, 4 ranks)") == "exit 1, expected 0"
     assert "does not match" in (verdict(e, 0, "x.xml: invalid") or "")
+
+
+def test_smoke_runner_flags_source_imports_and_failures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A "venv" whose loopcoll script runs the source tree: the preflight must refuse it, a wrong output fail.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    shim = bin_dir / "loopcoll"
+    shim.write_text(f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m loopcoll "$@"\n')
+    shim.chmod(0o755)
+    entries = (Entry(("--version",), r"^loopcoll \d"), Entry(("topo", "show", "ring:4"), r"no such text"))
+    assert run_smoke(str(bin_dir / "python"), entries) == (1, 2)
+    out = capsys.readouterr().out
+    assert "FAIL" in out.splitlines()[0] and "imported from outside" in out
+    assert "output does not match 'no such text'" in out

@@ -254,7 +254,11 @@ def run_smoke(python: str, entries: tuple[Entry | Stop, ...] = ENTRIES) -> tuple
         for name, text in files().items():
             (cwd / name).write_text(text, encoding="utf-8")
         start = time.monotonic()
-        why = _preflight(python, cwd, env) if script.is_file() else f"no loopcoll console script at {script}"
+        if not script.is_file() or cwd.resolve().is_relative_to(REPO):
+            where = f"no loopcoll console script at {script}" if not script.is_file() else f"{cwd} is inside {REPO}"
+            tally.report(where, 0.0, "preflight")
+            return tally.passed, tally.failed
+        why = _preflight(python, cwd, env)
         tally.report(why, time.monotonic() - start, f"preflight: {len(_packages())} packages import from the install")
         try:
             for entry in entries:
