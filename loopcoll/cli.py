@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from synth.errors import LoopcollError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "package_version"]
 
 _COMMANDS = ("_cmd_topo", "_cmd_bound", "_cmd_synth", "_cmd_check", "_cmd_simulate", "_cmd_demo", "_cmd_daemon",
              "_cmd_inspect", "_cmd_calibrate", "_cmd_run_check", "_cmd_replay",
@@ -64,6 +64,25 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise _Terminated()
 
 
+def package_version(distribution: str = "loopcoll") -> str:
+    """The installed ``distribution``'s version; ``loopcoll.__version__`` when it is not installed (a source tree).
+
+    ``loopcoll.__version__`` is the one place the version is written: pyproject.toml reads it from there.
+
+    >>> import loopcoll
+    >>> package_version("no-such-distribution") == loopcoll.__version__
+    True
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        from loopcoll import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (every installed subcommand)."""
     parser = _Parser(
@@ -71,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Closed-loop collective synthesis: optimal bounds, schedules and MSCCL XML for "
         "healthy and degraded GPU fabrics.",
     )
+    parser.add_argument("--version", action="version", version=f"loopcoll {package_version()}",
+                        help="print 'loopcoll X.Y.Z' and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in _COMMANDS:
