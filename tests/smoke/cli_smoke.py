@@ -36,6 +36,8 @@ __all__ = ["ENTRIES", "Entry", "Stop", "files", "main", "one_leaf_fabric", "run_
 REPO = Path(__file__).resolve().parents[2]
 #: The Inspector test vectors (read only; data, not code).
 VECTORS = REPO / "tests" / "vectors" / "inspector"
+#: Canned ``nvidia-smi topo -m`` / ``ibstat`` / ``nvidia-smi -L`` outputs for ``topo probe`` (read only).
+PROBE_VECTORS = REPO / "tests" / "vectors" / "probe"
 #: Seconds one command may run before it counts as failed (and is ended).
 COMMAND_TIMEOUT_S = 180.0
 #: Seconds the background daemon may take to write its port file, and to exit after SIGTERM.
@@ -46,8 +48,8 @@ _SHIPPED = ("loopcoll", "synth", "msccl_xml", "mscclpp_plan", "runtime")
 
 @dataclass(frozen=True)
 class Entry:
-    """One command: ``loopcoll ARGV`` (``{vectors}``, ``{address}`` filled in at run time), its exit code and a
-    regex that its stdout + stderr must match. ``background``: started and left running until the next
+    """One command: ``loopcoll ARGV`` (``{vectors}``, ``{probe}``, ``{address}`` filled in at run time), its exit
+    code and a regex that its stdout + stderr must match. ``background``: started and left running until the next
     :class:`Stop` (once its ``--port-file`` exists); its exit code and output are checked there."""
 
     argv: tuple[str, ...]
@@ -106,7 +108,10 @@ ENTRIES: tuple[Entry | Stop, ...] = (
     Entry(("topo", "show", "leaf.json"), r"4 GPUs, 3 switches, 16 links"),
     Entry(("topo", "export", "hpn:1x2x2", "--fail", "fail2", "-o", "hpn-fail2.json"), r"wrote hpn-fail2\.json"),
     Entry(("topo", "show", "hpn-fail2.json", "--json"), r'"name": "hpn-1x2x2\+fail2"'),
-    # --- `topo probe` (parses nvidia-smi topo -m / ibstat outputs): add its entry here at merge (issue 28) ---
+    Entry(("topo", "probe", "--nvidia-smi-topo", "{probe}/dgx-h100.topo.txt", "--ibstat", "{probe}/dgx-h100.ibstat.txt",
+           "--gpu-list", "{probe}/dgx-h100.gpus.txt", "--hosts", "2", "-o", "probed.json"),
+          r"wrote probed\.json: probe-2x8, 16 GPUs"),
+    Entry(("bound", "allgather", "probed.json"), r"allgather on probe-2x8 \(16 ranks\)"),
     # the routed fabric: every bound and synthesis below goes through synth.routed (route choice on leaf.json)
     Entry(("bound", "allgather", "leaf.json"), r"free-routing optimum [\d.]+ GB/s, routed optimum [\d.]+ GB/s"),
     Entry(("bound", "alltoall", "leaf.json", "--json"), r'"routed_algbw_GBps": [\d.]+'),
@@ -275,8 +280,9 @@ def run_smoke(python: str, entries: tuple[Entry | Stop, ...] = ENTRIES) -> tuple
                     continue
                 port_file = cwd / PORT_FILE
                 address = port_file.read_text().strip() if port_file.exists() else "NO-DAEMON:0"
-                argv = [a.format(vectors=VECTORS, address=address) for a in entry.argv]
-                what = "loopcoll " + shlex.join(argv).replace(str(VECTORS), "{vectors}")
+                argv = [a.format(vectors=VECTORS, probe=PROBE_VECTORS, address=address) for a in entry.argv]
+                what = ("loopcoll " + shlex.join(argv)).replace(str(VECTORS), "{vectors}").replace(str(PROBE_VECTORS),
+                                                                                                    "{probe}")
                 if entry.background:
                     proc = subprocess.Popen([str(script), *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE, text=True)
