@@ -39,7 +39,7 @@ Examples
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from synth._types import Collective, Rank
@@ -103,12 +103,14 @@ def describe_baseline(schedule: Schedule) -> str:
     return f"{name}: {reason}" if reason else str(name)
 
 
-def _slots(layout: NicLayout, channel: int, shift: bool) -> list[tuple[int, int, int]]:
+def _slots(layout: NicLayout, channel: int, shift: bool, relay: bool) -> list[tuple[int, int, int | None]]:
     """Ring ``channel`` as (host, entry position, exit position) per host.
 
     Host h is entered through the NIC on rail e_h and left through the NIC on rail x_h, with
     x_h = e_{h+1} (the inter-host hop stays on one rail) and x_h ≠ e_h where the rail count allows;
     ``shift`` (one network for all NICs): entered on rail c, left on rail c + 1 in every host.
+    Where a host would be entered and left through one GPU, ``relay`` lets the ring leave it from
+    its last GPU through that GPU (PXN; exit ``None``), else it raises :class:`ScheduleError`.
     """
     hosts, k, g = layout.nhosts, layout.nrails, len(layout.hosts[0])
     if g == 1:
@@ -131,19 +133,19 @@ def _slots(layout: NicLayout, channel: int, shift: bool) -> list[tuple[int, int,
             entries.append(entry)
             entry = (entry + steps[h]) % k
             exits.append(entry)
-    out = []
+    out: list[tuple[int, int, int | None]] = []
     for h, (e, x) in enumerate(zip(entries, exits)):
         ein, xout = layout.nics[h][e][0], layout.nics[h][x][-1]
-        if ein == xout:
+        if ein == xout and not relay:
             raise ScheduleError(f"no rail-aligned ring for {hosts} hosts of {k} NICs: a ring would enter and leave "
                                 f"host {h} through one GPU")
-        out.append((h, ein, xout))
+        out.append((h, ein, None if ein == xout else xout))
     return out
 
 
-def _host_path(members: tuple[Rank, ...], entry: int, exit_: int, hops: list[_Hops]) -> list[Rank]:
-    """A path through every GPU of a host from position ``entry`` to ``exit_``: GPU hops of the
-    first map in ``hops`` that has one (host-local before any), positions in cyclic order first."""
+def _host_path(members: tuple[Rank, ...], entry: int, exit_: int | None, hops: list[_Hops]) -> list[Rank]:
+    """A path through every GPU of a host from position ``entry`` to ``exit_`` (``None``: any): GPU
+    hops of the first map in ``hops`` that has one (host-local before any), cyclic order first."""
     g = len(members)
     if g == 1:
         return [members[entry]]
@@ -166,15 +168,15 @@ def _host_path(members: tuple[Rank, ...], entry: int, exit_: int, hops: list[_Ho
     raise ScheduleError(f"ring baseline: no path through the GPUs of the host of rank {members[entry]}")
 
 
-def _next_positions(cur: int, exit_: int, g: int, used: set[int]) -> list[int]:
+def _next_positions(cur: int, exit_: int | None, g: int, used: set[int]) -> list[int]:
     """Unused positions after ``cur`` in cyclic order; ``exit_`` only as the last one."""
     rest = [(cur + i) % g for i in range(1, g) if (cur + i) % g not in used and (cur + i) % g != exit_]
-    return rest if rest else ([exit_] if exit_ not in used else [])
+    return rest if rest or exit_ is None else ([exit_] if exit_ not in used else [])
 
 
-def _layout_ring(layout: NicLayout, channel: int, hops: list[_Hops], shift: bool) -> list[Rank]:
+def _layout_ring(layout: NicLayout, channel: int, hops: list[_Hops], shift: bool, relay: bool) -> list[Rank]:
     order: list[Rank] = []
-    for h, entry, exit_ in _slots(layout, channel, shift):
+    for h, entry, exit_ in _slots(layout, channel, shift, relay):
         order += _host_path(layout.hosts[h], entry, exit_, hops)
     return order
 
@@ -193,17 +195,16 @@ def _choice_rings(topo: Topology, choice: BaselineChoice, nchannels: int) -> tup
         return None
     direct = _gpu_hops(topo)
     hops = [_host_local(topo, direct), direct]
-    try:
-        return [_layout_ring(layout, c, hops, shift=False) for c in range(nchannels)], ""
-    except ScheduleError:
-        if layout.networks != 1:  # rails are separate networks: no other pairing of NICs exists
-            if choice.kind == "rail":
-                raise
-            return None
-    try:
-        return [_layout_ring(layout, c, hops, shift=True) for c in range(nchannels)], "entered and left on adjacent NICs"
-    except ScheduleError:
-        return None
+    attempts = [(False, False, "")]
+    if layout.networks == 1:  # any NIC reaches any NIC: the rings may shift NICs between hosts
+        attempts.append((True, False, "entered and left on adjacent NICs"))
+    attempts.append((False, True, "some leave a host from its last GPU through the GPU at the NIC (PXN)"))
+    for shift, relay, note in attempts:
+        try:
+            return [_layout_ring(layout, c, hops, shift, relay) for c in range(nchannels)], note
+        except ScheduleError:
+            continue
+    return None
 
 
 def _generic_rings(topo: Topology, nchannels: int) -> list[list[Rank]]:
@@ -245,10 +246,35 @@ def _hamiltonian_cycle(direct: dict[Rank, set[Rank]], n: int, budget: int = 200_
     raise ScheduleError("ring baseline: found no ring through every GPU over switch-only hops")
 
 
-def _hop(topo: Topology, direct: _Hops, a: Rank, b: Rank) -> Hop:
-    if b not in direct[a]:
-        raise ScheduleError(f"ring baseline: rank {a} cannot reach rank {b} through switches on {topo.name!r}")
-    return Hop(a, b, direct[a][b])
+def _relay(direct: _Hops, src: Rank, dst: Rank, topo: Topology) -> Rank:
+    """The lowest GPU that ``src`` reaches through switches and that reaches ``dst`` so."""
+    for w in sorted(direct[src]):
+        if dst in direct[w]:
+            return w
+    raise ScheduleError(f"ring baseline: rank {src} cannot reach rank {dst} through switches or one GPU on "
+                        f"{topo.name!r}")
+
+
+def _walk_tree(walk: list[Rank], can_hop: Callable[[Rank, Rank], bool],
+               relay: Callable[[Rank, Rank], Rank]) -> list[tuple[Rank, Rank]]:
+    """Tree edges (parent, child), parents first, that bring ``walk[0]``'s data to every GPU of
+    ``walk`` in walk order. A step a → b with no hop goes through ``relay(a, b)``; a relay that
+    already holds the data sends it itself, one that does not keeps a copy on the way."""
+    have = {walk[0]}
+    edges: list[tuple[Rank, Rank]] = []
+    for a, b in zip(walk, walk[1:]):
+        if b in have:
+            continue
+        if can_hop(a, b):
+            edges.append((a, b))
+        else:
+            w = relay(a, b)
+            if w not in have:
+                edges.append((a, w))
+                have.add(w)
+            edges.append((w, b))
+        have.add(b)
+    return edges
 
 
 _RING_NAMES = {"rail": "rail rings", "nic": "NIC rings"}
@@ -272,7 +298,7 @@ def nccl_ring(collective: Collective, topo: Topology, *, nchannels: int | None =
         orders, note = built
         per_nic = " (one per NIC)" if nchannels is None else ""
         kind = choice.kind
-        what = f"{_RING_NAMES[kind]}, {channels} channels{per_nic}{', ' + note if note else ''}"
+        what = f"{_RING_NAMES[kind]}, {channels} channel{'s' if channels != 1 else ''}{per_nic}{', ' + note if note else ''}"
         reason = choice.reason
     else:
         if nchannels is None:
@@ -283,18 +309,27 @@ def nccl_ring(collective: Collective, topo: Topology, *, nchannels: int | None =
         reason = choice.reason if choice.layout is None else f"no ring through the NIC layout ({choice.reason})"
     n = topo.nranks
     direct = _gpu_hops(topo)
+    cache: dict[tuple[Rank, Rank], Hop] = {}
+
+    def hop(a: Rank, b: Rank) -> Hop:
+        if (a, b) not in cache:
+            cache[(a, b)] = Hop(a, b, direct[a][b])
+        return cache[(a, b)]
+
     routes: list[Route] = []
     for order in orders:
         pos = {r: i for i, r in enumerate(order)}
-        hops = {(order[i], order[(i + 1) % n]): _hop(topo, direct, order[i], order[(i + 1) % n]) for i in range(n)}
         for root in range(n):
             chain = [order[(pos[root] + i) % n] for i in range(n)]
             if collective in ("reducescatter", "allreduce"):
-                # Reduction of root's block travels the ring and ends at root.
-                red = chain[1:] + [root]
-                routes.append(Route(RouteKind.IN_TREE, root, 1, tuple(hops[(red[i], red[i + 1])] for i in range(n - 1))))
+                # Reduction of root's block travels the ring and ends at root: the out-tree of the
+                # reversed walk, with every hop turned around, listed leaves first.
+                walk = [root, *chain[:0:-1]]
+                edges = _walk_tree(walk, lambda a, b: a in direct[b], lambda a, b: _relay(direct, b, a, topo))
+                routes.append(Route(RouteKind.IN_TREE, root, 1, tuple(hop(b, a) for a, b in reversed(edges))))
             if collective in ("allgather", "allreduce"):
-                routes.append(Route(RouteKind.OUT_TREE, root, 1, tuple(hops[(chain[i], chain[i + 1])] for i in range(n - 1))))
+                edges = _walk_tree(chain, lambda a, b: b in direct[a], lambda a, b: _relay(direct, a, b, topo))
+                routes.append(Route(RouteKind.OUT_TREE, root, 1, tuple(hop(a, b) for a, b in edges)))
     meta = {"synthesizer": "nccl-ring", "nchannels": channels, "baseline": f"{kind}-ring",
             "baseline_reason": f"{what}; {reason}", **communicator_meta(topo)}
     sched = Schedule(collective, n, channels, tuple(routes), meta=meta)
