@@ -26,7 +26,7 @@ from loopcoll._common import print_json
 from msccl_xml import export
 from synth import synthesize
 from synth import load_topology, optimal_bound, write_schedule
-from synth.baselines import describe_baseline, nccl_direct_alltoall, nccl_ring
+from synth.baselines import nccl_direct_alltoall, nccl_ring
 
 __all__ = ["register", "run_demo"]
 

@@ -2,7 +2,7 @@
 
 * :func:`nccl_ring` — multi-ring AllGather / ReduceScatter / AllReduce: one ring per channel,
   data split equally over the rings. Where the fabric has a NIC layout
-  (:func:`synth.topologies.nics.nic_layout`: hosts alike, each with NICs that pair up across hosts
+  (:func:`synth.topologies.nic_layout`: hosts alike, each with NICs that pair up across hosts
   over the network) there is one ring per NIC, as NCCL opens one channel per NIC: ring c enters a
   host through one NIC and leaves it through another, and the inter-host hop stays on one (virtual)
   rail, so every NIC carries one ring each way. This covers rail-optimised fabrics (``hpn``,
@@ -49,7 +49,7 @@ from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology
 from synth.topologies.nics import NicLayout, nic_layout
-from synth.topologies.structure import rail_layout, switch_roles
+from synth.topologies.structure import switch_roles
 
 __all__ = ["BaselineChoice", "baseline_choice", "baseline_kind", "describe_baseline", "nccl_direct_alltoall",
            "nccl_ring", "ring_orders"]

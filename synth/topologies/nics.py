@@ -83,7 +83,7 @@ class NicLayout:
 class _Nic:
     """One NIC: ``locals_`` its GPUs' positions in the host, ``entry`` the network switch(es) it feeds."""
 
-    key: Hashable
+    key: tuple[str, ...]  # ("switch", nic switch id) or ("link", gpu id, network switch id)
     host: int
     locals_: tuple[int, ...]
     entry: frozenset[NodeId]
@@ -117,9 +117,9 @@ def _find_nics(topo: Topology, hosts: list[list[Node]], roles: dict[NodeId, str]
                     shared.setdefault(s, []).append(g.id)
                 else:
                     nics.append(_Nic(("link", g.id, s), h, (pos[g.id],), frozenset({s})))
-    for s, gpus in shared.items():
+    for s, local in shared.items():
         uplinks = frozenset(v for v in _cabled(topo, s) if not topo.node(v).is_gpu)
-        nics.append(_Nic(("switch", s), host_of[gpus[0]], tuple(sorted(pos[g] for g in gpus)), uplinks))
+        nics.append(_Nic(("switch", s), host_of[local[0]], tuple(sorted(pos[g] for g in local)), uplinks))
     return nics
 
 
@@ -127,13 +127,16 @@ def _cabled(topo: Topology, node: NodeId) -> set[NodeId]:
     return {lk.dst for lk in topo.out_links(node)} | {lk.src for lk in topo.in_links(node)}
 
 
-def _groups(topo: Topology, nics: list[_Nic], roles: dict[NodeId, str]) -> dict[Hashable, frozenset[Hashable]] | None:
+_Groups = dict[tuple[str, ...], frozenset[tuple[str, ...]]]
+
+
+def _groups(topo: Topology, nics: list[_Nic], roles: dict[NodeId, str]) -> _Groups | None:
     """Each NIC's group: the NICs it reaches through network switches (``None`` if reach is not mutual)."""
     switch_nic = {n.key[1]: n.key for n in nics if n.key[0] == "switch"}
     link_nic = {(n.key[2], n.key[1]): n.key for n in nics if n.key[0] == "link"}
-    reach: dict[Hashable, frozenset[Hashable]] = {}
+    reach: _Groups = {}
     for nic in nics:
-        start = [nic.key[1]] if nic.key[0] == "switch" else list(nic.entry)
+        start = [nic.key[1]] if nic.key[0] == "switch" else sorted(nic.entry)
         seen, found = set(start), {nic.key}
         queue = deque(start)
         while queue:
@@ -204,7 +207,7 @@ def _order(nic: _Nic) -> tuple[int, ...]:
     return nic.locals_
 
 
-def _rails(per_host: list[list[_Nic]], groups: dict[Hashable, frozenset[Hashable]]) -> list[list[_Nic]] | str:
+def _rails(per_host: list[list[_Nic]], groups: _Groups) -> list[list[_Nic]] | str:
     """``rails[h][r]``: host h's NIC on rail r, or why the NICs do not pair up."""
     first = sorted(per_host[0], key=_order)
     table = [first]
