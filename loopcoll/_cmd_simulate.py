@@ -200,6 +200,11 @@ def _run(args: argparse.Namespace) -> int:
     if nccl is not None:
         print(f"nccl = NCCL-like baseline {describe_baseline(nccl)} (layout read from the topology graph)")
     names = [n for n, _ in scheds]
+    for name in names:  # per schedule, as nccl-tests prints it; the summary below keeps the last lines
+        print(f"# {name}: {args.collective}, {topo.nranks} ranks, profile {profile.name}")
+        for line in nccl_tests_table([r for r in rows if r["schedule"] == name]):
+            print(line)
+        print()
     width = max(10, *(len(n) for n in names))
     print(f"{'size':>6} " + " ".join(f"{n:>{width}}" for n in names))
     for i, size in enumerate(sizes):
@@ -210,10 +215,6 @@ def _run(args: argparse.Namespace) -> int:
             f"{n}: {sched.algbw_GBps(topo):.2f}" for n, sched in pareto))
         best = [min(names, key=lambda n: -series[n][i]) for i in range(len(sizes))]
         print("fastest per size: " + ", ".join(f"{_label(s)} {b}" for s, b in zip(sizes, best)))
-    for name in names:
-        print(f"\n# {name}: {args.collective}, {topo.nranks} ranks, profile {profile.name}")
-        for line in nccl_tests_table([r for r in rows if r["schedule"] == name]):
-            print(line)
     if args.plot:
         print(f"wrote {args.plot}")
     return 0

@@ -105,6 +105,7 @@ def _find_nics(topo: Topology, hosts: list[list[Node]], roles: dict[NodeId, str]
     host_of = {g.id: h for h, members in enumerate(hosts) for g in members}
     pos = {g.id: p for members in hosts for p, g in enumerate(members)}
     shared: dict[NodeId, list[NodeId]] = {}
+    hosts_at: dict[NodeId, set[int]] = {}  # the hosts of the GPUs cabled to each switch met
     nics: list[_Nic] = []
     for h, members in enumerate(hosts):
         for g in members:
@@ -112,8 +113,9 @@ def _find_nics(topo: Topology, hosts: list[list[Node]], roles: dict[NodeId, str]
                 s = lk.dst
                 if topo.node(s).is_gpu or roles[s] == "nvswitch" or not _live(topo, s, g.id) or lk.gbps <= 0:
                     continue
-                gpus = {v for v in _cabled(topo, s) if topo.node(v).is_gpu}
-                if roles[s] == "nic" and {host_of[v] for v in gpus} == {h}:
+                if s not in hosts_at:
+                    hosts_at[s] = {host_of[v] for v in _cabled(topo, s) if topo.node(v).is_gpu}
+                if roles[s] == "nic" and hosts_at[s] == {h}:
                     shared.setdefault(s, []).append(g.id)
                 else:
                     nics.append(_Nic(("link", g.id, s), h, (pos[g.id],), frozenset({s})))
@@ -134,33 +136,42 @@ def _groups(topo: Topology, nics: list[_Nic], roles: dict[NodeId, str]) -> _Grou
     """Each NIC's group: the NICs it reaches through network switches (``None`` if reach is not mutual)."""
     switch_nic = {n.key[1]: n.key for n in nics if n.key[0] == "switch"}
     link_nic = {(n.key[2], n.key[1]): n.key for n in nics if n.key[0] == "link"}
+    found_from: dict[tuple[NodeId, ...], frozenset[tuple[str, ...]]] = {}
     reach: _Groups = {}
+    canon: dict[frozenset[tuple[str, ...]], frozenset[tuple[str, ...]]] = {}
     for nic in nics:
-        start = [nic.key[1]] if nic.key[0] == "switch" else sorted(nic.entry)
-        seen, found = set(start), {nic.key}
-        queue = deque(start)
-        while queue:
-            u = queue.popleft()
-            if u in switch_nic:
-                found.add(switch_nic[u])
-                if u != start[0] or nic.key[0] != "switch":
-                    continue  # another host's NIC switch is an end point, not a transit
-            for lk in topo.out_links(u):
-                v = lk.dst
-                if lk.gbps <= 0 or v in seen:
-                    continue
-                if topo.node(v).is_gpu:
-                    if (u, v) in link_nic:
-                        found.add(link_nic[(u, v)])
-                    continue
-                if roles[v] == "nvswitch":
-                    continue
-                seen.add(v)
-                queue.append(v)
-        reach[nic.key] = frozenset(found)
-    if any(reach[other] != group for group in reach.values() for other in group):
+        start = (nic.key[1],) if nic.key[0] == "switch" else tuple(sorted(nic.entry))
+        if start not in found_from:  # GPU-direct NICs into one switch share their search
+            found_from[start] = _search(topo, start, nic.key[0] == "switch", switch_nic, link_nic, roles)
+        group = found_from[start] | {nic.key}
+        reach[nic.key] = canon.setdefault(group, group)  # one object per distinct group: identity below
+    if any(reach[other] is not group for group in canon for other in group):
         return None
     return reach
+
+
+def _search(topo: Topology, start: tuple[NodeId, ...], own_switch: bool, switch_nic: dict[NodeId, tuple[str, ...]],
+            link_nic: dict[tuple[NodeId, NodeId], tuple[str, ...]], roles: dict[NodeId, str]) -> frozenset[tuple[str, ...]]:
+    """The NICs reached from ``start`` over live links through network switches (a NIC switch is an
+    end point, not a transit, unless it is the start itself: ``own_switch``)."""
+    seen, found = set(start), set()
+    queue = deque(start)
+    while queue:
+        u = queue.popleft()
+        if u in switch_nic:
+            found.add(switch_nic[u])
+            if not (own_switch and u == start[0]):
+                continue
+        for lk in topo.out_links(u):
+            v = lk.dst
+            if lk.gbps <= 0 or v in seen:
+                continue
+            if (u, v) in link_nic:
+                found.add(link_nic[(u, v)])
+            elif v in roles and roles[v] != "nvswitch":
+                seen.add(v)
+                queue.append(v)
+    return frozenset(found)
 
 
 def nic_layout(topo: Topology) -> NicLayout | str:
