@@ -76,6 +76,7 @@ def run_demo(
             "speedup_vs_nccl": resynth / nccl,
             "speedup_vs_static": resynth / static_bw,
             "nccl_baseline": baseline.meta["baseline"],
+            "nccl_baseline_reason": baseline.meta["baseline_reason"],
             "warm_mode": warm.stats.get("warm_mode", warm.stats.get("warm_accept")),
             "cold_s": cold_s,
             "warm_s": warm_s,
@@ -124,7 +125,8 @@ def _run(args: argparse.Namespace) -> int:
             f"{r['resynth_GBps']:>9.2f} {r['speedup_vs_nccl']:>7.2f}x {r['speedup_vs_static']:>8.2f}x "
             f"{r['cold_s']:>7.3f} {r['warm_s']:>7.3f} {r['warm_mode']!s:>9}"
         )
-    print("NCCL = NCCL-like baseline: " + ", ".join(f"{r['collective']} {r['nccl_baseline']}" for r in rows))
+    for r in rows:
+        print(f"NCCL = NCCL-like baseline for {r['collective']}: {r['nccl_baseline']}: {r['nccl_baseline_reason']}")
     if args.profile is not None:
         print(f"\nsimulated algbw at {args.size} per source, profile {rows[0]['profile']} (GB/s)")
         head = f"{'collective':<10} {'NCCL':>8} {'static':>8} {'re-synth':>9} {'vs NCCL':>8}"

@@ -9,15 +9,18 @@ from loopcoll._cmd_synth import configure_progress
 from loopcoll._common import add_topology_args, print_json, topology_from_args
 from synth import synthesize
 from synth import COLLECTIVES, Schedule, read_schedule
-from synth.baselines import nccl_direct_alltoall, nccl_ring
+from synth.baselines import describe_baseline, nccl_direct_alltoall, nccl_ring
+from synth.bounds import busbw_GBps
 from synth.errors import LoopcollError, ScheduleError
 from synth.topologies.model import Topology
 
-__all__ = ["parse_size", "parse_sizes", "register"]
+__all__ = ["nccl_tests_table", "parse_size", "parse_sizes", "register"]
 
 DEFAULT_SIZES = "1M,4M,16M,64M,256M,1G"
 KINDS = ("loopcoll", "nccl", "static", "pareto")
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+#: The element type of the nccl-tests-like table (nccl-tests' default ``-d float``) and its size.
+TABLE_TYPE, TABLE_TYPE_BYTES = "float", 4
 
 
 def parse_size(text: str) -> int:
@@ -49,6 +52,25 @@ def _label(nbytes: int) -> str:
         if nbytes >= scale and nbytes % scale == 0:
             return f"{nbytes // scale}{unit}"
     return str(nbytes)
+
+
+def nccl_tests_table(rows: list[dict[str, object]]) -> list[str]:
+    """nccl-tests-style lines for one schedule's rows (``nbytes``, ``count``, ``type``, ``time_us``,
+    ``algbw_GBps``, ``busbw_GBps``): two header lines, then one line per size.
+
+    >>> for line in nccl_tests_table([{"nbytes": 1048576, "count": 262144, "type": "float", "time_us": 10.5,
+    ...                                "algbw_GBps": 99.864, "busbw_GBps": 93.6225}]):
+    ...     print(line)
+    #       size         count      type      time   algbw   busbw
+    #        (B)    (elements)                (us)  (GB/s)  (GB/s)
+         1048576        262144     float     10.50   99.86   93.62
+    """
+    out = [f"#{'size':>11}  {'count':>12}  {'type':>8}  {'time':>8}  {'algbw':>6}  {'busbw':>6}",
+           f"#{'(B)':>11}  {'(elements)':>12}  {'':>8}  {'(us)':>8}  {'(GB/s)':>6}  {'(GB/s)':>6}"]
+    for r in rows:
+        out.append(f"{r['nbytes']:>12}  {r['count']:>12}  {r['type']:>8}  {r['time_us']:>8.2f}  "
+                   f"{r['algbw_GBps']:>6.2f}  {r['busbw_GBps']:>6.2f}")
+    return out
 
 
 def _schedules(args: argparse.Namespace, topo: Topology, sizes: list[int]) -> list[tuple[str, Schedule]]:
@@ -154,27 +176,35 @@ def _run(args: argparse.Namespace) -> int:
             rows.append({
                 "schedule": name,
                 "nbytes": size,
+                "count": size // TABLE_TYPE_BYTES,
+                "type": TABLE_TYPE,
                 "time_us": sim.time_s * 1e6,
                 "algbw_GBps": sim.algbw_GBps,
-                "busbw_GBps": sim.busbw_GBps,
+                "busbw_GBps": busbw_GBps(args.collective, sim.algbw_GBps, topo.nranks),
                 "bandwidth_term_algbw_GBps": sched.algbw_GBps(topo),
                 "executor": sim.executor,
             })
     if args.plot:
         _plot(args.plot, f"{args.collective} on {topo.name} (profile {profile.name})", sizes, series, bound)
-    baseline = next((str(sched.meta.get("baseline")) for name, sched in scheds if name == "nccl"), None)
+    nccl = next((sched for name, sched in scheds if name == "nccl"), None)
     if args.json:
         doc = {"collective": args.collective, "topology": topo.name, "nranks": topo.nranks, "profile": profile.name,
                "optimal_algbw_GBps": bound, "results": rows}
-        if baseline is not None:
-            doc["nccl_baseline"] = baseline
+        if nccl is not None:
+            doc["nccl_baseline"] = str(nccl.meta["baseline"])
+            doc["nccl_baseline_reason"] = str(nccl.meta["baseline_reason"])
         print_json(doc)
         return 0
     print(f"{args.collective} on {topo.name} ({topo.nranks} ranks); optimal algbw {bound:.2f} GB/s; simulated algbw GB/s"
           f" (profile {profile.name})")
-    if baseline is not None:
-        print(f"nccl = NCCL-like baseline {baseline} (layout read from the topology graph)")
+    if nccl is not None:
+        print(f"nccl = NCCL-like baseline {describe_baseline(nccl)} (layout read from the topology graph)")
     names = [n for n, _ in scheds]
+    for name in names:  # per schedule, as nccl-tests prints it; the summary below keeps the last lines
+        print(f"# {name}: {args.collective}, {topo.nranks} ranks, profile {profile.name}")
+        for line in nccl_tests_table([r for r in rows if r["schedule"] == name]):
+            print(line)
+        print()
     width = max(10, *(len(n) for n in names))
     print(f"{'size':>6} " + " ".join(f"{n:>{width}}" for n in names))
     for i, size in enumerate(sizes):

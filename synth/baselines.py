@@ -1,17 +1,20 @@
 """NCCL-like baseline schedules, expressed in the schedule IR so every comparison uses one model.
 
 * :func:`nccl_ring` — multi-ring AllGather / ReduceScatter / AllReduce: one ring per channel,
-  data split equally over the rings. On rail-optimised fabrics (one NIC per GPU into a rail
-  switch per GPU index, as ``hpn`` and ``dgx-*``) each ring enters a host on one rail and leaves
-  it on another, and different rings leave a host on different NICs, as NCCL does.
-* :func:`nccl_direct_alltoall` — each GPU sends each peer's block directly; on a rail-optimised
-  fabric a cross-rail inter-host block first crosses the NVSwitch to the local GPU on the
-  destination's rail and then leaves through that GPU's NIC (NCCL's PXN).
+  data split equally over the rings. Where the fabric has a NIC layout
+  (:func:`synth.topologies.nic_layout`: hosts alike, each with NICs that pair up across hosts
+  over the network) there is one ring per NIC, as NCCL opens one channel per NIC: ring c enters a
+  host through one NIC and leaves it through another, and the inter-host hop stays on one (virtual)
+  rail, so every NIC carries one ring each way. This covers rail-optimised fabrics (``hpn``,
+  ``dgx-*``), one leaf switch for every NIC, leaf-spine fabrics and hosts with fewer NICs than GPUs.
+* :func:`nccl_direct_alltoall` — each GPU sends each peer's block directly; a block whose
+  destination the source cannot reach through switches first crosses the host to the local GPU of
+  the NIC on the destination's rail and then leaves through that NIC (NCCL's PXN).
 
-The rail layout is read from the graph (:func:`synth.topologies.structure.rail_layout`: hosts
-from the ``host`` field, rails from the network switches each GPU reaches), never from names
-or ``meta``; :func:`baseline_kind` says which baseline a topology gets ("rail" or "generic"),
-and every baseline schedule records it in ``meta["baseline"]``.
+The layout is read from the graph, never from names or ``meta``. :func:`baseline_choice` says
+which baseline a topology gets and why (``rail``, ``nic`` or ``generic``, with a sentence), every
+baseline schedule records it in ``meta["baseline"]`` (e.g. ``rail-ring``) and
+``meta["baseline_reason"]``, and :func:`describe_baseline` renders it for output.
 * "Static" schedules need no code: a schedule synthesized for the healthy topology, evaluated on
   the degraded one (``schedule.algbw_GBps(degraded)``).
 
@@ -29,74 +32,194 @@ Examples
 100.0
 >>> ring.meta["baseline"], a2a.meta["baseline"]
 ('rail-ring', 'rail-direct-pxn')
+>>> describe_baseline(ring)
+'rail-ring: rail rings, 8 channels (one per NIC); 8 NICs per host, one rail network per NIC'
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from synth._types import Collective, Rank
 from synth.errors import ScheduleError
-from synth.paths import switch_reachable
-from synth.routing import pair_route
+from synth.routing import route_table
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology
-from synth.topologies.structure import RailLayout, rail_layout
+from synth.topologies.nics import NicLayout, nic_layout
+from synth.topologies.structure import switch_roles
 
-__all__ = ["baseline_kind", "nccl_direct_alltoall", "nccl_ring", "ring_orders"]
+__all__ = ["BaselineChoice", "baseline_choice", "baseline_kind", "describe_baseline", "nccl_direct_alltoall",
+           "nccl_ring", "ring_orders"]
+
+_Hops = Mapping[Rank, Mapping[Rank, tuple[str, ...]]]
+
+
+@dataclass(frozen=True)
+class BaselineChoice:
+    """Which NCCL-like baseline a topology gets: ``kind`` (``rail``, ``nic`` or ``generic``), the
+    ``layout`` it is built on (``None`` for ``generic``) and ``reason``, a sentence saying what the
+    layout is or why there is none.
+
+    >>> from synth.topologies import named_topology
+    >>> baseline_choice(named_topology("ring:4")).reason
+    'no network switches: the GPUs are joined by direct links'
+    """
+
+    kind: str
+    layout: NicLayout | None
+    reason: str
+
+
+def baseline_choice(topo: Topology) -> BaselineChoice:
+    """The baseline :func:`nccl_ring` and :func:`nccl_direct_alltoall` use on ``topo``, and why."""
+    layout = nic_layout(topo)
+    if isinstance(layout, str):
+        return BaselineChoice("generic", None, layout)
+    return BaselineChoice(layout.kind, layout, layout.describe())
 
 
 def baseline_kind(topo: Topology) -> str:
-    """``"rail"`` where the graph has a rail-optimised layout (rail rings, PXN), else ``"generic"``.
+    """``"rail"``, ``"nic"`` (NIC rings on a shared network) or ``"generic"``.
 
     >>> from synth.topologies import named_topology
     >>> baseline_kind(named_topology("dgx-h100:2")), baseline_kind(named_topology("torus:2x2"))
     ('rail', 'generic')
     """
-    return "rail" if rail_layout(topo) is not None else "generic"
+    return baseline_choice(topo).kind
 
 
-def _rail_ring(layout: RailLayout, channel: int) -> list[Rank]:
-    """Ring ``channel`` on a rail fabric: host h is entered on rail e_h and left on rail x_h ≠ e_h,
-    with x_h = e_{h+1} (the inter-host hop stays on one rail)."""
-    return [layout.hosts[h][i] for h, i in _rail_ring_slots(layout.nhosts, layout.gpus_per_host, channel)]
+def describe_baseline(schedule: Schedule) -> str:
+    """``"<name>: <what>; <why>"`` for a baseline schedule, from its meta.
+
+    >>> from synth.topologies import named_topology
+    >>> describe_baseline(nccl_ring("allgather", named_topology("nvswitch:4")))
+    'generic-ring: generic ring, 2 channels; one host: no network between hosts'
+    """
+    name = schedule.meta.get("baseline", schedule.meta.get("synthesizer", "?"))
+    reason = schedule.meta.get("baseline_reason")
+    return f"{name}: {reason}" if reason else str(name)
 
 
-def _rail_ring_slots(hosts: int, g: int, channel: int) -> list[tuple[int, int]]:
-    """The ring as (host, rail) slots."""
+def _slots(layout: NicLayout, channel: int, shift: bool, relay: bool) -> list[tuple[int, int, int | None]]:
+    """Ring ``channel`` as (host, entry position, exit position) per host.
+
+    Host h is entered through the NIC on rail e_h and left through the NIC on rail x_h, with
+    x_h = e_{h+1} (the inter-host hop stays on one rail) and x_h ≠ e_h where the rail count allows;
+    ``shift`` (one network for all NICs): entered on rail c, left on rail c + 1 in every host.
+    Where a host would be entered and left through one GPU, ``relay`` lets the ring leave it from
+    its last GPU through that GPU (PXN; exit ``None``), else it raises :class:`ScheduleError`.
+    """
+    hosts, k, g = layout.nhosts, layout.nrails, len(layout.hosts[0])
     if g == 1:
-        return [(h, 0) for h in range(hosts)]
+        return [(h, 0, 0) for h in range(hosts)]
     if hosts == 1:
-        return [(0, (channel + i) % g) for i in range(g)]
-    steps = [1] * (hosts - 1)
-    last = (-(hosts - 1)) % g
-    if last == 0:  # make the rail offsets sum to 0 mod g with every offset nonzero
-        if g == 2:
-            raise ScheduleError(f"no rail-aligned ring for {hosts} hosts of 2 GPUs (odd host count)")
-        steps[-1], last = 2, (-hosts) % g
-    steps.append(last)
-    order: list[tuple[int, int]] = []
-    entry = channel % g
-    for h in range(hosts):
-        exit_ = (entry + steps[h]) % g
-        middle = [(entry + i) % g for i in range(1, g) if (entry + i) % g != exit_]
-        order += [(h, r) for r in [entry, *middle, exit_]]
-        entry = exit_
+        entry = layout.nics[0][channel % k][0]
+        return [(0, entry, (entry - 1) % g)]
+    if shift:
+        entries = [channel % k] * hosts
+        exits = [(channel + 1) % k] * hosts
+    else:
+        steps = [1] * (hosts - 1)
+        last = (-(hosts - 1)) % k
+        if last == 0 and k > 2:  # make the rail offsets sum to 0 mod k with every offset nonzero
+            steps[-1], last = 2, (-hosts) % k
+        steps.append(last)
+        entries, exits = [], []
+        entry = channel % k
+        for h in range(hosts):
+            entries.append(entry)
+            entry = (entry + steps[h]) % k
+            exits.append(entry)
+    out: list[tuple[int, int, int | None]] = []
+    for h, (e, x) in enumerate(zip(entries, exits)):
+        ein, xout = layout.nics[h][e][0], layout.nics[h][x][-1]
+        if ein == xout and not relay:
+            raise ScheduleError(f"no rail-aligned ring for {hosts} hosts of {k} NICs: a ring would enter and leave "
+                                f"host {h} through one GPU")
+        out.append((h, ein, None if ein == xout else xout))
+    return out
+
+
+def _host_path(members: tuple[Rank, ...], entry: int, exit_: int | None, hops: list[_Hops]) -> list[Rank]:
+    """A path through every GPU of a host from position ``entry`` to ``exit_`` (``None``: any): GPU
+    hops of the first map in ``hops`` that has one (host-local before any), cyclic order first."""
+    g = len(members)
+    if g == 1:
+        return [members[entry]]
+    for direct in hops:
+        path, budget = [entry], 20_000
+        stack = [iter(_next_positions(entry, exit_, g, {entry}))]
+        while stack and budget > 0:
+            budget -= 1
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                stack.pop()
+                path.pop()
+                continue
+            if members[nxt] not in direct[members[path[-1]]]:
+                continue
+            path.append(nxt)
+            if len(path) == g:
+                return [members[p] for p in path]
+            stack.append(iter(_next_positions(nxt, exit_, g, set(path))))
+    raise ScheduleError(f"ring baseline: no path through the GPUs of the host of rank {members[entry]}")
+
+
+def _next_positions(cur: int, exit_: int | None, g: int, used: set[int]) -> list[int]:
+    """Unused positions after ``cur`` in cyclic order; ``exit_`` only as the last one."""
+    rest = [(cur + i) % g for i in range(1, g) if (cur + i) % g not in used and (cur + i) % g != exit_]
+    return rest if rest or exit_ is None else ([exit_] if exit_ not in used else [])
+
+
+def _layout_ring(layout: NicLayout, channel: int, hops: list[_Hops], shift: bool, relay: bool) -> list[Rank]:
+    order: list[Rank] = []
+    for h, entry, exit_ in _slots(layout, channel, shift, relay):
+        order += _host_path(layout.hosts[h], entry, exit_, hops)
     return order
+
+
+def _host_local(topo: Topology, direct: _Hops) -> _Hops:
+    """The GPU hops that stay inside a host: a direct link or host switches only."""
+    roles = switch_roles(topo)
+    return {u: {v: p for v, p in peers.items() if all(roles.get(n, "nvswitch") == "nvswitch" for n in p[1:-1])}
+            for u, peers in direct.items()}
+
+
+def _choice_rings(topo: Topology, choice: BaselineChoice, nchannels: int) -> tuple[list[list[Rank]], str] | None:
+    """Rings on the choice's layout and a note on how they were built, or ``None`` (use the generic ring)."""
+    layout = choice.layout
+    if layout is None:
+        return None
+    direct = _gpu_hops(topo)
+    hops = [_host_local(topo, direct), direct]
+    attempts = [(False, False, "")]
+    if layout.networks == 1:  # any NIC reaches any NIC: the rings may shift NICs between hosts
+        attempts.append((True, False, "entered and left on adjacent NICs"))
+    attempts.append((False, True, "some leave a host from its last GPU through the GPU at the NIC (PXN)"))
+    for shift, relay, note in attempts:
+        try:
+            return [_layout_ring(layout, c, hops, shift, relay) for c in range(nchannels)], note
+        except ScheduleError:
+            continue
+    return None
+
+
+def _generic_rings(topo: Topology, nchannels: int) -> list[list[Rank]]:
+    n = topo.nranks
+    direct = _gpu_hops(topo)
+    base = list(range(n))
+    if not all(base[(i + 1) % n] in direct[base[i]] for i in range(n)):
+        base = _hamiltonian_cycle({r: set(peers) for r, peers in direct.items()}, n)
+    return [base[c % n:] + base[: c % n] for c in range(nchannels)]
 
 
 def ring_orders(topo: Topology, nchannels: int) -> list[list[Rank]]:
     """The rank order of each ring NCCL-like rings would use on ``topo``."""
-    layout = rail_layout(topo)
-    if layout is not None:
-        return [_rail_ring(layout, c) for c in range(nchannels)]
-    n = topo.nranks
-    direct = {r: set(peers) for r, peers in _gpu_hops(topo).items()}
-    base = list(range(n))
-    if not all(base[(i + 1) % n] in direct[base[i]] for i in range(n)):
-        base = _hamiltonian_cycle(direct, n)
-    return [base[c % n:] + base[: c % n] for c in range(nchannels)]
+    built = _choice_rings(topo, baseline_choice(topo), nchannels)
+    return built[0] if built is not None else _generic_rings(topo, nchannels)
 
 
 def _hamiltonian_cycle(direct: dict[Rank, set[Rank]], n: int, budget: int = 200_000) -> list[Rank]:
@@ -123,54 +246,106 @@ def _hamiltonian_cycle(direct: dict[Rank, set[Rank]], n: int, budget: int = 200_
     raise ScheduleError("ring baseline: found no ring through every GPU over switch-only hops")
 
 
-def _hop(topo: Topology, a: Rank, b: Rank) -> Hop:
-    path = pair_route(topo, topo.gpu_id(a), topo.gpu_id(b))
-    if path is None:
-        raise ScheduleError(f"ring baseline: rank {a} cannot reach rank {b} through switches on {topo.name!r}")
-    return Hop(a, b, path)
+def _relay(direct: _Hops, src: Rank, dst: Rank, topo: Topology) -> Rank:
+    """The lowest GPU that ``src`` reaches through switches and that reaches ``dst`` so."""
+    for w in sorted(direct[src]):
+        if dst in direct[w]:
+            return w
+    raise ScheduleError(f"ring baseline: rank {src} cannot reach rank {dst} through switches or one GPU on "
+                        f"{topo.name!r}")
+
+
+def _walk_tree(walk: list[Rank], can_hop: Callable[[Rank, Rank], bool],
+               relay: Callable[[Rank, Rank], Rank]) -> list[tuple[Rank, Rank]]:
+    """Tree edges (parent, child), parents first, that bring ``walk[0]``'s data to every GPU of
+    ``walk`` in walk order. A step a → b with no hop goes through ``relay(a, b)``; a relay that
+    already holds the data sends it itself, one that does not keeps a copy on the way."""
+    have = {walk[0]}
+    edges: list[tuple[Rank, Rank]] = []
+    for a, b in zip(walk, walk[1:]):
+        if b in have:
+            continue
+        if can_hop(a, b):
+            edges.append((a, b))
+        else:
+            w = relay(a, b)
+            if w not in have:
+                edges.append((a, w))
+                have.add(w)
+            edges.append((w, b))
+        have.add(b)
+    return edges
+
+
+_RING_NAMES = {"rail": "rail rings", "nic": "NIC rings"}
 
 
 def nccl_ring(collective: Collective, topo: Topology, *, nchannels: int | None = None) -> Schedule:
     """Multi-ring AllGather, ReduceScatter or AllReduce (one chunk per ring per source).
 
-    ``nchannels`` defaults to the GPUs per host on rail fabrics (one ring per NIC), else 2.
-    ``meta["baseline"]`` is ``"rail-ring"`` or ``"generic-ring"``.
+    ``nchannels`` defaults to the NICs per host where the fabric has a NIC layout (one ring per
+    NIC), else 2. ``meta["baseline"]`` is ``"rail-ring"``, ``"nic-ring"`` or ``"generic-ring"``,
+    ``meta["baseline_reason"]`` says how the rings were built and why.
     """
     if collective not in ("allgather", "reducescatter", "allreduce"):
         raise ScheduleError(f"ring baseline supports allgather, reducescatter, allreduce, not {collective!r}")
-    layout = rail_layout(topo)
-    if nchannels is None:
-        nchannels = layout.gpus_per_host if layout is not None else 2
-    if nchannels < 1:
+    if nchannels is not None and nchannels < 1:
         raise ScheduleError(f"nchannels must be >= 1, got {nchannels!r}")
+    choice = baseline_choice(topo)
+    channels = nchannels if nchannels is not None else (choice.layout.nrails if choice.layout is not None else 2)
+    built = _choice_rings(topo, choice, channels)
+    if built is not None:
+        orders, note = built
+        per_nic = " (one per NIC)" if nchannels is None else ""
+        kind = choice.kind
+        what = f"{_RING_NAMES[kind]}, {channels} channel{'s' if channels != 1 else ''}{per_nic}{', ' + note if note else ''}"
+        reason = choice.reason
+    else:
+        if nchannels is None:
+            channels = 2
+        orders = _generic_rings(topo, channels)
+        kind = "generic"
+        what = f"generic ring, {channels} channels"
+        reason = choice.reason if choice.layout is None else f"no ring through the NIC layout ({choice.reason})"
     n = topo.nranks
+    direct = _gpu_hops(topo)
+    cache: dict[tuple[Rank, Rank], Hop] = {}
+
+    def hop(a: Rank, b: Rank) -> Hop:
+        if (a, b) not in cache:
+            cache[(a, b)] = Hop(a, b, direct[a][b])
+        return cache[(a, b)]
+
     routes: list[Route] = []
-    for order in ring_orders(topo, nchannels):
+    for order in orders:
         pos = {r: i for i, r in enumerate(order)}
-        hops = {(order[i], order[(i + 1) % n]): _hop(topo, order[i], order[(i + 1) % n]) for i in range(n)}
         for root in range(n):
             chain = [order[(pos[root] + i) % n] for i in range(n)]
             if collective in ("reducescatter", "allreduce"):
-                # Reduction of root's block travels the ring and ends at root.
-                red = chain[1:] + [root]
-                routes.append(Route(RouteKind.IN_TREE, root, 1, tuple(hops[(red[i], red[i + 1])] for i in range(n - 1))))
+                # Reduction of root's block travels the ring and ends at root: the out-tree of the
+                # reversed walk, with every hop turned around, listed leaves first.
+                walk = [root, *chain[:0:-1]]
+                edges = _walk_tree(walk, lambda a, b: a in direct[b], lambda a, b: _relay(direct, b, a, topo))
+                routes.append(Route(RouteKind.IN_TREE, root, 1, tuple(hop(b, a) for a, b in reversed(edges))))
             if collective in ("allgather", "allreduce"):
-                routes.append(Route(RouteKind.OUT_TREE, root, 1, tuple(hops[(chain[i], chain[i + 1])] for i in range(n - 1))))
-    kind = "rail-ring" if layout is not None else "generic-ring"
-    meta = {"synthesizer": "nccl-ring", "nchannels": nchannels, "baseline": kind, **communicator_meta(topo)}
-    sched = Schedule(collective, n, nchannels, tuple(routes), meta=meta)
+                edges = _walk_tree(chain, lambda a, b: b in direct[a], lambda a, b: _relay(direct, a, b, topo))
+                routes.append(Route(RouteKind.OUT_TREE, root, 1, tuple(hop(a, b) for a, b in edges)))
+    meta = {"synthesizer": "nccl-ring", "nchannels": channels, "baseline": f"{kind}-ring",
+            "baseline_reason": f"{what}; {reason}", **communicator_meta(topo)}
+    sched = Schedule(collective, n, channels, tuple(routes), meta=meta)
     sched.validate(topo)
     return sched
 
 
 def _gpu_hops(topo: Topology) -> dict[Rank, dict[Rank, tuple[str, ...]]]:
-    return {
-        r: {topo.rank_of(v): p for v, p in switch_reachable(topo, topo.gpu_id(r)).items() if v != topo.gpu_id(r)}
-        for r in range(topo.nranks)
-    }
+    """Each GPU's switch-only hops: the route (:func:`synth.routing.pair_route`) to every GPU it has one to."""
+    out: dict[Rank, dict[Rank, tuple[str, ...]]] = {r: {} for r in range(topo.nranks)}
+    for (a, b), path in route_table(topo).items():
+        out[a][b] = path
+    return out
 
 
-def _relay_path(direct: dict[Rank, dict[Rank, tuple[str, ...]]], s: Rank, d: Rank) -> list[Rank]:
+def _relay_path(direct: _Hops, s: Rank, d: Rank) -> list[Rank]:
     parent = {s: s}
     queue = deque([s])
     while queue:
@@ -187,39 +362,53 @@ def _relay_path(direct: dict[Rank, dict[Rank, tuple[str, ...]]], s: Rank, d: Ran
     raise ScheduleError(f"direct AllToAll: rank {d} unreachable from rank {s}")
 
 
-def _pxn_proxy(layout: RailLayout, s: Rank, d: Rank) -> Rank:
-    """The GPU in ``s``'s host on ``d``'s rail."""
-    return layout.hosts[layout.host_of(s)][layout.rail_of(d)]
-
-
-def _pxn_ok(direct: dict[Rank, dict[Rank, tuple[str, ...]]], s: Rank, proxy: Rank, d: Rank) -> bool:
-    return proxy in direct[s] and d in direct[proxy]
+def _pxn_path(layout: NicLayout, where: Mapping[Rank, tuple[int, int]], s: Rank, d: Rank) -> list[Rank]:
+    """``s`` → the GPU of ``s``'s host at the NIC on ``d``'s rail → (the GPU at ``d``'s host's NIC on that
+    rail →) ``d``, leaving out the GPUs that are ``s`` or ``d`` themselves."""
+    (hs, ps), (hd, pd) = where[s], where[d]
+    rail = layout.gpu_rail[hd][pd]
+    out_local, in_local = layout.nics[hs][rail], layout.nics[hd][rail]
+    proxy = s if ps in out_local else layout.hosts[hs][out_local[0]]
+    entry = d if pd in in_local else layout.hosts[hd][in_local[-1]]
+    ranks = [s]
+    for r in (proxy, entry, d):
+        if r != ranks[-1]:
+            ranks.append(r)
+    return ranks
 
 
 def nccl_direct_alltoall(topo: Topology) -> Schedule:
-    """Direct AllToAll with PXN on rail fabrics (one chunk per block).
+    """Direct AllToAll with PXN (one chunk per block).
 
-    A block whose destination the source cannot reach through switches goes, on a rail fabric,
-    through the source host's GPU on the destination's rail (PXN); elsewhere through the fewest
-    GPU relays. ``meta["baseline"]`` is ``"rail-direct-pxn"`` or ``"generic-direct"``.
+    A block goes over its pair's route where the source has one to the destination; else, on a
+    fabric with a NIC layout, through the source host's GPU at the NIC on the destination's rail
+    (PXN, and on to the destination through its host's NIC on that rail); elsewhere through the
+    fewest GPU relays. ``meta["baseline"]`` is ``"rail-direct-pxn"``, ``"nic-direct-pxn"`` or
+    ``"generic-direct"``, ``meta["baseline_reason"]`` says why.
     """
     n = topo.nranks
-    layout = rail_layout(topo)
+    choice = baseline_choice(topo)
+    layout = choice.layout
     direct = _gpu_hops(topo)
+    where = {} if layout is None else {r: (h, p) for h, row in enumerate(layout.hosts) for p, r in enumerate(row)}
     routes: list[Route] = []
     for s in range(n):
         for d in range(n):
             if s == d:
                 continue
-            if d in direct[s]:
-                ranks = [s, d]
-            elif layout is not None and _pxn_ok(direct, s, proxy := _pxn_proxy(layout, s, d), d):
-                ranks = [s, proxy, d]
-            else:
-                ranks = _relay_path(direct, s, d)
+            ranks = [s, d]
+            if d not in direct[s]:
+                ranks = _pxn_path(layout, where, s, d) if layout is not None else []
+                if any(b not in direct[a] for a, b in zip(ranks[:-1], ranks[1:])) or not ranks:
+                    ranks = _relay_path(direct, s, d)
             hops = tuple(Hop(a, b, direct[a][b]) for a, b in zip(ranks[:-1], ranks[1:]))
             routes.append(Route(RouteKind.PATH, s, 1, hops, dest=d))
-    kind = "rail-direct-pxn" if layout is not None else "generic-direct"
-    sched = Schedule("alltoall", n, 1, tuple(routes), meta={"synthesizer": "nccl-direct", "baseline": kind, **communicator_meta(topo)})
+    if layout is not None:
+        what = "direct; PXN (via the GPU at the NIC on the destination's rail) where no switch path"
+    else:
+        what = "direct, relayed through the fewest GPUs"
+    meta = {"synthesizer": "nccl-direct", "baseline": f"{choice.kind}-direct" + ("-pxn" if layout else ""),
+            "baseline_reason": f"{what}; {choice.reason}", **communicator_meta(topo)}
+    sched = Schedule("alltoall", n, 1, tuple(routes), meta=meta)
     sched.validate(topo)
     return sched

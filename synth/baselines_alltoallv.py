@@ -29,7 +29,8 @@ from __future__ import annotations
 from typing import Any
 
 from synth.alltoallv_schedule import AllToAllvSchedule, check_demand
-from synth.baselines import _gpu_hops, nccl_direct_alltoall, rail_layout
+from synth.baselines import _gpu_hops, nccl_direct_alltoall
+from synth.topologies.structure import rail_layout
 from synth.schedule import Hop, Route, RouteKind
 from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology

@@ -35,6 +35,7 @@ from synth.topologies.named import (
     ring,
     torus,
 )
+from synth.topologies.nics import NicLayout, nic_layout
 from synth.topologies.structure import NETWORK_ROLES, RailLayout, infer_role, rail_layout, switch_roles
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "ROLES",
     "Link",
     "Node",
+    "NicLayout",
     "NodeKind",
     "RailLayout",
     "Topology",
@@ -59,6 +61,7 @@ __all__ = [
     "infer_role",
     "load_topology",
     "named_topology",
+    "nic_layout",
     "nvswitch",
     "rail_layout",
     "read_topology",

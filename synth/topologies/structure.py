@@ -148,12 +148,14 @@ def rail_layout(topo: Topology) -> RailLayout | None:
     if len(sizes) != 1:
         return None
     rail: dict[NodeId, frozenset[NodeId]] = {}
+    canon: dict[frozenset[NodeId], frozenset[NodeId]] = {}
     for gpu in topo.gpus:
         found, crossed = _reach(topo, gpu.id, intra)
         if not crossed:
             return None
-        rail[gpu.id] = frozenset(found | {gpu.id})
-    if any(rail[v] != group for group in rail.values() for v in group):
+        group = frozenset(found | {gpu.id})
+        rail[gpu.id] = canon.setdefault(group, group)  # one object per distinct rail: identity below
+    if any(rail[v] is not group for group in canon for v in group):
         return None  # reaching is not mutual, or rails overlap
     nhosts = len(by_host)
     host_of = {g.id: key for key, members in by_host.items() for g in members}

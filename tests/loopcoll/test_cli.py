@@ -161,9 +161,13 @@ def test_topo_show_lists_down_links(capsys) -> None:
     assert out.splitlines()[-1] == "  down: gpu0->gpu1, gpu1->gpu0"
 
 
-def test_topo_show_json_is_the_file_format(capsys) -> None:
+def test_topo_show_json_holds_the_file_format_and_the_baseline(capsys) -> None:
     _, out, _ = run(capsys, "topo", "show", "torus:2x3", "--json")
-    assert out == topology_to_json(load_topology("torus:2x3"))
+    doc = json.loads(out)
+    topo = load_topology("torus:2x3")
+    assert json.dumps(doc["topology"], indent=2, sort_keys=True) + "\n" == topology_to_json(topo)
+    assert (doc["name"], doc["fingerprint"], doc["nranks"]) == (topo.name, topo.fingerprint, 6)
+    assert doc["nccl_baseline"] == {"kind": "generic", "reason": "no network switches: the GPUs are joined by direct links"}
 
 
 EXPORTS = [

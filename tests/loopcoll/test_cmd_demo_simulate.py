@@ -25,6 +25,8 @@ def test_demo_reproduces_the_fail2_speedups(tmp_path: Path) -> None:
     # The warm start takes AllToAll's certified local repair (the healthy SynthResult is passed).
     assert a2a["warm_mode"] == "repair"
     assert ag["warm_mode"] in ("repair", "partial", "all", "none")
+    assert ag["nccl_baseline_reason"].startswith("rail rings, 8 channels (one per NIC); ")
+    assert a2a["nccl_baseline"] == "rail-direct-pxn" and "PXN" in a2a["nccl_baseline_reason"]
     for r in rows.values():
         assert r["static_GBps"] < 0.2 * r["optimal_GBps"]  # static schedules collapse
         program = read(r["xml"])
@@ -37,6 +39,7 @@ def test_demo_cli_prints_the_table(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "allgather" in out and "alltoall" in out and "vs NCCL" in out
     a2a_line = next(line for line in out.splitlines() if line.startswith("alltoall"))
     assert "warm mode" in out and a2a_line.split()[-1] == "repair"
+    assert "NCCL = NCCL-like baseline for allgather: rail-ring: rail rings, 8 channels (one per NIC); " in out
     assert sorted(p.suffix for p in (tmp_path / "out").iterdir()) == [".json", ".json", ".xml", ".xml"]
 
 

@@ -9,7 +9,7 @@ import pytest
 from synth import ScheduleError, load_topology, optimal_bound
 from synth.baselines import nccl_direct_alltoall, nccl_ring, ring_orders
 
-SPECS = ["hpn:1x2x8", "hpn:1x3x4", "hpn:2x2x4", "dgx-a100:3", "nvswitch:6", "ring:5", "torus:4x4", "torus:3x3", "hpn:1x5x4"]
+SPECS = ["hpn:1x2x8", "hpn:1x3x4", "hpn:2x2x4", "dgx-a100:3", "nvswitch:6", "ring:5", "torus:4x4", "torus:3x3", "hpn:1x5x4", "hpn:1x3x2"]
 
 
 @pytest.mark.parametrize("spec", SPECS)
