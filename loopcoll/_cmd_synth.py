@@ -15,8 +15,9 @@ from loopcoll._common import (
     topology_from_args,
     xml_chunk_cap,
 )
+from loopcoll._schedule_file import read_warm_schedule
 from synth import synthesize
-from synth import read_schedule, write_schedule
+from synth import write_schedule
 from synth.errors import RuntimeLimitError, ScheduleError
 from synth.result import SynthResult
 from synth.schedule import Schedule
@@ -107,7 +108,7 @@ def _run(args: argparse.Namespace) -> int:
     topo = topology_from_args(args)
     warm = None
     if args.warm_from:
-        warm = read_schedule(args.warm_from)
+        warm = read_warm_schedule(args.warm_from)
         if warm.collective != args.collective:
             raise ScheduleError(
                 f"{args.warm_from}: holds a schedule of collective {warm.collective!r}, cannot warm-start {args.collective!r}"
