@@ -169,7 +169,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--profile", metavar="PROFILE", default=None,
                    help="also simulate at --size under this cost profile (ideal, h200, or a loopcoll.calibration/1 file)")
     p.add_argument("--size", default="128M", metavar="SIZE", help="bytes per source for --profile (default 128M)")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--quiet", action="store_true", help="nothing on stderr but errors (no progress, no warnings)")
     p.add_argument("--json", action="store_true", help="print the rows as one JSON object")
     from loopcoll._demo_live import add_live_arguments
 

@@ -118,9 +118,11 @@ def run_live_demo(args: argparse.Namespace) -> int:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
     quiet = args.json or args.quiet
-    print(f"loopcoll demo --live: {topology} / {args.gbps_scale:g} on {cfg.emulation().nominal().nranks} gloo "
-          f"processes, {steps} steps of AllGather {args.allgather_size} + AllToAll {args.alltoall_size}; "
-          f"{failure} at step {a}" + (f", cleared at {b}" if b is not None else ""), file=sys.stderr if quiet else sys.stdout)
+    if not args.quiet:  # with --json the header goes to stderr, keeping stdout one JSON object
+        print(f"loopcoll demo --live: {topology} / {args.gbps_scale:g} on {cfg.emulation().nominal().nranks} gloo "
+              f"processes, {steps} steps of AllGather {args.allgather_size} + AllToAll {args.alltoall_size}; "
+              f"{failure} at step {a}" + (f", cleared at {b}" if b is not None else ""),
+              file=sys.stderr if quiet else sys.stdout)
     res = run_live(cfg, on_event=None if quiet else _View(steps))
     if res.status != "ok":
         raise LoopcollError(f"demo --live: {res.message.splitlines()[0][:300]}")
