@@ -3,7 +3,9 @@
 Every subcommand lives in a ``_cmd_*`` module exposing ``register(subparsers)``; its handler
 returns the exit code. A :class:`~synth.errors.LoopcollError` becomes one
 ``loopcoll: error: ...`` line on stderr and exit code 2; anything else is a bug and keeps its
-traceback. A reader that closes the pipe early (``loopcoll inspect --json | head``) ends the
+traceback. A :class:`~synth.errors.TopologyWarning` (a topology that is valid but probably
+not what was meant) prints one ``loopcoll: warning: ...`` line on stderr, none with ``--quiet``.
+A reader that closes the pipe early (``loopcoll inspect --json | head``) ends the
 command quietly with exit code 141 (128 + SIGPIPE, as a shell reports a command killed by it).
 
 Examples
@@ -22,9 +24,10 @@ import importlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 
-from synth.errors import LoopcollError
+from synth.errors import LoopcollError, TopologyWarning
 
 __all__ = ["build_parser", "main"]
 
@@ -104,6 +107,20 @@ def _silence_stdout() -> None:
         os.close(devnull)
 
 
+def _warning_printer(fallback: Callable[..., None]) -> Callable[..., None]:
+    """A ``warnings.showwarning`` printing loopcoll's own warnings as ``loopcoll: warning: ...`` and
+    handing every other warning to ``fallback``."""
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: object = None, line: str | None = None) -> None:
+        if issubclass(category, TopologyWarning):
+            print(f"loopcoll: warning: {one_line(str(message))}", file=sys.stderr)
+        else:
+            fallback(message, category, filename, lineno, file, line)
+
+    return show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI on ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     parser = build_parser()
@@ -114,7 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError:  # not the main thread (an embedding application): leave SIGTERM alone
         previous = None
     try:
-        code = int(args.func(args))
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_printer(warnings.showwarning)
+            warnings.simplefilter("ignore" if getattr(args, "quiet", False) else "default", TopologyWarning)
+            code = int(args.func(args))
         sys.stdout.flush()  # inside the try: a reader gone by now is a broken pipe like any other
         return code
     except BrokenPipeError:
