@@ -72,7 +72,7 @@ class _View:
         if ev in ("bootstrap", "synthesized"):
             return
         t = data.get("t_s", 0.0) - (self.t0 or data.get("t_s", 0.0))
-        what = {"flag": f"detector flags v{data.get('version')}: {data.get('reason')}",
+        what = {"flag": f"flags v{data.get('version')}: {data.get('reason')}",
                 "publish": f"publishes v{data.get('version')} ({data.get('reason')}; synthesis "
                            f"{1e3 * (data.get('synth_time_s') or 0):.0f} ms)",
                 "cooldown": f"v{data.get('version')} in cool-down", "abort": "aborts: degradation cleared",
