@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from loopcoll._schedule_file import schedule_format
+from loopcoll._schedule_file import file_head, schedule_format
 from msccl_xml import RUNTIMES, check_file, program_algbw_GBps, read
 from synth.errors import LoopcollError, XmlError
 
@@ -93,12 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _is_plan(file: Path) -> bool:
     """MSCCL++ plans are JSON objects; MSCCL programs are XML."""
-    try:
-        with open(file, "rb") as fh:
-            head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
-    except OSError:
-        return False
-    return head.startswith(b"{")
+    return file_head(file).startswith(b"{")
 
 
 def _plan_report(file: Path, topology: Any) -> dict[str, Any]:

@@ -52,8 +52,8 @@ def run_demo(
     """
     if out_dir is None:
         with tempfile.TemporaryDirectory(prefix="loopcoll-demo-") as tmp:
-            rows = run_demo(spec, failures, Path(tmp), chunks, profile, size_bytes)
-        return [{**r, "xml": None} for r in rows]
+            kept = run_demo(spec, failures, Path(tmp), chunks, profile, size_bytes)
+        return [{**r, "xml": None} for r in kept]
     healthy = load_topology(spec)
     degraded = load_topology(spec, failures)
     out_dir.mkdir(parents=True, exist_ok=True)

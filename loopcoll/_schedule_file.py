@@ -31,7 +31,7 @@ from synth.alltoallv_schedule import ALLTOALLV_FORMAT
 from synth.errors import ScheduleError
 from synth.schedule import SCHEDULE_FORMAT, Schedule
 
-__all__ = ["SCHEDULE_FORMATS", "WARM_FROM_HINT", "read_warm_schedule", "schedule_format"]
+__all__ = ["SCHEDULE_FORMATS", "WARM_FROM_HINT", "file_head", "read_warm_schedule", "schedule_format"]
 
 #: The ``format`` values of the schedule documents loopcoll writes.
 SCHEDULE_FORMATS = (SCHEDULE_FORMAT, ALLTOALLV_FORMAT)
@@ -40,7 +40,7 @@ SCHEDULE_FORMATS = (SCHEDULE_FORMAT, ALLTOALLV_FORMAT)
 WARM_FROM_HINT = "--warm-from takes a schedule JSON written by `loopcoll synth ... --schedule-out S.json`"
 
 
-def _head(path: str | Path) -> bytes:
+def file_head(path: str | Path) -> bytes:
     """The first bytes of ``path`` without a BOM or leading white space (empty when unreadable)."""
     try:
         with open(path, "rb") as fh:
@@ -52,7 +52,7 @@ def _head(path: str | Path) -> bytes:
 def schedule_format(path: str | Path) -> str | None:
     """The schedule ``format`` of the JSON file ``path``, or ``None`` when it is not a loopcoll schedule
     (another JSON document, XML, unreadable). Reads the whole file only when it starts with ``{``."""
-    if not _head(path).startswith(b"{"):
+    if not file_head(path).startswith(b"{"):
         return None
     try:
         doc = json.loads(Path(path).read_bytes())
@@ -74,7 +74,7 @@ def read_warm_schedule(path: str) -> Schedule:
             raise
         if fmt == ALLTOALLV_FORMAT:
             what = "it is an AllToAllv schedule, which cannot warm-start a synthesis"
-        elif _head(path).startswith(b"<"):
+        elif file_head(path).startswith(b"<"):
             what = "it looks like an XML file"
         else:
             what = str(exc).removeprefix(f"{path}: ")
