@@ -1,8 +1,13 @@
 """A data-parallel training loop whose gradient all-reduce runs loopcoll schedules through the executor.
 
 Run on CPU with 4 local processes (gloo):      python examples/executor_training.py --nprocs 4
-With a loopcoll daemon pushing new versions:   add --daemon HOST:PORT (token from $LOOPCOLL_TOKEN)
+With a loopcoll daemon pushing new versions:   add --daemon HOST:PORT --token-file F, where F is the file
+                                               `loopcoll daemon run --token-file F` wrote (or set $LOOPCOLL_TOKEN)
 On GPUs (one process per GPU), e.g. torchrun --nproc-per-node 8 examples/executor_training.py --backend nccl
+
+Bad options end at once with one ``executor_training.py: error: ...`` line (exit 2), before any process
+starts: a --daemon without a token, an unreadable token file, a daemon that cannot be reached or refuses the
+token. ``--telemetry DIR`` creates DIR.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def train(rank: int, world: int, steps: int, daemon: str | None, telemetry: str | None) -> float:
+def train(rank: int, world: int, steps: int, daemon: str | None, telemetry: str | None,
+          token: str | None = None) -> float:
     import torch
     import torch.distributed as dist
 
@@ -34,7 +40,7 @@ def train(rank: int, world: int, steps: int, daemon: str | None, telemetry: str 
     if daemon:  # 2a. versions come from the loopcoll daemon, samples go to it
         from runtime import Client
 
-        client = Client(daemon, role="executor", rank=dist.get_rank(), comms=["world"])
+        client = Client(daemon, token=token, role="executor", rank=dist.get_rank(), comms=["world"])
         ex.follow(client)
     else:  # 2b. or load a schedule yourself (a file path, a Program, a Schedule or a SynthResult)
         ex.load(lower(synthesize("allreduce", named_topology(f"ring:{world}")).schedule), version=1)
@@ -63,14 +69,53 @@ def train(rank: int, world: int, steps: int, daemon: str | None, telemetry: str 
     return float(loss.item())
 
 
-def main() -> None:
+def check_daemon(address: str, token_file: str | None) -> str:
+    """The token for ``address``, after one round trip to the daemon (so that a wrong address or token
+    fails here, in one line, rather than in every training process). Raises ``ValueError``."""
+    from runtime.client import Client, read_token
+    from runtime.errors import WireError
+
+    if token_file is None and not os.environ.get("LOOPCOLL_TOKEN"):
+        raise ValueError("--daemon needs the daemon's token: pass --token-file F (the file `loopcoll daemon run "
+                         "--token-file F` writes) or set LOOPCOLL_TOKEN")
+    try:
+        token = read_token(token_file=token_file)
+    except WireError as exc:
+        raise ValueError(f"--token-file: {exc}") from None
+    try:
+        with Client(address, token=token, role="tool", timeout_s=5.0) as client:
+            client.status()
+    except WireError as exc:
+        raise ValueError(f"--daemon {address}: {exc}") from None
+    return token
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nprocs", type=int, default=4)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
-    ap.add_argument("--daemon", default=None, help="HOST:PORT of a loopcoll daemon")
-    ap.add_argument("--telemetry", default=None, help="directory for per-rank telemetry JSONL")
-    args = ap.parse_args()
+    ap.add_argument("--daemon", default=None, metavar="HOST:PORT", help="HOST:PORT of a loopcoll daemon")
+    ap.add_argument("--token-file", default=None, metavar="F",
+                    help="the daemon's token file (`loopcoll daemon run --token-file F`); default $LOOPCOLL_TOKEN")
+    ap.add_argument("--telemetry", default=None, metavar="DIR", help="directory for per-rank telemetry JSONL "
+                    "(created if missing)")
+    args = ap.parse_args(argv)
+    if args.nprocs < 2 and "RANK" not in os.environ:
+        ap.error(f"--nprocs must be at least 2 (an all-reduce needs two ranks), got {args.nprocs}")
+    if args.token_file is not None and args.daemon is None:
+        ap.error("--token-file is the daemon's token: it needs --daemon HOST:PORT")
+    token = None
+    if args.daemon is not None:
+        try:
+            token = check_daemon(args.daemon, args.token_file)
+        except ValueError as exc:
+            ap.error(str(exc))
+    if args.telemetry is not None:
+        try:
+            Path(args.telemetry).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            ap.error(f"--telemetry {args.telemetry}: cannot create the directory: {exc.strerror}")
     if "RANK" in os.environ:  # under torchrun
         import torch
         import torch.distributed as dist
@@ -78,12 +123,12 @@ def main() -> None:
         if args.backend == "nccl":
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         dist.init_process_group(args.backend)
-        train(dist.get_rank(), dist.get_world_size(), args.steps, args.daemon, args.telemetry)
+        train(dist.get_rank(), dist.get_world_size(), args.steps, args.daemon, args.telemetry, token)
         dist.destroy_process_group()
         return
     from runtime.executor.launch import launch
 
-    launch(train, args.nprocs, args.steps, args.daemon, args.telemetry, backend=args.backend)
+    launch(train, args.nprocs, args.steps, args.daemon, args.telemetry, token, backend=args.backend)
 
 
 if __name__ == "__main__":

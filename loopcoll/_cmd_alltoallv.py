@@ -52,9 +52,11 @@ def _run_synth(args: argparse.Namespace) -> int:
     if args.output:
         raise ScheduleError("alltoallv: MSCCL XML export is not supported (MSCCL chunks are of one size and "
                             "AllToAllv blocks are not); write the schedule JSON with --schedule-out")
+    from loopcoll._cmd_synth import configure_progress
     from synth.alltoallv_schedule import read_demand
     from synth.baselines_alltoallv import direct_alltoallv, two_phase_alltoallv
 
+    configure_progress(args.quiet or args.json)
     topo = topology_from_args(args)
     demand = read_demand(args.demand, topo.nranks)
     result = synthesize("alltoallv", topo, chunks=args.chunks, max_steps=args.max_steps, solver=args.solver,
@@ -104,5 +106,5 @@ def add_synth_parser(csub: argparse._SubParsersAction) -> None:  # type: ignore[
     c.add_argument("--schedule-out", metavar="SCHED.json", help="write the AllToAllv schedule JSON here (atomically)")
     c.add_argument("-o", "--output", metavar="OUT.xml", help="not supported for alltoallv (an error)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
-    c.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    c.add_argument("--quiet", action="store_true", help="nothing on stderr but errors (no progress, no warnings)")
     c.set_defaults(func=_run_synth)

@@ -1,8 +1,9 @@
-"""``loopcoll check FILE.xml|PLAN.json|DIR [--topology SPEC] [--runtime R] [--json]``.
+"""``loopcoll check FILE.xml|PLAN.json|SCHED.json|DIR [--topology SPEC] [--runtime R] [--json]``.
 
-Checks MSCCL XML files and MSCCL++ JSON execution plans (told apart by content; a directory:
-every ``*.xml`` and ``*.json`` in it, sorted) and prints one line, or with ``--json`` one JSON
-object, per file. Exit status 0 when every file is valid, 1 when any is invalid; in a directory an
+Checks MSCCL XML files, MSCCL++ JSON execution plans and loopcoll schedule JSONs (told apart by
+content; a directory: every ``*.xml`` and ``*.json`` in it, sorted) and prints one line, or with
+``--json`` one JSON object, per file. A schedule JSON (``synth --schedule-out``) is proved on the
+fabric given by ``--topology``, which it needs. Exit status 0 when every file is valid, 1 when any is invalid; in a directory an
 unreadable file is reported as invalid (``unreadable: …``) and the rest are still checked; a single
 unreadable FILE raises :class:`~synth.errors.XmlError` or :class:`~mscclpp_plan.PlanError` (exit 2).
 """
@@ -14,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from loopcoll._schedule_file import file_head, schedule_format
 from msccl_xml import RUNTIMES, check_file, program_algbw_GBps, read
 from synth.errors import LoopcollError, XmlError
 
@@ -27,11 +29,13 @@ def register(sub: Any) -> None:
         help="check MSCCL XML files or MSCCL++ plans against a runtime's rules and their collective",
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
-    p.add_argument("path", metavar="FILE.xml|PLAN.json|DIR", help="an MSCCL XML file, an MSCCL++ plan, or a directory of them")
+    p.add_argument("path", metavar="FILE.xml|PLAN.json|SCHED.json|DIR",
+                   help="an MSCCL XML file, an MSCCL++ plan, a loopcoll schedule JSON, or a directory of them")
     p.add_argument(
         "--topology",
         metavar="SPEC",
-        help="named topology or JSON file; adds the program's bandwidth-term algbw (GB/s)",
+        help="named topology or JSON file; adds the program's bandwidth-term algbw (GB/s); "
+        "needed to check a schedule JSON",
     )
     p.add_argument(
         "--fail",
@@ -89,12 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _is_plan(file: Path) -> bool:
     """MSCCL++ plans are JSON objects; MSCCL programs are XML."""
-    try:
-        with open(file, "rb") as fh:
-            head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
-    except OSError:
-        return False
-    return head.startswith(b"{")
+    return file_head(file).startswith(b"{")
 
 
 def _plan_report(file: Path, topology: Any) -> dict[str, Any]:
@@ -120,7 +119,48 @@ def _plan_report(file: Path, topology: Any) -> dict[str, Any]:
     return report
 
 
+def _schedule_report(file: Path, fmt: str, topology: Any) -> dict[str, Any]:
+    """Prove a loopcoll schedule JSON on ``topology`` (its postcondition, every link live) and rate it."""
+    from synth.alltoallv_schedule import ALLTOALLV_FORMAT, AllToAllvSchedule
+    from synth.errors import ScheduleError
+    from synth.schedule import Schedule
+
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScheduleError(f"{file}: cannot read schedule file: {exc}") from exc
+    sched: Schedule | AllToAllvSchedule
+    if fmt == ALLTOALLV_FORMAT:
+        sched = AllToAllvSchedule.from_json(text, source=str(file))
+        collective = "alltoallv"
+    else:
+        sched = Schedule.from_json(text, source=str(file))
+        collective = sched.collective
+    if topology is None:
+        raise ScheduleError(
+            f"{file}: a loopcoll schedule JSON ({fmt}: {collective}, {sched.nranks} ranks), not an MSCCL XML "
+            "file or MSCCL++ plan; pass --topology SPEC to prove it on that fabric and rate it, "
+            "or check the XML that `loopcoll synth ... -o F.xml` writes"
+        )
+    report: dict[str, Any] = {"valid": True, "collective": collective, "nranks": sched.nranks, "errors": [],
+                              "format": fmt, "algbw_GBps": None}
+    try:
+        sched.validate(topology)
+    except ScheduleError as exc:
+        report["valid"] = False
+        report["errors"].append(f"topology: {exc}")
+        return report
+    if isinstance(sched, AllToAllvSchedule):
+        report["completion_time_us"] = sched.completion_time_s(topology) * 1e6
+    else:
+        report["algbw_GBps"] = sched.algbw_GBps(topology)
+    return report
+
+
 def _report(file: Path, runtime: str, topology: Any) -> dict[str, Any]:
+    fmt = schedule_format(file)
+    if fmt is not None:
+        return _schedule_report(file, fmt, topology)
     if _is_plan(file):
         return _plan_report(file, topology)
     result = check_file(file, runtime=runtime)
@@ -145,6 +185,8 @@ def _print_text(file: Path, report: dict[str, Any]) -> None:
     what = "unreadable" if report["nranks"] is None else f"{report['collective']}, {report['nranks']} ranks"
     if report.get("algbw_GBps") is not None:
         what += f", algbw {report['algbw_GBps']:.2f} GB/s"
+    if report.get("completion_time_us") is not None:
+        what += f", bandwidth-term time {report['completion_time_us']:.2f} us"
     if report["valid"]:
         print(f"{file}: valid ({what})")
         return

@@ -5,6 +5,10 @@ healthy fabric, apply ``fail2`` (rank 0's NIC drops to 50 Gbit/s), re-synthesize
 healthy results (and cold, to compare solve times), lower to MSCCL XML, check the XML, and print
 optimal / NCCL / static / re-synthesized algbw with speedups.
 
+Files are written only where ``--out-dir DIR`` says: without it the XML is still lowered and
+checked (in a temporary directory, removed afterwards) and nothing is left in the current
+directory.
+
 The warm start passes the healthy :class:`~synth.SynthResult` itself, so AllToAll keeps its
 in-memory warm state and takes the certified local repair where it applies; the ``warm mode``
 column says what the warm start did (AllToAll's ``warm_mode``: ``repair``, ``state``, ...; for
@@ -18,6 +22,7 @@ simulation of the three schedules at ``--size`` per source under that cost profi
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,7 +39,7 @@ __all__ = ["register", "run_demo"]
 def run_demo(
     spec: str,
     failures: list[str],
-    out_dir: Path,
+    out_dir: Path | None,
     chunks: int | None,
     profile: str | None = None,
     size_bytes: int = 128 * 2**20,
@@ -42,8 +47,13 @@ def run_demo(
     """Run the demo and return one row per collective (also used by tests).
 
     With ``profile``, rows also hold ``*_sim_GBps``: the simulated algbw at ``size_bytes`` per
-    source under that cost profile, and ``profile`` its name.
+    source under that cost profile, and ``profile`` its name. The checked XML and the schedules go
+    into ``out_dir``; with ``None`` into a temporary directory that is removed (rows' ``xml`` is None).
     """
+    if out_dir is None:
+        with tempfile.TemporaryDirectory(prefix="loopcoll-demo-") as tmp:
+            kept = run_demo(spec, failures, Path(tmp), chunks, profile, size_bytes)
+        return [{**r, "xml": None} for r in kept]
     healthy = load_topology(spec)
     degraded = load_topology(spec, failures)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -110,7 +120,8 @@ def _run(args: argparse.Namespace) -> int:
     from loopcoll._cmd_simulate import parse_size
 
     size = parse_size(args.size)
-    rows = run_demo(args.topology, failures, Path(args.out_dir), args.chunks, args.profile, size)
+    out_dir = None if args.out_dir is None else Path(args.out_dir)
+    rows = run_demo(args.topology, failures, out_dir, args.chunks, args.profile, size)
     if args.json:
         print_json({"topology": args.topology, "failures": failures, "profile": args.profile, "rows": rows})
         return 0
@@ -135,7 +146,10 @@ def _run(args: argparse.Namespace) -> int:
         for r in rows:
             print(f"{r['collective']:<10} {r['nccl_sim_GBps']:>8.2f} {r['static_sim_GBps']:>8.2f} "
                   f"{r['resynth_sim_GBps']:>9.2f} {r['sim_speedup_vs_nccl']:>7.2f}x")
-    print(f"checked MSCCL XML and schedules written to {args.out_dir}/")
+    if out_dir is None:
+        print("MSCCL XML lowered and checked; nothing written (--out-dir DIR keeps the XML and schedules)")
+    else:
+        print(f"checked MSCCL XML and schedules written to {out_dir}/")
     return 0
 
 
@@ -150,12 +164,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--topology", default="hpn:1x2x8", metavar="SPEC",
                    help="named spec or JSON file (default hpn:1x2x8; with --live hpn:1x2x2)")
     p.add_argument("--fail", action="append", metavar="F", help="failure scenario(s) to apply (default fail2)")
-    p.add_argument("--out-dir", default="loopcoll-demo", metavar="DIR", help="where XML and schedules go (default ./loopcoll-demo)")
+    p.add_argument("--out-dir", default=None, metavar="DIR",
+                   help="write the checked MSCCL XML and schedule JSONs (with --live: live.png, live.json) into "
+                   "DIR; without it nothing is written")
     p.add_argument("--chunks", type=int, default=None, metavar="C", help="chunks per source (AllToAll default 10)")
     p.add_argument("--profile", metavar="PROFILE", default=None,
                    help="also simulate at --size under this cost profile (ideal, h200, or a loopcoll.calibration/1 file)")
     p.add_argument("--size", default="128M", metavar="SIZE", help="bytes per source for --profile (default 128M)")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--quiet", action="store_true", help="nothing on stderr but errors (no progress, no warnings)")
     p.add_argument("--json", action="store_true", help="print the rows as one JSON object")
     from loopcoll._demo_live import add_live_arguments
 

@@ -246,5 +246,5 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="cost profile: ideal (pure bandwidth model, default), h200, or a loopcoll.calibration/1 file")
     p.add_argument("--plot", metavar="FILE.png", help="draw algbw vs message size")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--quiet", action="store_true", help="nothing on stderr but errors (no progress, no warnings)")
     p.set_defaults(func=_run)

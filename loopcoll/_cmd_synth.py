@@ -15,8 +15,9 @@ from loopcoll._common import (
     topology_from_args,
     xml_chunk_cap,
 )
+from loopcoll._schedule_file import read_warm_schedule
 from synth import synthesize
-from synth import read_schedule, write_schedule
+from synth import write_schedule
 from synth.errors import RuntimeLimitError, ScheduleError
 from synth.result import SynthResult
 from synth.schedule import Schedule
@@ -39,6 +40,14 @@ class _AfterDelay(logging.Filter):
         return record.levelno >= logging.WARNING or time.monotonic() - self._start >= self._delay_s
 
 
+class _Prefix(logging.Formatter):
+    """``loopcoll: MESSAGE`` for progress, ``loopcoll: warning: MESSAGE`` for warnings."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        tag = "warning: " if record.levelno >= logging.WARNING else ""
+        return f"loopcoll: {tag}{record.getMessage()}"
+
+
 class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
     """Writes to whatever ``sys.stderr`` is at emit time (tests swap it)."""
 
@@ -51,28 +60,43 @@ class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
+#: The packages whose log records a ``--quiet`` command keeps off stderr.
+QUIET_LOGGERS = ("synth", "msccl_xml", "mscclpp_plan", "runtime", "loopcoll")
+
+
 def configure_progress(quiet: bool) -> None:
-    """Send the library's INFO progress to stderr (after a short delay), unless ``quiet``."""
+    """Send the library's INFO progress to stderr (after a short delay), unless ``quiet``.
+
+    ``quiet`` (``--quiet``, ``--json``) keeps every log record of the loopcoll packages off stderr,
+    warnings included (Python's last-resort handler would print them): what a warning says, e.g.
+    that the XML export re-synthesized with fewer chunks, is in the command's own output too.
+    """
     reset_progress()
     root = logging.getLogger("synth")
     if quiet:
+        for name in QUIET_LOGGERS:
+            sink = logging.NullHandler()
+            sink._loopcoll = True  # type: ignore[attr-defined]
+            logging.getLogger(name).addHandler(sink)
         root.setLevel(logging.WARNING)
         return
     handler = _CurrentStderr()
     handler._loopcoll = True  # type: ignore[attr-defined]
-    handler.setFormatter(logging.Formatter("loopcoll: %(message)s"))
+    handler.setFormatter(_Prefix())
     handler.addFilter(_AfterDelay(PROGRESS_AFTER_S))
-    root.addHandler(handler)
+    for name in QUIET_LOGGERS:  # progress comes from synth; warnings from any of them
+        logging.getLogger(name).addHandler(handler)
     root.setLevel(logging.INFO)
 
 
 def reset_progress() -> None:
     """Undo :func:`configure_progress` (the CLI calls it when a command ends)."""
-    root = logging.getLogger("synth")
-    for h in list(root.handlers):
-        if getattr(h, "_loopcoll", False):
-            root.removeHandler(h)
-    root.setLevel(logging.NOTSET)
+    for name in QUIET_LOGGERS:
+        logger = logging.getLogger(name)
+        for h in list(logger.handlers):
+            if getattr(h, "_loopcoll", False):
+                logger.removeHandler(h)
+    logging.getLogger("synth").setLevel(logging.NOTSET)
 
 
 def result_json(collective: str, topo_name: str, nranks: int, result: SynthResult) -> dict[str, object]:
@@ -108,7 +132,7 @@ def _run(args: argparse.Namespace) -> int:
     topo = topology_from_args(args)
     warm = None
     if args.warm_from:
-        warm = read_schedule(args.warm_from)
+        warm = read_warm_schedule(args.warm_from)
         if warm.collective != args.collective:
             raise ScheduleError(
                 f"{args.warm_from}: holds a schedule of collective {warm.collective!r}, cannot warm-start {args.collective!r}"
@@ -270,7 +294,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         c.add_argument("--runtime", default="msccl-executor-nccl", help="MSCCL runtime whose limits the XML must meet")
         c.add_argument("--protocol", default="Simple", choices=("Simple", "LL", "LL128"), help="MSCCL protocol (default Simple; --format mscclpp supports Simple only)")
         c.add_argument("--json", action="store_true", help="print one JSON object (implies --quiet)")
-        c.add_argument("--quiet", action="store_true", help="no progress on stderr")
+        c.add_argument("--quiet", action="store_true", help="nothing on stderr but errors (no progress, no warnings)")
         c.set_defaults(func=_run)
     from loopcoll._cmd_alltoallv import add_synth_parser
 

@@ -3,8 +3,9 @@
 Starts the loopcoll daemon (in this process, 127.0.0.1) and N gloo executor processes wired through the
 daemon's client, runs a training-like loop (AllGather + AllToAll per step) on an emulated topology scaled to
 CPU speeds, injects a failure mid-run, prints a live view (progress, algbw per window, detector state,
-versions, decisions) and at the end the timeline table; writes ``live.png`` and ``live.json`` into
-``--out-dir``. Every process it starts ends with it (Ctrl-C too). ``docs/live.md`` explains the figures.
+versions, decisions) and at the end the timeline table; with ``--out-dir`` writes ``live.png`` and
+``live.json`` there (nothing is written without it). Every process it starts ends with it (Ctrl-C too).
+``docs/live.md`` explains the figures.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ class _View:
         if ev in ("bootstrap", "synthesized"):
             return
         t = data.get("t_s", 0.0) - (self.t0 or data.get("t_s", 0.0))
-        what = {"flag": f"detector flags v{data.get('version')}: {data.get('reason')}",
+        what = {"flag": f"flags v{data.get('version')}: {data.get('reason')}",
                 "publish": f"publishes v{data.get('version')} ({data.get('reason')}; synthesis "
                            f"{1e3 * (data.get('synth_time_s') or 0):.0f} ms)",
                 "cooldown": f"v{data.get('version')} in cool-down", "abort": "aborts: degradation cleared",
@@ -113,23 +114,29 @@ def run_live_demo(args: argparse.Namespace) -> int:
     from runtime.executor.throttle import emulation_from_dict
 
     emulation_from_dict(cfg.emulation().to_dict())  # a bad topology or failure fails here, before any process starts
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = None if args.out_dir is None else Path(args.out_dir)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
     quiet = args.json or args.quiet
-    print(f"loopcoll demo --live: {topology} / {args.gbps_scale:g} on {cfg.emulation().nominal().nranks} gloo "
-          f"processes, {steps} steps of AllGather {args.allgather_size} + AllToAll {args.alltoall_size}; "
-          f"{failure} at step {a}" + (f", cleared at {b}" if b is not None else ""), file=sys.stderr if quiet else sys.stdout)
+    if not args.quiet:  # with --json the header goes to stderr, keeping stdout one JSON object
+        print(f"loopcoll demo --live: {topology} / {args.gbps_scale:g} on {cfg.emulation().nominal().nranks} gloo "
+              f"processes, {steps} steps of AllGather {args.allgather_size} + AllToAll {args.alltoall_size}; "
+              f"{failure} at step {a}" + (f", cleared at {b}" if b is not None else ""),
+              file=sys.stderr if quiet else sys.stdout)
     res = run_live(cfg, on_event=None if quiet else _View(steps))
     if res.status != "ok":
         raise LoopcollError(f"demo --live: {res.message.splitlines()[0][:300]}")
-    doc = res.to_dict()
-    write_text_atomic(str(out / "live.json"), json.dumps(doc, default=str) + "\n")
-    plot_live(res, out / "live.png")
+    if out is not None:
+        write_text_atomic(str(out / "live.json"), json.dumps(res.to_dict(), default=str) + "\n")
+        plot_live(res, out / "live.png")
     if args.json:
         print(json.dumps({"status": res.status, "message": res.message, "timeline": res.timeline}, sort_keys=True))
         return 0
     print()
     print(f"timeline ({res.message}; algbw in MB/s on the emulated links, x{args.gbps_scale:g} for the emulated GB/s)")
     print(format_timeline(res))
-    print(f"wrote {out / 'live.png'} and {out / 'live.json'}")
+    if out is None:
+        print("nothing written (--out-dir DIR keeps live.png and live.json)")
+    else:
+        print(f"wrote {out / 'live.png'} and {out / 'live.json'}")
     return 0

@@ -3,7 +3,10 @@
 Every subcommand lives in a ``_cmd_*`` module exposing ``register(subparsers)``; its handler
 returns the exit code. A :class:`~synth.errors.LoopcollError` becomes one
 ``loopcoll: error: ...`` line on stderr and exit code 2; anything else is a bug and keeps its
-traceback.
+traceback. A :class:`~synth.errors.TopologyWarning` (a topology that is valid but probably
+not what was meant) prints one ``loopcoll: warning: ...`` line on stderr, none with ``--quiet``.
+A reader that closes the pipe early (``loopcoll inspect --json | head``) ends the
+command quietly with exit code 141 (128 + SIGPIPE, as a shell reports a command killed by it).
 
 Examples
 --------
@@ -18,11 +21,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 
-from synth.errors import LoopcollError
+from synth.errors import LoopcollError, TopologyWarning
 
 __all__ = ["build_parser", "main", "package_version"]
 
@@ -105,6 +110,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exit code when stdout's reader went away (128 + SIGPIPE, what a shell shows for ``yes | head``).
+EXIT_BROKEN_PIPE = 141
+
+
+def _silence_stdout() -> None:
+    """Point stdout's file descriptor at the null device, so the interpreter's final flush of what
+    is still buffered cannot raise a second BrokenPipeError (the recipe of Python's ``signal`` docs)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # an in-process capture without a descriptor
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def _warning_printer(fallback: Callable[..., None]) -> Callable[..., None]:
+    """A ``warnings.showwarning`` printing loopcoll's own warnings as ``loopcoll: warning: ...`` and
+    handing every other warning to ``fallback``."""
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: object = None, line: str | None = None) -> None:
+        if issubclass(category, TopologyWarning):
+            print(f"loopcoll: warning: {one_line(str(message))}", file=sys.stderr)
+        else:
+            fallback(message, category, filename, lineno, file, line)
+
+    return show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI on ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     parser = build_parser()
@@ -115,7 +152,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError:  # not the main thread (an embedding application): leave SIGTERM alone
         previous = None
     try:
-        return int(args.func(args))
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_printer(warnings.showwarning)
+            warnings.simplefilter("ignore" if getattr(args, "quiet", False) else "default", TopologyWarning)
+            code = int(args.func(args))
+        sys.stdout.flush()  # inside the try: a reader gone by now is a broken pipe like any other
+        return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except LoopcollError as exc:
         print(f"loopcoll: error: {one_line(str(exc))}", file=sys.stderr)
         return 2

@@ -36,14 +36,49 @@ from synth import Collective, LoopcollError, Schedule, SynthResult, Topology, op
 from runtime.contention import ContentionGate, GateConfig
 from runtime.detector import Verdict, detect
 from runtime.errors import ProfileError, RuntimeStateError
-from runtime.estimator import LinkEstimator
+from runtime.estimator import LinkEstimate, LinkEstimator
 from runtime.profile import JobProfile
 from runtime.store import VersionEntry, VersionStore
 
-__all__ = ["Deployed", "Job", "ManagerConfig", "ScheduleManager", "size_bands", "SYNTHESIZABLE"]
+__all__ = ["Deployed", "Job", "ManagerConfig", "ScheduleManager", "flag_reason", "size_bands", "SYNTHESIZABLE"]
 
 #: Collectives the controller synthesizes (AllToAllv needs a demand matrix: not handled yet).
 SYNTHESIZABLE = ("allgather", "reducescatter", "allreduce", "alltoall")
+
+
+#: Links a flag reason names per list (bottleneck cut, degraded links); the rest are counted.
+REASON_LINKS = 4
+
+
+def _links(keys: Sequence[str]) -> str:
+    more = f" and {len(keys) - REASON_LINKS} more" if len(keys) > REASON_LINKS else ""
+    return ", ".join(keys[:REASON_LINKS]) + more
+
+
+def flag_reason(verdict: Verdict, estimates: Sequence[LinkEstimate], *, snap: float = 0.02) -> str:
+    """Why the detector flagged a schedule, in words that keep apart the *bottleneck-cut* links it
+    checked (whose slack moved by more than γ) and the *degraded* links whose estimate fell (more than
+    ``snap`` below nominal, lowest share first): a cut link is where the schedule feels a fault,
+    not necessarily where it is.
+
+    >>> from runtime.detector import detect
+    >>> loads = {("gpu0", "tor0.0"): 2, ("gpu3", "tor0.1"): 2}
+    >>> v = detect(loads, (("gpu3", "tor0.1", 0.0),), {("gpu0", "tor0.0"): 50.0, ("gpu3", "tor0.1"): 400.0},
+    ...            gamma=0.1)
+    >>> est = [LinkEstimate("gpu0", "tor0.0", 400.0, 50.0, 9, 50.0, 1.0)]
+    >>> print(flag_reason(v, est))
+    detector: bottleneck cut {gpu3->tor0.1} off its slack by more than gamma 0.1; degraded links: gpu0->tor0.0 (estimated 50 of 400 Gbit/s)
+    """
+    if not verdict.deviations and verdict.deciding:  # a link the schedule uses is down
+        return "detector: link(s) in use down: " + _links([f"{a}->{b} (0 Gbit/s)" for a, b in verdict.deciding])
+    cut = _links([f"{a}->{b}" for a, b in verdict.deciding])
+    head = f"detector: bottleneck cut {{{cut}}} off its slack by more than gamma {verdict.gamma:.4g}" if cut \
+        else f"detector: {verdict.message}"
+    low = sorted((e for e in estimates if e.estimate_gbps < (1.0 - snap) * e.nominal_gbps),
+                 key=lambda e: (e.estimate_gbps / e.nominal_gbps, e.src, e.dst))
+    degraded = _links([f"{e.src}->{e.dst} (estimated {e.estimate_gbps:.4g} of {e.nominal_gbps:.4g} Gbit/s)"
+                       for e in low]) or "none estimated below nominal"
+    return f"{head}; degraded links: {degraded}"
 
 
 def size_bands(sizes_bytes: Sequence[int]) -> list[tuple[int, int | None, int]]:
@@ -292,8 +327,7 @@ class ScheduleManager:
             if v.flagged and not allowed:
                 self.counters.gated += 1
             elif v.flagged:
-                reason = "detector: " + ", ".join(f"{a}->{b}" for a, b in v.deciding[:4]) if v.deciding \
-                    else "detector: " + v.message
+                reason = flag_reason(v, self.estimator.snapshot(), snap=self.estimator.snap)
             elif self._recovery_due(key, now):
                 reason = self._recovery_reason(key, now)
             if reason is None:

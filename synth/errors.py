@@ -23,6 +23,7 @@ __all__ = [
     "SolverError",
     "TimeLimitError",
     "TopologyError",
+    "TopologyWarning",
     "XmlError",
     "expect_type",
     "short_repr",
@@ -35,6 +36,10 @@ class LoopcollError(Exception):
 
 class TopologyError(LoopcollError):
     """A topology (file, named spec, failure scenario or builder option) is invalid."""
+
+
+class TopologyWarning(UserWarning):
+    """A topology is valid but probably not what was meant (e.g. links without their reverse)."""
 
 
 class ScheduleError(LoopcollError):

@@ -64,6 +64,14 @@ def _dicts(con: Any, sql: str, params: Sequence[Any] | None = None) -> list[dict
     return [dict(zip(cols, r)) for r in rows]
 
 
+def _last_credit(is_last: str, collective: str) -> str:
+    """SQL for a record's share of "arrived last" in its collective: 1/k when it is one of the k ranks
+    with the shortest exec time (ties are common: exec times are whole microseconds), else 0. Exact
+    decimals, so that the shares' sums do not depend on the order DuckDB's threads add them up in."""
+    return (f"CASE WHEN {is_last} THEN (1.0 / sum(({is_last})::INT) OVER (PARTITION BY {collective}))"
+            "::DECIMAL(18, 15) ELSE 0::DECIMAL(18, 15) END")
+
+
 def select_window(con: Any, since_s: float | None = None, until_s: float | None = None) -> None:
     """(Re)define the temporary views every analysis reads: ``w_coll`` and ``w_p2p`` (records with
     ``since_s <= t_s <= until_s``), ``w_ops`` (those records joined per collective) and ``w_lateness`` (per record: how much
@@ -81,12 +89,13 @@ def select_window(con: Any, since_s: float | None = None, until_s: float | None 
                    count(*) AS ranks_seen, median(t_s) AS t_s,
                    min(exec_time_us) AS exec_min_us, median(exec_time_us) AS exec_median_us,
                    max(busbw_gbs) AS busbw_max_gbs, median(busbw_gbs) AS busbw_median_gbs,
-                   min(busbw_gbs) AS busbw_min_gbs, arg_min(rank, exec_time_us) AS last_rank
+                   min(busbw_gbs) AS busbw_min_gbs, arg_min(rank, (exec_time_us, rank)) AS last_rank
             FROM w_coll GROUP BY comm_id, coll, coll_sn;
         CREATE OR REPLACE TEMP VIEW w_lateness AS
             SELECT r.comm_id, r.coll, r.coll_sn, r.rank, r.hostname, r.pid, r.t_s, r.exec_time_us, r.busbw_gbs,
                    o.ranks_seen, (o.exec_median_us - r.exec_time_us) / o.exec_median_us AS lateness,
-                   (r.rank = o.last_rank) AS is_last
+                   (r.exec_time_us = o.exec_min_us) AS is_last,
+                   {_last_credit('r.exec_time_us = o.exec_min_us', 'r.comm_id, r.coll, r.coll_sn')} AS last_credit
             FROM w_coll r JOIN w_ops o USING (comm_id, coll, coll_sn)
             WHERE o.ranks_seen >= 2 AND o.exec_median_us > 0;
     """)
@@ -324,7 +333,7 @@ def segments(con: Any) -> list[SegmentRow]:
     A record belongs to the segment of its collective's time (the median over ranks of the dump times)."""
     con.execute("CREATE TEMP TABLE IF NOT EXISTS slow_periods (period INTEGER, comm_id VARCHAR, start_s DOUBLE, "
                 "end_s DOUBLE, rel_busbw DOUBLE, drop DOUBLE)")
-    rows = _dicts(con, """
+    rows = _dicts(con, f"""
         WITH span AS (SELECT comm_id, min(t_s) AS lo, max(t_s) AS hi FROM w_coll GROUP BY comm_id),
         cuts AS (
             SELECT comm_id, lo AS seg_start, 0 AS kind FROM span
@@ -348,12 +357,14 @@ def segments(con: Any) -> list[SegmentRow]:
             FROM (SELECT comm_id, segment, coll, coll_sn, any_value(size_bucket) AS size_bucket,
                          max(busbw_gbs) AS busbw FROM tagged GROUP BY comm_id, segment, coll, coll_sn HAVING count(*) >= 2)
             GROUP BY ALL),
-        last AS (
-            SELECT comm_id, segment, coll, coll_sn, arg_min(rank, exec_time_us) AS last_rank
+        fastest AS (
+            SELECT comm_id, segment, coll, coll_sn, min(exec_time_us) AS exec_min_us
             FROM tagged GROUP BY comm_id, segment, coll, coll_sn HAVING count(*) >= 2),
-        lastshare AS (
-            SELECT t.comm_id, t.segment, t.coll, t.rank, avg((l.last_rank = t.rank)::INT) AS share
-            FROM tagged t JOIN last l USING (comm_id, segment, coll, coll_sn) GROUP BY ALL)
+        credit AS (
+            SELECT t.comm_id, t.segment, t.coll, t.rank,
+                   {_last_credit('t.exec_time_us = f.exec_min_us', 't.comm_id, t.segment, t.coll, t.coll_sn')} AS c
+            FROM tagged t JOIN fastest f USING (comm_id, segment, coll, coll_sn)),
+        lastshare AS (SELECT comm_id, segment, coll, rank, avg(c)::DOUBLE AS share FROM credit GROUP BY ALL)
         SELECT t.comm_id, t.segment, t.slow, min(t.t_s) AS start_s, max(t.t_s) AS end_s, t.coll, t.size_bucket,
                t.rank, count(*) AS records, median(t.busbw_gbs) AS busbw_median_gbs,
                any_value(j.joined) AS joined_busbw_median_gbs, any_value(ls.share) AS last_share
@@ -400,7 +411,7 @@ def stragglers(con: Any, *, min_lateness: float = 0.05, min_share: float = 0.5,
     rows = _dicts(con, f"""
         WITH a AS (
             SELECT comm_id, rank, any_value(hostname) AS hostname, any_value(pid) AS pid, count(*) AS ops,
-                   sum((lateness > {float(min_lateness)!r})::INT) AS late, avg(is_last::INT) AS last_share,
+                   sum((lateness > {float(min_lateness)!r})::INT) AS late, avg(last_credit)::DOUBLE AS last_share,
                    median(lateness) AS lateness_median, median(busbw_gbs) AS busbw_median_gbs
             FROM w_lateness GROUP BY comm_id, rank)
         SELECT a.*, a.late / a.ops AS late_share,

@@ -100,7 +100,7 @@ CREATE OR REPLACE VIEW coll_ops AS
            max(exec_time_us) AS exec_max_us,
            max(busbw_gbs) AS busbw_gbs, median(busbw_gbs) AS busbw_median_gbs,
            max(algbw_gbs) AS algbw_gbs,
-           arg_min(rank, exec_time_us) AS last_rank
+           arg_min(rank, (exec_time_us, rank)) AS last_rank
     FROM coll_records
     GROUP BY comm_id, coll, coll_sn;
 CREATE OR REPLACE VIEW coll_lateness AS

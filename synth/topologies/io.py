@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 from synth._atomic import write_text_atomic
-from synth.errors import TopologyError, short_repr
+from synth.errors import TopologyError, TopologyWarning, short_repr
 from synth.topologies.model import Link, Node, NodeKind, Topology
 
 __all__ = [
@@ -27,6 +28,9 @@ __all__ = [
     "topology_to_json",
     "write_topology",
 ]
+
+#: How many one-way links a :class:`~synth.errors.TopologyWarning` names (the count covers the rest).
+NAMED_ONE_WAY_LINKS = 3
 
 _NODE_KEYS = {"id", "kind", "rank", "host", "role"}
 _LINK_KEYS = {"src", "dst", "gbps", "latency_us"}
@@ -131,7 +135,33 @@ def topology_from_dict(doc: Any, *, source: str = "<dict>") -> Topology:
         isinstance(r, list) and all(isinstance(v, str) for v in r) for r in routes
     ):
         raise TopologyError(f"{source}: 'routes' must be a list of node-id lists (paths), got {routes!r}")
-    return Topology.create(doc["name"], nodes, links, meta, routes)
+    topo = Topology.create(doc["name"], nodes, links, meta, routes)
+    _warn_one_way(topo, source)
+    return topo
+
+
+def one_way_links(topo: Topology) -> list[tuple[str, str]]:
+    """The links ``u->v`` of ``topo`` without a link ``v->u`` (of any capacity), in file order.
+
+    >>> from synth.topologies import named_topology
+    >>> one_way_links(named_topology("ring:4"))
+    []
+    """
+    pairs = {(lk.src, lk.dst) for lk in topo.links}
+    return [(lk.src, lk.dst) for lk in topo.links if (lk.dst, lk.src) not in pairs]
+
+
+def _warn_one_way(topo: Topology, source: str) -> None:
+    """Links are directed, and a cable written once is usually a mistake: say so, naming the first few."""
+    one_way = one_way_links(topo)
+    if not one_way:
+        return
+    named = ", ".join(f"{u}->{v}" for u, v in one_way[:NAMED_ONE_WAY_LINKS])
+    more = f" and {len(one_way) - NAMED_ONE_WAY_LINKS} more" if len(one_way) > NAMED_ONE_WAY_LINKS else ""
+    warnings.warn(TopologyWarning(
+        f"{source}: {len(one_way)} link(s) without a reverse link: {named}{more}; links are directed, so "
+        "nothing flows back over them (add the reverse links if the cables carry traffic both ways)"),
+        stacklevel=3)
 
 
 def topology_from_json(text: str, *, source: str = "<string>") -> Topology:
