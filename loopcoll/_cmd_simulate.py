@@ -136,6 +136,7 @@ def _plot(path: str, title: str, sizes: list[int], series: dict[str, list[float]
 def _run(args: argparse.Namespace) -> int:
     from synth import optimal_bound
     from synth.simulation import auto_slices, load_profile, simulate
+    from synth.simulation.costmodel import inherited_costs, inherited_note
 
     configure_progress(args.quiet or args.json)
     profile = load_profile(args.profile)
@@ -163,8 +164,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(args.plot, f"{args.collective} on {topo.name} (profile {profile.name})", sizes, series, bound)
     baseline = next((str(sched.meta.get("baseline")) for name, sched in scheds if name == "nccl"), None)
+    used = {str(r["executor"]) for r in rows}
     if args.json:
         doc = {"collective": args.collective, "topology": topo.name, "nranks": topo.nranks, "profile": profile.name,
+               "profile_from_base": inherited_costs(profile, used),
                "optimal_algbw_GBps": bound, "results": rows}
         if baseline is not None:
             doc["nccl_baseline"] = baseline
@@ -174,6 +177,9 @@ def _run(args: argparse.Namespace) -> int:
           f" (profile {profile.name})")
     if baseline is not None:
         print(f"nccl = NCCL-like baseline {baseline} (layout read from the topology graph)")
+    note = inherited_note(profile, used)
+    if note:
+        print(note)
     names = [n for n, _ in scheds]
     width = max(10, *(len(n) for n in names))
     print(f"{'size':>6} " + " ".join(f"{n:>{width}}" for n in names))
