@@ -186,12 +186,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("-o", "--output", metavar="PROFILE.json", help="write the profile here")
     p.add_argument("--loo", choices=("step", "refit", "off"), default="step",
                    help="leave-one-out errors: step = one Gauss-Newton step from the full fit per point (default; no "
-                   "extra simulation), refit = a warm-started refit per point (slow on large fabrics), off")
+                   "refit, one simulation per point), refit = a warm-started refit per point (slow on large fabrics), off")
     p.add_argument("--no-loo", dest="loo", action="store_const", const="off", help="same as --loo off")
     p.add_argument("--max-median-error", type=float, default=0.15, metavar="F",
-                   help="refuse a fit whose median |error| exceeds F (default 0.15 = 15 %%)")
+                   help="refuse a fit whose median |error| exceeds F, a fraction (default 0.15)")
     p.add_argument("--max-worst-error", type=float, default=0.5, metavar="F",
-                   help="refuse a fit whose worst |error| exceeds F (default 0.5 = 50 %%)")
+                   help="refuse a fit whose worst |error| exceeds F, a fraction (default 0.5)")
     p.add_argument("--force", action="store_true",
                    help="write an implausible fit (parameters at bounds, errors past the limits) with a warning")
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
