@@ -11,7 +11,10 @@ Which parameters are fitted: ``launch_us`` always; ``hop_us`` only when the exec
 observations span at least two schedule depths (otherwise launch and per-hop costs are
 confounded, and ``hop_us`` keeps the base profile's value); the efficiency of every link class
 the observations cross. Anything listed in ``fixed`` keeps the base value. The result records each
-parameter as ``fitted`` or ``prior`` and every point's in-sample and leave-one-out error.
+parameter as ``fitted`` or ``prior`` (with its bounds: :class:`FittedParam`), every point's in-sample
+and leave-one-out error (one Gauss–Newton step per point by default, or refits), and
+:meth:`Calibration.implausible` says why a fit should not be trusted (a parameter at a bound,
+errors past limits).
 
 Readers: :func:`parse_nccl_tests` (``*_perf`` stdout tables), :func:`parse_inspector` (NCCL
 Inspector JSONL, ``coll_perf`` records) and :func:`parse_telemetry` (``loopcoll.telemetry/1``
