@@ -86,7 +86,7 @@ def build_profile() -> tuple[CostProfile, list[dict]]:
     hop = NCCL_NVLINK_RING_SIMPLE_HOP_US
     priors = CostProfile("priors", {k: ExecutorCost(0.0, hop, {}) for k in ("nccl_ring", "nccl_p2p", "torch_p2p")})
     fixed = {k: {"hop_us"} for k in priors.executors}
-    stage1 = fit_profile(measured_observations(), name="h200", base=priors, fixed=fixed)
+    stage1 = fit_profile(measured_observations(), name="h200", base=priors, fixed=fixed, loo="refit")
     ring = stage1.profile.cost("nccl_ring")
     base2 = CostProfile("stage1", {"nccl_ring": ExecutorCost(ring.launch_us, ring.hop_us, {**ring.efficiency, "net": 1.0})})
     stage2 = fit_profile([proto_observation(PAPER["healthy_GBps"])], name="h200", base=base2,

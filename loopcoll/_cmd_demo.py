@@ -99,13 +99,17 @@ def run_demo(
 
 def _simulated(collective: str, topo, baseline, static, resynth, profile: str, size_bytes: int) -> dict[str, object]:  # type: ignore[no-untyped-def]
     from synth.simulation import auto_slices, load_profile, simulate
+    from synth.simulation.costmodel import inherited_costs
 
     prof = load_profile(profile)
     nbytes = size_bytes * topo.nranks if collective == "allgather" else size_bytes
     out: dict[str, object] = {"profile": prof.name, "sim_nbytes": nbytes}
+    used = []
     for key, sched in (("nccl", baseline), ("static", static), ("resynth", resynth)):
         res = simulate(sched, topo, nbytes, slices_per_chunk=auto_slices(sched, nbytes), profile=prof)
         out[f"{key}_sim_GBps"] = res.algbw_GBps
+        used.append(res.executor)
+    out["profile_from_base"] = inherited_costs(prof, used)
     out["sim_speedup_vs_nccl"] = float(out["resynth_sim_GBps"]) / float(out["nccl_sim_GBps"])  # type: ignore[arg-type]
     return out
 
@@ -140,6 +144,11 @@ def _run(args: argparse.Namespace) -> int:
         print(f"NCCL = NCCL-like baseline for {r['collective']}: {r['nccl_baseline']}: {r['nccl_baseline_reason']}")
     if args.profile is not None:
         print(f"\nsimulated algbw at {args.size} per source, profile {rows[0]['profile']} (GB/s)")
+        from synth.simulation.costmodel import inherited_note, load_profile
+
+        note = inherited_note(load_profile(args.profile), {k for r in rows for k in r["profile_from_base"]})  # type: ignore[attr-defined]
+        if note:
+            print(note)
         head = f"{'collective':<10} {'NCCL':>8} {'static':>8} {'re-synth':>9} {'vs NCCL':>8}"
         print(head)
         print("-" * len(head))

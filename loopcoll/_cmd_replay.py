@@ -14,6 +14,7 @@ PRESETS = ("fail1", "fail2", "fail3", "transient")
 
 
 def _run(args: argparse.Namespace) -> int:
+    from loopcoll._progress import ProgressLine
     from runtime.timeline import (format_table, load_scenario, plot_timeline, preset_scenario, run_timeline,
                                   scenario_from_dict)
 
@@ -27,7 +28,8 @@ def _run(args: argparse.Namespace) -> int:
         if args.duration is not None:
             raise LoopcollError("--duration applies to preset scenarios; edit duration_s in the scenario file")
         scenario = load_scenario(args.scenario, topology=args.topology)
-    result = run_timeline(scenario, store_dir=args.store)
+    with ProgressLine("replay", quiet=args.quiet) as bar:
+        result = run_timeline(scenario, store_dir=args.store, progress=bar)
     if args.plot:
         plot_timeline(result, args.plot)
     if args.json:
@@ -59,4 +61,5 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--store", metavar="DIR", help="keep the version store here (default: a temporary directory)")
     p.add_argument("--plot", metavar="FILE.png", help="draw algbw over time with changes, flags and swaps")
     p.add_argument("--json", action="store_true", help="print one JSON object (rows, decisions, figures)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=_run)

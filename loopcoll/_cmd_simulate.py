@@ -158,6 +158,7 @@ def _plot(path: str, title: str, sizes: list[int], series: dict[str, list[float]
 def _run(args: argparse.Namespace) -> int:
     from synth import optimal_bound
     from synth.simulation import auto_slices, load_profile, simulate
+    from synth.simulation.costmodel import inherited_costs, inherited_note
 
     configure_progress(args.quiet or args.json)
     profile = load_profile(args.profile)
@@ -187,8 +188,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.plot:
         _plot(args.plot, f"{args.collective} on {topo.name} (profile {profile.name})", sizes, series, bound)
     nccl = next((sched for name, sched in scheds if name == "nccl"), None)
+    used = {str(r["executor"]) for r in rows}
     if args.json:
         doc = {"collective": args.collective, "topology": topo.name, "nranks": topo.nranks, "profile": profile.name,
+               "profile_from_base": inherited_costs(profile, used),
                "optimal_algbw_GBps": bound, "results": rows}
         if nccl is not None:
             doc["nccl_baseline"] = str(nccl.meta["baseline"])
@@ -199,6 +202,9 @@ def _run(args: argparse.Namespace) -> int:
           f" (profile {profile.name})")
     if nccl is not None:
         print(f"nccl = NCCL-like baseline {describe_baseline(nccl)} (layout read from the topology graph)")
+    note = inherited_note(profile, used)
+    if note:
+        print(note)
     names = [n for n, _ in scheds]
     for name in names:  # per schedule, as nccl-tests prints it; the summary below keeps the last lines
         print(f"# {name}: {args.collective}, {topo.nranks} ranks, profile {profile.name}")

@@ -128,7 +128,11 @@ def run_sizes(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -
         unbounded = unbounded_chunk_cap(args.collective, topo.nranks, sizes, args.runtime)
     points = pareto_set(args.collective, topo, depths=parse_depths(args.depths), chunks=args.chunks,
                         unbounded_chunks=unbounded, time_limit_s=args.time_limit)
-    bands = choose_bands(points, topo, sizes, args.profile)
+    from synth.simulation.costmodel import executor_for, inherited_costs, inherited_note, load_profile
+
+    profile = load_profile(args.profile)
+    bands = choose_bands(points, topo, sizes, profile)
+    used = {executor_for(p.schedule) for p in points}
     written: list[str] = []
     for i, b in enumerate(bands):
         sched = points[b.point].schedule
@@ -150,7 +154,7 @@ def run_sizes(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -
     if args.json:
         doc: dict[str, Any] = {
             "collective": args.collective, "topology": topo.name, "nranks": topo.nranks, "profile": args.profile,
-            "pareto": [_point_doc(p) for p in points], "unbounded_chunk_cap": unbounded,
+            "profile_from_base": inherited_costs(profile, used), "pareto": [_point_doc(p) for p in points], "unbounded_chunk_cap": unbounded,
             "bands": [{"min_bytes": b.min_bytes, "max_bytes": b.max_bytes, "choice": points[b.point].label,
                        "size_bytes": b.size_bytes, "predicted_us": [t * 1e6 for t in b.predicted_s]} for b in bands],
             "written": written, "store_version": None if entry is None else entry.version,
@@ -164,6 +168,9 @@ def run_sizes(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -
         print(f"  {p.label:>6}: depth {p.depth:>3}, algbw {p.algbw_GBps:9.3f} GB/s, {p.schedule.nchunks} chunks; "
               f"{p.result.status_text(_bound_name(p.max_depth))}{capped}")
     print(f"bands (profile {args.profile}):")
+    note = inherited_note(profile, used)
+    if note:
+        print(f"  {note}")
     for b in bands:
         hi = "inf" if b.max_bytes is None else str(b.max_bytes)
         print(f"  [{b.min_bytes}, {hi}] -> {points[b.point].label} (predicted {b.predicted_s[b.point] * 1e6:.1f} us "

@@ -29,7 +29,7 @@ import os
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -266,8 +266,13 @@ def _samples(tt: TransferTimes, t0: float, comm: str, coll: str, seq: int, versi
 
 
 def run_timeline(scenario: Scenario, *, store_dir: str | os.PathLike[str] | None = None,
-                 nominal: Topology | None = None) -> TimelineResult:
-    """Run the closed loop over the scenario; see the module docstring for the model."""
+                 nominal: Topology | None = None,
+                 progress: Callable[[float, str], None] | None = None) -> TimelineResult:
+    """Run the closed loop over the scenario; see the module docstring for the model.
+
+    ``progress`` is called before every simulated collective with the fraction of the scenario's
+    simulated time done and a phrase (the CLI's live line; it throttles itself).
+    """
     wall0 = time.perf_counter()
     topo = nominal if nominal is not None else load_topology(scenario.topology)
     comms: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
@@ -290,15 +295,17 @@ def run_timeline(scenario: Scenario, *, store_dir: str | os.PathLike[str] | None
     try:
         ctl = Controller(topo, profile, store_dir, config=cfg, clock=lambda: clock[0], log=decisions.append)
         ctl.manager.charged_synth_s = scenario.charge_synth_s
+        if progress is not None:
+            progress(0.0, "bootstrap: synthesizing the first versions")
         ctl.bootstrap()
-        return _loop(scenario, topo, ctl, clock, decisions, wall0)
+        return _loop(scenario, topo, ctl, clock, decisions, wall0, progress)
     finally:
         if tmp is not None:
             tmp.cleanup()
 
 
 def _loop(scenario: Scenario, topo: Topology, ctl: Controller, clock: list[float], decisions: list[dict[str, Any]],
-          wall0: float) -> TimelineResult:
+          wall0: float, progress: Callable[[float, str], None] | None = None) -> TimelineResult:
     host = {g.rank: g.host for g in topo.gpus if g.rank is not None}
     active: dict[tuple[str, str], tuple[int, Schedule]] = {}
     for key in sorted({(c, k) for c, k, _ in scenario.workload}):
@@ -323,6 +330,9 @@ def _loop(scenario: Scenario, topo: Topology, ctl: Controller, clock: list[float
     stable = 0
     last_sig: tuple[Any, ...] | None = None
     while t < scenario.duration_s:
+        if progress is not None:
+            progress(t / scenario.duration_s, f"{t * 1e3:.3g} of {scenario.duration_s * 1e3:g} ms simulated, "
+                     f"{len(decisions)} controller decisions")
         for sw in sorted([s for s in swaps if s[0] <= t], key=lambda s: s[0]):
             swaps.remove(sw)
             active[sw[1]] = (sw[2], sw[3])

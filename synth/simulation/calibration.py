@@ -11,7 +11,10 @@ Which parameters are fitted: ``launch_us`` always; ``hop_us`` only when the exec
 observations span at least two schedule depths (otherwise launch and per-hop costs are
 confounded, and ``hop_us`` keeps the base profile's value); the efficiency of every link class
 the observations cross. Anything listed in ``fixed`` keeps the base value. The result records each
-parameter as ``fitted`` or ``prior`` and every point's in-sample and leave-one-out error.
+parameter as ``fitted`` or ``prior`` (with its bounds: :class:`FittedParam`), every point's in-sample
+and leave-one-out error (one Gauss–Newton step per point by default, or refits), and
+:meth:`Calibration.implausible` says why a fit should not be trusted (a parameter at a bound,
+errors past limits).
 
 Readers: :func:`parse_nccl_tests` (``*_perf`` stdout tables), :func:`parse_inspector` (NCCL
 Inspector JSONL, ``coll_perf`` records) and :func:`parse_telemetry` (``loopcoll.telemetry/1``
@@ -33,7 +36,7 @@ import math
 import re
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -61,8 +64,11 @@ if TYPE_CHECKING:
 __all__ = [
     "SHAPES",
     "Calibration",
+    "FittedParam",
+    "LOO_MODES",
     "Observation",
     "PointFit",
+    "Progress",
     "default_executor",
     "direct_allgather",
     "fit_profile",
@@ -140,6 +146,36 @@ class Calibration:
     message: str
     cost: float = 0.0  # final sum of squared log residuals
     notes: tuple[str, ...] = field(default=())
+    params: tuple[FittedParam, ...] = field(default=())
+
+    @property
+    def median_error(self) -> float:
+        """Median of the points' absolute in-sample errors (model algbw / measured − 1)."""
+        return float(statistics.median(abs(p.error) for p in self.points))
+
+    @property
+    def worst_error(self) -> float:
+        """Largest absolute in-sample error."""
+        return max(abs(p.error) for p in self.points)
+
+    def implausible(self, *, max_median_error: float = 0.15, max_worst_error: float = 0.5) -> list[str]:
+        """Why the fit cannot be trusted (empty when it can): parameters at a bound, errors past the limits.
+
+        A launch or hop cost of exactly zero is shown as at its bound but accepted (the data show no
+        such cost); an efficiency at either bound or a cost at its upper bound is not.
+        """
+        why = []
+        for p in self.params:
+            side = p.at_bound
+            if side and not (side == "lower" and p.lower == 0.0):
+                limit = p.upper if side == "upper" else p.lower
+                pct = f" = {100 * limit:.0f}% of capacity" if ".efficiency." in p.name else ""
+                why.append(f"{p.name} sits at its {side} bound {limit:g}{pct}")
+        if self.median_error > max_median_error:
+            why.append(f"median error {100 * self.median_error:.1f}% exceeds {100 * max_median_error:g}%")
+        if self.worst_error > max_worst_error:
+            why.append(f"worst error {100 * self.worst_error:.1f}% exceeds {100 * max_worst_error:g}%")
+        return why
 
 
 # -- reference schedules ---------------------------------------------------------------------------
@@ -260,58 +296,165 @@ def _classes(obs: Observation) -> set[str]:
     return {classes[(a, b)] for r in sched.routes for h in r.hops for a, b in zip(h.path, h.path[1:])}
 
 
-def _fit_executor(
-    kind: str, obs: Sequence[Observation], base: ExecutorCost | None, fixed: set[str]
-) -> tuple[ExecutorCost, dict[str, str], float]:
-    from scipy.optimize import least_squares
+@dataclass(frozen=True, slots=True)
+class FittedParam:
+    """One parameter of a fit: its value, the bounds the optimiser kept it in, and its status.
 
+    ``at_bound`` is ``"lower"`` or ``"upper"`` when a fitted value sits on a bound (the optimiser
+    wanted to go past it: the model cannot explain the data there), else ``""``.
+
+    >>> FittedParam("msccl.efficiency.net", 4.0, 0.02, 4.0, "fitted").at_bound
+    'upper'
+    """
+
+    name: str  # "executor.param"
+    value: float
+    lower: float
+    upper: float
+    status: str  # "fitted" | "prior"
+
+    @property
+    def at_bound(self) -> str:
+        if self.status != "fitted":
+            return ""
+        tol = 1e-6 * max(1.0, abs(self.upper))
+        if self.value >= self.upper - tol:
+            return "upper"
+        if self.value <= self.lower + 1e-6 * max(1.0, abs(self.lower)):
+            return "lower"
+        return ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Space:
+    """The free parameters of one executor's fit and how a vector of them becomes an :class:`ExecutorCost`."""
+
+    kind: str
+    names: tuple[str, ...]
+    guess: tuple[float, ...]
+    lower: tuple[float, ...]
+    upper: tuple[float, ...]
+    classes: tuple[str, ...]
+    base: ExecutorCost | None
+    launch0: float
+    hop0: float
+
+    def build(self, x: Sequence[float] | np.ndarray) -> ExecutorCost:
+        v = dict(zip(self.names, x))
+        eff = dict(self.base.efficiency) if self.base is not None else {}
+        for c in self.classes:
+            eff[c] = v.get(f"efficiency.{c}", eff.get(c, _DEFAULT_EFF))
+        return ExecutorCost(max(0.0, v.get("launch_us", self.launch0)), max(0.0, v.get("hop_us", self.hop0)), eff)
+
+
+def _space(kind: str, obs: Sequence[Observation], base: ExecutorCost | None, fixed: set[str]) -> _Space:
     classes = sorted(set().union(*(_classes(o) for o in obs)))
     depths = {schedule_depth(reference_schedule(o.collective, o.topology, o.shape)) for o in obs}
     start_launch = 0.5 * min(o.time_us for o in obs)
-    launch0 = base.launch_us if base is not None else start_launch
-    hop0 = base.hop_us if base is not None else _DEFAULT_HOP_US
-    eff0 = {c: (base.efficiency.get(c, _DEFAULT_EFF) if base is not None else _DEFAULT_EFF) for c in classes}
-    names: list[str] = []
-    x0: list[float] = []
-    lo: list[float] = []
-    hi: list[float] = []
-    def add(name: str, start: float, low: float, high: float) -> None:
-        names.append(name)
-        x0.append(start)
-        lo.append(low)
-        hi.append(high)
-
+    free: list[tuple[str, float, tuple[float, float]]] = []
     if "launch_us" not in fixed:
-        add("launch_us", start_launch, 0.0, 1e6)
+        free.append(("launch_us", start_launch, _LAUNCH_BOUNDS))
     if "hop_us" not in fixed and len(depths) >= 2:
-        add("hop_us", 1.0, 0.0, 1e5)
-    for c in classes:
-        if f"efficiency.{c}" not in fixed:
-            add(f"efficiency.{c}", 0.8, 0.02, 4.0)
+        free.append(("hop_us", 1.0, _HOP_BOUNDS))
+    free += [(f"efficiency.{c}", 0.8, _EFF_BOUNDS) for c in classes if f"efficiency.{c}" not in fixed]
+    return _Space(kind, tuple(f[0] for f in free), tuple(f[1] for f in free), tuple(f[2][0] for f in free),
+                  tuple(f[2][1] for f in free), tuple(classes), base,
+                  base.launch_us if base is not None else start_launch, base.hop_us if base is not None else _DEFAULT_HOP_US)
 
-    def build(x: Sequence[float] | np.ndarray) -> ExecutorCost:
-        v = dict(zip(names, x))
-        eff = dict(base.efficiency) if base is not None else {}
-        eff.update({c: v.get(f"efficiency.{c}", eff0[c]) for c in classes})
-        return ExecutorCost(max(0.0, v.get("launch_us", launch0)), max(0.0, v.get("hop_us", hop0)), eff)
+
+@dataclass(frozen=True, slots=True)
+class _ExecutorFit:
+    space: _Space
+    cost: ExecutorCost
+    params: tuple[FittedParam, ...]
+    sum_sq: float
+    x: np.ndarray  # the fitted vector (order of space.names)
+    resid: np.ndarray  # weighted log residuals at x, one per observation
+    jac: np.ndarray  # their Jacobian at x (finite differences)
+
+
+Progress = Callable[[float, str], None]
+"""A progress callback: ``(fraction done in [0, 1], what is happening)``."""
+
+LOO_MODES = ("step", "refit", "off")
+_LAUNCH_BOUNDS = (0.0, 1e6)
+_HOP_BOUNDS = (0.0, 1e5)
+_EFF_BOUNDS = (0.02, 4.0)
+_DIFF_STEP = 1e-6  # relative finite-difference step of the Jacobian
+
+
+def _fit_executor(
+    space: _Space, obs: Sequence[Observation], *, start: np.ndarray | None = None,
+    tick: Callable[[int], None] | None = None,
+) -> _ExecutorFit:
+    """Least squares over ``space``'s free parameters; ``start`` warm-starts them (a fit on a superset)."""
+    from scipy.optimize import least_squares
 
     meas = np.log([o.time_us for o in obs])
     weights = np.array([o.weight for o in obs])
+    li = space.names.index("launch_us") if "launch_us" in space.names else None
+    flows: dict[tuple[float, ...], np.ndarray] = {}
+
+    def flow_us(x: np.ndarray) -> np.ndarray:
+        """Every point's simulated time without the launch cost when it is fitted (it only adds), else with it."""
+        key = tuple(float(v) for j, v in enumerate(x) if j != li)
+        got = flows.get(key)
+        if got is None:
+            xx = np.array(x, dtype=float)
+            if li is not None:
+                xx[li] = 0.0
+            prof = CostProfile("fit", {space.kind: space.build(xx)})
+            got = flows[key] = np.array([predict_us(o, prof) for o in obs])
+            if tick is not None:
+                tick(len(flows))
+        return got
 
     def resid(x: np.ndarray) -> np.ndarray:
-        prof = CostProfile("fit", {kind: build(x)})
-        return weights * (np.log([predict_us(o, prof) for o in obs]) - meas)
+        return weights * (np.log(flow_us(x) + (max(0.0, x[li]) if li is not None else 0.0)) - meas)
 
-    cost = 0.0
-    if names:
-        sol = least_squares(resid, np.clip(x0, lo, hi), bounds=(lo, hi), x_scale="jac", xtol=1e-12, ftol=1e-12, gtol=1e-12,
-                            diff_step=1e-6, max_nfev=400)
-        x = sol.x
-        cost = float(2 * sol.cost)
+    def jac(x: np.ndarray) -> np.ndarray:
+        """Analytic in ``launch_us`` (no simulation), forward differences (as scipy's ``2-point``) in the rest."""
+        r0 = resid(x)
+        out = np.empty((len(obs), len(x)))
+        for j in range(len(x)):
+            if j == li:
+                out[:, j] = weights / (flow_us(x) + max(0.0, x[li]))
+                continue
+            h = _DIFF_STEP * (1.0 if x[j] >= 0 else -1.0) * max(1.0, abs(x[j]))
+            if x[j] + h > space.upper[j]:
+                h = -h
+            xj = np.array(x, dtype=float)
+            xj[j] += h
+            out[:, j] = (resid(xj) - r0) / (xj[j] - x[j])
+        return out
+
+    if space.names:
+        x0 = np.clip(space.guess if start is None else start, space.lower, space.upper)
+        sol = least_squares(resid, x0, jac=jac, bounds=(space.lower, space.upper), x_scale="jac", xtol=1e-12,
+                            ftol=1e-12, gtol=1e-12, max_nfev=400)
+        x, r, jacobian, cost = sol.x, sol.fun, sol.jac, float(2 * sol.cost)
     else:
-        x = np.zeros(0)
-    status = {f"{kind}.{p}": ("fitted" if p in names else "prior") for p in ["launch_us", "hop_us"] + [f"efficiency.{c}" for c in classes]}
-    return build(x), status, cost
+        x, jacobian = np.zeros(0), np.zeros((len(obs), 0))
+        r = resid(x)
+        cost = float(r @ r)
+    fitted = space.build(x)
+    values = {"launch_us": fitted.launch_us, "hop_us": fitted.hop_us,
+              **{f"efficiency.{c}": fitted.efficiency[c] for c in space.classes}}
+    bounds = {"launch_us": _LAUNCH_BOUNDS, "hop_us": _HOP_BOUNDS, **{f"efficiency.{c}": _EFF_BOUNDS for c in space.classes}}
+    params = tuple(FittedParam(f"{space.kind}.{p}", values[p], *bounds[p], "fitted" if p in space.names else "prior")
+                   for p in values)
+    return _ExecutorFit(space, fitted, params, cost, np.asarray(x, dtype=float), np.asarray(r), np.asarray(jacobian))
+
+
+def _loo_step(fit: _ExecutorFit, i: int) -> ExecutorCost:
+    """The fit without observation ``i``, by one Gauss–Newton step from the full fit (its residuals and Jacobian).
+
+    Exact for a model linear in its parameters; here it needs no simulation at all. The step is
+    kept inside the bounds.
+    """
+    keep = np.arange(len(fit.resid)) != i
+    step = np.linalg.lstsq(fit.jac[keep], -fit.resid[keep], rcond=None)[0]
+    return fit.space.build(np.clip(fit.x + step, fit.space.lower, fit.space.upper))
 
 
 def fit_profile(
@@ -320,16 +463,25 @@ def fit_profile(
     name: str,
     base: CostProfile = IDEAL,
     fixed: Mapping[str, Iterable[str]] | None = None,
-    loo: bool = True,
+    loo: bool | str = True,
     description: str = "",
+    progress: Progress | None = None,
 ) -> Calibration:
     """Fit the executors the observations use; other executors are copied from ``base``.
 
     ``fixed`` maps an executor kind to parameter names (``launch_us``, ``hop_us``,
-    ``efficiency.<class>``) that keep ``base``'s values. With ``loo`` every point is also
-    predicted by a fit without it (leave-one-out), when its executor has more points than
-    fitted parameters.
+    ``efficiency.<class>``) that keep ``base``'s values. ``loo`` (leave-one-out) predicts every
+    point by a fit without it, when its executor has more points than fitted parameters:
+    ``"step"`` (or ``True``) takes one Gauss–Newton step from the full fit with its Jacobian
+    (no simulation per fold: seconds), ``"refit"`` refits without the point, starting from the
+    full fit (a few evaluations of every other point per fold: slow on large fabrics), ``"off"``
+    (or ``False``) skips it. ``progress`` is called now and then with the fraction done and a
+    phrase. Executors copied from ``base`` are listed in the profile's ``inherited`` (kind → the
+    profile they came from).
     """
+    mode = ("step" if loo else "off") if isinstance(loo, bool) else loo
+    if mode not in LOO_MODES:
+        raise CalibrationError(f"leave-one-out mode {loo!r}: choose from {', '.join(LOO_MODES)}")
     obs = list(observations)
     if not obs:
         raise CalibrationError("no measurements to fit")
@@ -343,39 +495,62 @@ def fit_profile(
                 "launch costs differ, so fit them separately"
             )
     fixed_sets = {k: set(v) for k, v in (fixed or {}).items()}
+    total_units = len(groups) + (len(obs) if mode != "off" else 0)
+    done = [0]
+
+    def tick_for(what: str) -> Callable[[int], None]:
+        def tick(evaluations: int) -> None:
+            if progress is not None:
+                progress(done[0] / total_units, f"{what}, {evaluations} evaluations")
+        return tick
+
     executors = dict(base.executors)
-    status: dict[str, str] = {}
-    total = 0.0
-    for kind in sorted(groups):
-        cost, st, c = _fit_executor(kind, groups[kind], base.executors.get(kind), fixed_sets.get(kind, set()))
-        executors[kind] = cost
-        status.update(st)
-        total += c
+    inherited = {k: base.inherited.get(k, base.name) for k in base.executors if k not in groups}
+    fits: dict[str, _ExecutorFit] = {}
+    for i, kind in enumerate(sorted(groups), 1):
+        space = _space(kind, groups[kind], base.executors.get(kind), fixed_sets.get(kind, set()))
+        fits[kind] = _fit_executor(space, groups[kind], tick=tick_for(f"fitting {kind} ({i}/{len(groups)})"))
+        executors[kind] = fits[kind].cost
+        done[0] += 1
+    status = {p.name: p.status for f in fits.values() for p in f.params}
+    total = sum(f.sum_sq for f in fits.values())
     profile = CostProfile(name, executors, description)
     points = []
-    for o in obs:
+    for j, o in enumerate(obs, 1):
         model = predict_us(o, profile)
         loo_us = None
-        group = groups[o.executor]
-        nfit = sum(1 for k, v in status.items() if k.startswith(o.executor + ".") and v == "fitted")
-        if loo and len(group) - 1 >= max(nfit, 1):
-            rest = [g for g in group if g is not o]
-            cost, _, _ = _fit_executor(o.executor, rest, base.executors.get(o.executor), fixed_sets.get(o.executor, set()))
-            loo_us = predict_us(o, CostProfile("loo", {o.executor: cost}))
+        group, fit = groups[o.executor], fits[o.executor]
+        if mode != "off" and len(group) - 1 >= max(len(fit.x), 1):
+            k = next(n for n, g in enumerate(group) if g is o)
+            if mode == "step":
+                fold = _loo_step(fit, k)
+            else:
+                fold = _fit_executor(fit.space, group[:k] + group[k + 1:], start=fit.x,
+                                     tick=tick_for(f"leave-one-out {j}/{len(obs)}")).cost
+            loo_us = predict_us(o, CostProfile("loo", {o.executor: fold}))
         points.append(PointFit(o, model, o.time_us / model - 1.0, loo_us, None if loo_us is None else o.time_us / loo_us - 1.0))
+        if mode != "off":
+            done[0] += 1
+            if progress is not None:
+                progress(done[0] / total_units, f"leave-one-out ({mode}) {j}/{len(obs)}")
     worst = max(abs(p.error) for p in points)
     msg = f"fitted {len(groups)} executor kind(s) on {len(obs)} point(s); worst in-sample algbw error {100 * worst:.2f}%"
+    params = tuple(p for kind in sorted(fits) for p in fits[kind].params)
     fit_doc = {
         "status": dict(sorted(status.items())),
         "sum_sq_log_residuals": total,
+        "leave_one_out": mode,
+        "parameters": {p.name: {"value": p.value, "lower": p.lower, "upper": p.upper, "status": p.status,
+                                "at_bound": p.at_bound or None} for p in params},
         "points": [
             {**p.observation.to_dict(), "model_us": p.model_us, "error": p.error, "loo_model_us": p.loo_model_us,
              "loo_error": p.loo_error}
             for p in points
         ],
     }
-    profile = CostProfile(name, executors, description, fit_doc)
-    return Calibration(profile, tuple(points), MappingProxyType(dict(sorted(status.items()))), msg, total)
+    profile = CostProfile(name, executors, description, fit_doc, base.name, inherited)
+    return Calibration(profile, tuple(points), MappingProxyType(dict(sorted(status.items()))), msg, total,
+                       params=params)
 
 
 # -- readers ---------------------------------------------------------------------------------------
@@ -443,7 +618,8 @@ def parse_nccl_tests(text: str, *, where: str = "nccl-tests output", collective:
             raise CalibrationError(f"{where}: line {lineno}: cannot read time and algbw from {s!r}")
         rows.append(row)
     if coll is None:
-        raise CalibrationError(f"{where}: no '# Collective test starting: <name>_perf' line; say which collective it is")
+        raise CalibrationError(f"{where}: no nccl-tests header naming the collective (a '# Collective test starting: "
+                               f"<name>_perf' line); pass --collective {'|'.join(_COLLECTIVES)} (collective= in Python)")
     if not rows:
         raise CalibrationError(f"{where}: no result rows")
     return {"collective": coll, "nranks": nranks or None, "rows": rows}

@@ -29,6 +29,10 @@ simulation with every link's capacity multiplied by its efficiency and ``hop_us`
 hop's latency. The format of profile files (``loopcoll.calibration/1``) is in
 ``docs/calibration.md``.
 
+A profile *file* need not cover every executor kind: :func:`load_profile` takes the kinds it
+lacks from its ``base`` profile (the file's ``base`` field, default ``h200``) and records them in
+:attr:`CostProfile.inherited`, which reports name (:func:`inherited_costs`).
+
 >>> p = load_profile("h200")
 >>> p.name, sorted(p.executors)[:2]
 ('h200', ['msccl', 'nccl_p2p'])
@@ -40,8 +44,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -60,9 +64,12 @@ __all__ = [
     "IDEAL",
     "LINK_CLASSES",
     "SHIPPED_PROFILES",
+    "DEFAULT_BASE",
     "CostProfile",
     "ExecutorCost",
     "executor_for",
+    "inherited_costs",
+    "inherited_note",
     "link_class",
     "link_classes",
     "load_profile",
@@ -74,6 +81,7 @@ FORMAT = "loopcoll.calibration/1"
 EXECUTORS = ("nccl_ring", "nccl_tree", "nccl_p2p", "msccl", "torch_p2p")
 LINK_CLASSES = ("nvlink", "net", "direct")
 SHIPPED_PROFILES = ("ideal", "h200")
+DEFAULT_BASE = "h200"
 
 _SYNTHESIZER_EXECUTOR = {"nccl-ring": "nccl_ring", "nccl-tree": "nccl_tree", "nccl-direct": "nccl_p2p"}
 
@@ -114,19 +122,32 @@ class CostProfile:
     """A named set of executor costs; no executors at all is the pure bandwidth model ``ideal``.
 
     ``fit`` keeps the provenance block of a fitted profile (data, parameters' status, errors)
-    verbatim for reports; the simulator reads only ``executors``.
+    verbatim for reports; the simulator reads only ``executors``. ``base`` names the profile that
+    executor kinds this one lacks come from (files only, see :func:`load_profile`); ``inherited``
+    maps each executor kind whose costs were copied from another profile (not measured for this
+    one) to that profile's name.
+
+    >>> p = CostProfile("mine", {"msccl": ExecutorCost(1.0, 0.0, {})}, inherited={"msccl": "h200"})
+    >>> dict(p.inherited)
+    {'msccl': 'h200'}
     """
 
     name: str
     executors: Mapping[str, ExecutorCost]
     description: str = ""
     fit: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    base: str = ""
+    inherited: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         for kind in self.executors:
             if kind not in EXECUTORS:
                 raise ProfileError(f"profile {self.name!r}: unknown executor kind {kind!r}; expected one of {', '.join(EXECUTORS)}")
         object.__setattr__(self, "executors", MappingProxyType(dict(sorted(self.executors.items()))))
+        stray = sorted(set(self.inherited) - set(self.executors))
+        if stray:
+            raise ProfileError(f"profile {self.name!r}: `inherited` names executor(s) it has no costs for: {', '.join(stray)}")
+        object.__setattr__(self, "inherited", MappingProxyType({k: str(v) for k, v in sorted(self.inherited.items())}))
 
     @property
     def is_ideal(self) -> bool:
@@ -138,8 +159,10 @@ class CostProfile:
         try:
             return self.executors[executor]
         except KeyError:
+            via = f"; nor has its base profile {self.base!r}" if self.base else ""
             raise ProfileError(
-                f"profile {self.name!r} has no costs for executor {executor!r} (it has {', '.join(self.executors) or 'none'})"
+                f"profile {self.name!r} has no costs for executor {executor!r} (it has {', '.join(self.executors) or 'none'}"
+                f"{via}): measure {executor} too, or give it a base profile that has them (calibrate --base h200)"
             ) from None
 
 
@@ -185,9 +208,36 @@ def executor_for(schedule: Schedule) -> str:
     return _SYNTHESIZER_EXECUTOR.get(str(schedule.meta.get("synthesizer", "")), "msccl")
 
 
+def inherited_costs(profile: CostProfile, executors: Iterable[str]) -> dict[str, str]:
+    """Which of ``executors`` (the kinds a run used) took their costs from another profile: kind → its name.
+
+    >>> inherited_costs(CostProfile("m", {"msccl": ExecutorCost(1, 0, {})}, inherited={"msccl": "h200"}), ["msccl"])
+    {'msccl': 'h200'}
+    >>> inherited_costs(load_profile("h200"), ["msccl"])
+    {}
+    """
+    return {k: profile.inherited[k] for k in sorted(set(executors)) if k in profile.inherited}
+
+
+def inherited_note(profile: CostProfile, executors: Iterable[str]) -> str | None:
+    """One report line naming the executor costs of a run that came from a base profile, or ``None``.
+
+    >>> inherited_note(CostProfile("m", {"msccl": ExecutorCost(1, 0, {})}, inherited={"msccl": "h200"}), ["msccl"])
+    "profile 'm': msccl costs from base profile 'h200' (not calibrated here)"
+    """
+    got = inherited_costs(profile, executors)
+    if not got:
+        return None
+    by_base: dict[str, list[str]] = {}
+    for kind, src in got.items():
+        by_base.setdefault(src, []).append(kind)
+    parts = [f"{', '.join(kinds)} costs from base profile {src!r}" for src, kinds in sorted(by_base.items())]
+    return f"profile {profile.name!r}: {'; '.join(parts)} (not calibrated here)"
+
+
 def profile_to_dict(profile: CostProfile) -> dict[str, Any]:
     """The JSON document of ``profile`` (format ``loopcoll.calibration/1``)."""
-    return {
+    doc: dict[str, Any] = {
         "format": FORMAT,
         "name": profile.name,
         "description": profile.description,
@@ -197,6 +247,11 @@ def profile_to_dict(profile: CostProfile) -> dict[str, Any]:
         },
         "fit": _plain(profile.fit),
     }
+    if profile.base:
+        doc["base"] = profile.base
+    if profile.inherited:
+        doc["inherited"] = dict(profile.inherited)
+    return doc
 
 
 def _plain(obj: Any) -> Any:
@@ -230,10 +285,49 @@ def profile_from_dict(doc: Any, where: str = "profile") -> CostProfile:
     fit = doc.get("fit", {})
     if not isinstance(fit, dict):
         raise ProfileError(f"{where}: `fit` must be an object")
+    base = doc.get("base", "")
+    if not isinstance(base, str):
+        raise ProfileError(f"{where}: `base` must be a profile name or file path")
+    inherited = doc.get("inherited", {})
+    if not isinstance(inherited, dict) or not all(isinstance(v, str) for v in inherited.values()):
+        raise ProfileError(f"{where}: `inherited` must map executor kinds to profile names")
     try:
-        return CostProfile(name, out, str(doc.get("description", "")), fit)
+        return CostProfile(name, out, str(doc.get("description", "")), fit, base, inherited)
     except ProfileError as exc:
         raise ProfileError(f"{where}: {exc}") from None
+
+
+def _with_base(profile: CostProfile, where: Path, seen: frozenset[Path]) -> CostProfile:
+    """``profile`` with the executor kinds it lacks copied from its base (``DEFAULT_BASE`` if it names none)."""
+    missing = [k for k in EXECUTORS if k not in profile.executors]
+    ref = profile.base or DEFAULT_BASE
+    if not missing or ref == "ideal":
+        return profile
+    if ref in SHIPPED_PROFILES:
+        base = _shipped(ref)
+    else:
+        path = where.parent / ref if (where.parent / ref).is_file() else Path(ref)
+        if path.resolve() in seen:
+            raise ProfileError(f"{where}: base profile {ref!r} leads back to itself")
+        base = _load_file(path, seen)
+    executors = dict(profile.executors)
+    inherited = dict(profile.inherited)
+    for kind in missing:
+        if kind in base.executors:
+            executors[kind] = base.executors[kind]
+            inherited[kind] = base.inherited.get(kind, base.name)
+    return replace(profile, executors=executors, base=ref, inherited=inherited)
+
+
+def _load_file(path: Path, seen: frozenset[Path] = frozenset()) -> CostProfile:
+    if not path.is_file():
+        raise ProfileError(f"profile {str(path)!r}: neither a shipped profile ({', '.join(SHIPPED_PROFILES)}) nor a readable file")
+    where = str(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"{where}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    return _with_base(profile_from_dict(doc, where), path, seen | {path.resolve()})
 
 
 @lru_cache(maxsize=None)
@@ -245,7 +339,9 @@ def _shipped(name: str) -> CostProfile:
 def load_profile(name_or_path: str | Path | CostProfile | None) -> CostProfile:
     """A shipped profile by name (``ideal``, ``h200``), a ``loopcoll.calibration/1`` file, or pass-through.
 
-    ``None`` is ``ideal``.
+    ``None`` is ``ideal``. A file's missing executor kinds come from its ``base`` (a shipped name
+    or a file path, relative to the file's folder; default ``h200``; ``ideal`` adds none) and are
+    listed in :attr:`CostProfile.inherited`.
     """
     if name_or_path is None:
         return IDEAL
@@ -256,13 +352,4 @@ def load_profile(name_or_path: str | Path | CostProfile | None) -> CostProfile:
         return IDEAL
     if text in SHIPPED_PROFILES:
         return _shipped(text)
-    path = Path(text)
-    if not path.is_file():
-        raise ProfileError(f"profile {text!r}: neither a shipped profile ({', '.join(SHIPPED_PROFILES)}) nor a readable file")
-    raw = path.read_text(encoding="utf-8")
-    where = text
-    try:
-        doc = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"{where}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    return profile_from_dict(doc, where)
+    return _load_file(Path(text))

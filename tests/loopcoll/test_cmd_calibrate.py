@@ -31,9 +31,9 @@ def test_calibrate_fits_prints_points_and_writes_profile(tmp_path, capsys):
     assert text.count("ring.txt") == 3 and "LOO" in text
     prof = load_profile(str(out))
     assert prof.name == "mine" and prof.cost("msccl").launch_us == pytest.approx(20.0, rel=1e-3)
-    # the fitted profile has msccl costs only: simulating the NCCL ring baseline with it is a one-line error
+    # the fitted profile measured msccl only: the NCCL ring baseline runs on the base profile's costs, and says so
     rc = main(["simulate", "allgather", "nvswitch:4", "--schedules", "nccl", "--sizes", "4M", "--profile", str(out)])
-    assert rc == 2 and "profile 'mine' has no costs for executor 'nccl_ring'" in capsys.readouterr().err
+    assert rc == 0 and "profile 'mine': nccl_ring costs from base profile 'h200' (not calibrated here)" in capsys.readouterr().out
     rc = main(["simulate", "allgather", "nvswitch:4", "--schedules", "loopcoll", "--sizes", "4M", "--profile", str(out), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["profile"] == "mine" and doc["results"][0]["executor"] == "msccl"
@@ -91,3 +91,89 @@ def test_calibrate_from_telemetry(tmp_path, capsys):
     assert "telemetry (3 samples)" in capsys.readouterr().out
     got = load_profile(str(out)).cost("nccl_p2p")
     assert got.launch_us == pytest.approx(40.0, rel=1e-3) and got.efficiency["nvlink"] == pytest.approx(0.8, rel=1e-3)
+
+
+# Real 2xH200 NV18 NCCL 2.28.9 AllGather algbw (GB/s) at 1, 8, 64, 256, 1024 MB (benchmarks/data/h200x2_nccl.json).
+H200X2_AG = [14, 131, 361, 451, 518]
+
+
+def _measured_table(tmp_path):
+    path = tmp_path / "h200x2_ag.txt"
+    rows = [(mb * MB, mb * MB / 1e9 / gbps * 1e6) for mb, gbps in zip([1, 8, 64, 256, 1024], H200X2_AG)]
+    path.write_text(format_nccl_tests("allgather", 2, rows))
+    return path
+
+
+def test_profile_calibrated_without_base_simulates_every_executor(tmp_path, capsys):
+    """NCCL ring measurements only, no --base: a synthesized (msccl) schedule still simulates, and says whose costs."""
+    out = tmp_path / "mine.json"
+    assert main(["calibrate", str(_measured_table(tmp_path)), "--topology", "nvswitch:2", "--name", "mine", "-o", str(out),
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["simulate", "allgather", "nvswitch:2", "--schedules", "loopcoll,nccl", "--sizes", "64M", "--profile",
+                 str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "profile 'mine': msccl costs from base profile 'h200' (not calibrated here)" in text
+    assert main(["simulate", "allgather", "nvswitch:2", "--schedules", "loopcoll,nccl", "--sizes", "64M", "--profile",
+                 str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["profile_from_base"] == {"msccl": "h200"}  # nccl_ring was calibrated: not listed
+    ring = {r["schedule"]: r for r in doc["results"]}["nccl"]
+    assert ring["executor"] == "nccl_ring" and ring["algbw_GBps"] == pytest.approx(361, rel=0.1)  # measured 361 GB/s
+    assert main(["synth", "allgather", "nvswitch:2", "--sizes", "1M,64M", "--profile", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["profile_from_base"] == {"msccl": "h200"}
+    assert main(["demo", "--topology", "hpn:1x2x2", "--profile", str(out), "--size", "16M", "--out-dir",
+                 str(tmp_path / "demo"), "--quiet"]) == 0
+    assert "profile 'mine': msccl, nccl_p2p costs from base profile 'h200'" in capsys.readouterr().out
+
+
+def test_implausible_fit_is_refused_unless_forced(tmp_path, capsys):
+    """2xH200 NVLink measurements against one 400 Gbit/s NIC per host: no efficiency <= 4 explains 518 GB/s."""
+    table, out = _measured_table(tmp_path), tmp_path / "bad.json"
+    assert main(["calibrate", str(table), "--topology", "hpn:1x2x1", "-o", str(out), "--no-loo"]) == 2
+    cap = capsys.readouterr()
+    assert "fit quality: 5 row(s) used" in cap.out and "nccl_ring.efficiency.net" in cap.out
+    assert "<- at upper bound [0.02, 4]" in cap.out
+    (line,) = cap.err.strip().splitlines()
+    assert line.startswith("loopcoll: error: implausible fit, nothing written: nccl_ring.efficiency.net sits at its "
+                           "upper bound 4 = 400% of capacity")
+    assert "topology may not match the measurements" in line and "--force" in line
+    assert not out.exists()
+    assert main(["calibrate", str(table), "--topology", "hpn:1x2x1", "-o", str(out), "--no-loo", "--force"]) == 0
+    assert "loopcoll: warning: implausible fit kept (--force)" in capsys.readouterr().err
+    quality = json.loads(out.read_text())["fit"]["quality"]
+    assert quality["forced"] and quality["rows"] == 5 and "upper bound" in quality["implausible"][0]
+
+
+def test_plausible_fit_is_accepted_and_error_limits_are_options(tmp_path, capsys):
+    table, out = _measured_table(tmp_path), tmp_path / "ok.json"
+    assert main(["calibrate", str(table), "--topology", "nvswitch:2", "-o", str(out), "--no-loo", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "fit quality: 5 row(s) used; median |error|" in text and "<- at" not in text and out.exists()
+    q = json.loads(out.read_text())["fit"]["quality"]
+    assert q["implausible"] == [] and 0 < q["median_abs_error"] < 0.15 and q["worst_abs_error"] < 0.5
+    # the same fit against a tighter limit than its own worst error is refused
+    limit = q["worst_abs_error"] / 2
+    assert main(["calibrate", str(table), "--topology", "nvswitch:2", "--no-loo", "--quiet",
+                 "--max-worst-error", str(limit)]) == 2
+    assert f"exceeds {100 * limit:g}%" in capsys.readouterr().err
+
+
+def test_table_without_header_names_the_collective_flag(tmp_path, capsys):
+    path = tmp_path / "table.txt"
+    path.write_text("\n".join(line for line in _measured_table(tmp_path).read_text().splitlines()
+                              if "Collective test" not in line))
+    assert main(["calibrate", str(path), "--topology", "nvswitch:2"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: no nccl-tests header naming the collective" in err
+    assert "pass --collective allgather|alltoall|allreduce|reducescatter" in err
+    assert main(["calibrate", str(path), "--topology", "nvswitch:2", "--collective", "allgather", "--no-loo",
+                 "--quiet"]) == 0
+
+
+def test_calibrate_json_keeps_stdout_clean_and_quiet_keeps_stderr_empty(tmp_path, capsys):
+    assert main(["calibrate", str(_measured_table(tmp_path)), "--topology", "nvswitch:2", "--json", "--quiet"]) == 0
+    cap = capsys.readouterr()
+    doc = json.loads(cap.out)
+    assert doc["format"] == "loopcoll.calibration/1" and doc["base"] == "h200" and cap.err == ""
+    assert doc["inherited"] == {k: "h200" for k in ("msccl", "nccl_p2p", "nccl_tree", "torch_p2p")}

@@ -103,3 +103,16 @@ def test_no_gain_keeps_the_version() -> None:
     res = run_timeline(scenario_from_dict(doc))
     assert res.changes[0].detected_s is not None and res.publications == 0
     assert [d["event"] for d in res.decisions if d["event"] in ("no_gain", "publish")] == ["publish", "no_gain"]
+
+
+def test_progress_is_reported_and_quiet_silences_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    calls: list[tuple[float, str]] = []
+    res = run_timeline(scenario_from_dict(_doc([], duration_s=0.01)), progress=lambda f, what: calls.append((f, what)))
+    assert calls[0] == (0.0, "bootstrap: synthesizing the first versions")
+    fractions = [f for f, _ in calls]
+    assert fractions == sorted(fractions) and 0 <= fractions[-1] < 1
+    assert len(calls) >= 3 and res.collectives > 0 and "of 10 ms simulated" in calls[-1][1]
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(_doc([], duration_s=0.01)))
+    assert main(["replay", str(path), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""

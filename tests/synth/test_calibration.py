@@ -197,7 +197,7 @@ def test_parse_real_nccl_tests_layouts():
     assert ag["rows"] == [(1048576, 43.91, 23.88), (4194304, 48.52, 86.44), (1073741824, 2071.4, 518.36)]
     old = parse_nccl_tests(OLD_A2A, collective="alltoall")
     assert old["rows"] == [(8388608, 95.43, 87.90)]
-    with pytest.raises(CalibrationError, match="say which collective"):
+    with pytest.raises(CalibrationError, match="no nccl-tests header naming the collective.*pass --collective allgather"):
         parse_nccl_tests(REAL_AG)
     with pytest.raises(CalibrationError, match="line 10: cannot read"):
         parse_nccl_tests(REAL_AG.replace("23.88", "99.99"), collective="allgather")
@@ -234,3 +234,70 @@ def test_transfer_timings_follow_the_profile():
     launch = load_profile("h200").cost("nccl_ring").launch_us * 1e-6
     assert min(t.start_s for t in cal.transfers) == pytest.approx(launch)
     assert cal.time_s > ideal.time_s + launch
+
+
+def _write(path, doc):
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_a_profile_file_takes_missing_executors_from_its_base(tmp_path):
+    """A file covering one executor (as calibrate wrote them before profiles recorded a base) simulates them all."""
+    h200 = load_profile("h200")
+    own = ExecutorCost(10.0, 1.0, {"nvlink": 0.5})
+    plain = _write(tmp_path / "mine.json", profile_to_dict(CostProfile("mine", {"nccl_ring": own})))
+    prof = load_profile(plain)
+    assert prof.cost("nccl_ring") == own and prof.cost("msccl") == h200.cost("msccl")
+    assert dict(prof.inherited) == {k: "h200" for k in ("msccl", "nccl_p2p", "nccl_tree", "torch_p2p")}
+    topo = named_topology("nvswitch:2")
+    from synth.simulation.costmodel import inherited_costs
+
+    sched = tree_schedule("allgather", topo)
+    assert simulate(sched, topo, MB, profile=prof).time_s == simulate(sched, topo, MB, profile="h200").time_s
+    assert inherited_costs(prof, ["msccl", "nccl_ring"]) == {"msccl": "h200"}
+    # a base that is another file, named relative to this one; its own base fills the rest
+    (tmp_path / "sub").mkdir()
+    _write(tmp_path / "p2p.json", profile_to_dict(CostProfile("p2p", {"nccl_p2p": own})))
+    chained = load_profile(_write(tmp_path / "sub" / "c.json", {**profile_to_dict(CostProfile("c", {"nccl_ring": own})),
+                                                                "base": "../p2p.json"}))
+    assert chained.inherited["nccl_p2p"] == "p2p" and chained.inherited["msccl"] == "h200"
+    assert chained.cost("nccl_p2p") == own
+
+
+def test_an_ideal_base_or_a_looping_base_is_a_clear_error(tmp_path):
+    topo = named_topology("nvswitch:2")
+    doc = {**profile_to_dict(CostProfile("mine", {"msccl": ExecutorCost(1, 0, {"nvlink": 1})})), "base": "ideal"}
+    prof = load_profile(_write(tmp_path / "i.json", doc))
+    with pytest.raises(ProfileError, match="no costs for executor 'nccl_ring' .it has msccl; nor has its base profile "
+                                           "'ideal'.: measure nccl_ring too, or .* --base h200"):
+        simulate(nccl_ring("allgather", topo), topo, MB, profile=prof)
+    with pytest.raises(ProfileError, match="base profile 'loop.json' leads back to itself"):
+        load_profile(_write(tmp_path / "loop.json", {**doc, "base": "loop.json"}))
+
+
+def test_fit_records_copied_executors_and_at_bound_parameters():
+    true = CostProfile("t", {"nccl_ring": ExecutorCost(30.0, 3.4, {"nvlink": 0.8})})
+    obs = synthetic_observations(true, "nvswitch:2", "allgather", ("ring",), [MB, 64 * MB, 256 * MB], executor="nccl_ring")
+    cal = fit_profile(obs, name="t", base=load_profile("h200"), loo=False)
+    assert dict(cal.profile.inherited) == {k: "h200" for k in ("msccl", "nccl_p2p", "nccl_tree", "torch_p2p")}
+    assert cal.profile.base == "h200" and cal.implausible() == [] and cal.worst_error < 1e-6
+    eff = next(p for p in cal.params if p.name == "nccl_ring.efficiency.nvlink")
+    assert eff.status == "fitted" and eff.at_bound == "" and eff.value == pytest.approx(0.8, rel=1e-4)
+    # the same times claimed for a fabric 10x slower: the efficiency hits its upper bound
+    slow = [Observation(o.collective, "ring:2", o.executor, o.shape, o.nbytes, o.time_us / 10) for o in obs]
+    bad = fit_profile(slow, name="t", loo=False)
+    assert any("efficiency.direct sits at its upper bound 4 = 400% of capacity" in w for w in bad.implausible())
+
+
+def test_one_step_leave_one_out_matches_refits_on_real_measurements():
+    """2xH200 NCCL AllGather (real): the Gauss-Newton step predicts every left-out point like a full refit."""
+    obs = [Observation("allgather", "nvswitch:2", "nccl_ring", "ring", mb * MB, mb * MB / 1e9 / g * 1e6)
+           for mb, g in zip([8, 64, 256], [131, 361, 451])]
+    step = fit_profile(obs, name="s", loo="step")
+    refit = fit_profile(obs, name="r", loo="refit")
+    assert step.profile.fit["leave_one_out"] == "step" and refit.profile.fit["leave_one_out"] == "refit"
+    for a, b in zip(step.points, refit.points):
+        assert a.loo_error is not None and abs(a.loo_error) > abs(a.error)  # held out: worse than in sample
+        assert a.loo_error == pytest.approx(b.loo_error, abs=0.01)
+    with pytest.raises(CalibrationError, match="leave-one-out mode 'jackknife'"):
+        fit_profile(obs, name="x", loo="jackknife")
