@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from fractions import Fraction
 
 from collections.abc import Sequence
 from dataclasses import replace
@@ -19,10 +20,11 @@ from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from synth._types import Collective, Rank
 from synth._deadline import check_time_limit, solving
-from synth.errors import ScheduleError, SolverError, TimeLimitError, expect_type, short_repr
+from synth.errors import ScheduleError, SolverError, TimeLimitError, TopologyError, expect_type, short_repr
 from synth.result import Status, SynthResult
 from synth.schedule import Schedule
 from synth.routing import has_route_choice
+from synth.topologies.capacity import certify_rate
 from synth.topologies.communicator import communicator
 from synth.topologies.model import Link, Topology
 
@@ -140,18 +142,18 @@ def synthesize(  # type: ignore[misc]
     if routing not in ROUTINGS:
         raise SolverError(f"routing must be one of {', '.join(ROUTINGS)}, got {short_repr(routing)}")
     if routing == "routed" or (routing == "auto" and has_route_choice(topo)):
-        return _routed(collective, topo, chunks, warm_from, solver, time_limit_s)  # type: ignore[arg-type]
+        return _certified(topo, _routed(collective, topo, chunks, warm_from, solver, time_limit_s))  # type: ignore[arg-type]
     if collective == "alltoall":
         from synth.alltoall_cg import synthesize_alltoall
 
-        return synthesize_alltoall(
+        return _certified(topo, synthesize_alltoall(
             topo,
             nchunks=10 if chunks is None else chunks,
             max_steps=max_steps,
             solver=solver,
             time_limit_s=time_limit_s,
             warm_start=warm_from,
-        )
+        ))
     from synth import forestcoll_warm
 
     fn = {
@@ -165,7 +167,7 @@ def synthesize(  # type: ignore[misc]
     start = time.perf_counter()
     try:
         with solving(time_limit_s, f"{collective} on {topo.name}"):
-            return fn(topo, max_chunks=chunks, warm_start=warm_schedule)
+            return _certified(topo, fn(topo, max_chunks=chunks, warm_start=warm_schedule))
     except TimeLimitError as exc:
         # ForestColl builds its trees only after the exact optimum: the best schedule so far is the
         # warm start's, if it is still valid here; its gap is certified by a cut's upper bound.
@@ -179,6 +181,21 @@ def synthesize(  # type: ignore[misc]
         return SynthResult(Status.TIME_LIMIT, f"{exc}; kept the warm-start schedule, valid on {topo.name!r}: "
                            f"{algbw:.6g} GB/s, gap <= {gap:.3f}% vs a proven upper bound of {upper:.6g} GB/s",
                            sched, algbw, upper, gap, elapsed, True)
+
+
+def _certified(topo: Topology, result: SynthResult) -> SynthResult:
+    """``result`` once its optimum is certified on the true capacities (rule 0 and the floor of
+    docs/exactness.md); :class:`~synth.errors.TopologyError` when a lifted link could move it, or when
+    its schedule loads a lifted link (its rate would be read on the raised capacity)."""
+    if result.status is Status.OPTIMAL and math.isfinite(result.optimal_algbw_GBps):
+        certify_rate(topo, 8 * Fraction(result.optimal_algbw_GBps) / topo.nranks, (), "synthesis optimum")
+    lifted = topo.capacity_grid.lifted
+    used = sorted(set(result.schedule.link_loads()) & set(lifted)) if result.schedule is not None and lifted else []
+    if used:
+        raise TopologyError(f"topology {topo.name!r}: the schedule loads link(s) {', '.join(f'{a}->{b}' for a, b in used[:3])} "
+                            f"({float(lifted[used[0]]):g} Gbit/s), raised to the solvers' resolution; its rate would "
+                            "be overstated (docs/exactness.md): set such links to 0 (down) or nearer the others")
+    return result
 
 
 def _warm_fallback(collective: str, topo: Topology, warm: Schedule | None) -> tuple[Schedule, float, float] | None:

@@ -57,8 +57,8 @@ INT_BUDGET = 2**56
 RELATIVE_FLOOR = Fraction(1, 10**9)
 #: The largest effective live capacity (Gbit/s) must lie in this range: below it float figures
 #: underflow (denormals), above it LP solvers read capacities as infinite.
-MIN_GBPS = Fraction(1, 10**12)
-MAX_GBPS = Fraction(10**18)
+MIN_GBPS = Fraction(1, 10**100)
+MAX_GBPS = Fraction(10**100)
 #: A bound may move by at most this fraction because of lifted links, else it is refused.
 LIFT_TOLERANCE = Fraction(1, 10**6)
 
@@ -170,22 +170,17 @@ def capacity_grid(topo: Topology) -> CapacityGrid:
     """
     reading = [decimal_gbps(lk.gbps) for lk in topo.links]
     heavy, clamp = _dominant(topo, reading)
-    clamped = [clamp if i in heavy else c for i, c in enumerate(reading)]
-    _check_range(topo, clamped)
-    floor = max(clamped, default=Fraction(0)) * RELATIVE_FLOOR
-    decimal = [max(c, floor) if c > 0 else c for c in clamped]
-    n = max(1, topo.nranks)
-    want = max((_decimals(c) for c in decimal), default=0)
-    live = [c for c in decimal if c > 0]
-    if not live or _fits(live, n, want):
-        d = want
-    else:
-        # Σ c·10^d ≈ 10^d · Σ c: start from the estimate and step down until it fits.
-        total = float(sum(live))
-        d = min(want, math.floor(math.log10(INT_BUDGET / (n * n)) - math.log10(total)))
-        while not _fits(live, n, d):
-            d -= 1
-    caps = {lk.key: (c if d >= want else round_to_grid(c, d)) for lk, c in zip(topo.links, decimal)}
+    d, decimal = _floor_and_grid(reading, max(1, topo.nranks))
+    if heavy:
+        # Clamp only where it matters: when the dominant links move another link's grid value
+        # (through the floor or a coarser grid), or lie outside the accepted range themselves.
+        cd, cdecimal = _floor_and_grid([clamp if i in heavy else c for i, c in enumerate(reading)], max(1, topo.nranks))
+        if max(decimal) > MAX_GBPS or any(decimal[i] != cdecimal[i] for i in range(len(reading)) if i not in heavy):
+            d, decimal = cd, cdecimal
+        else:
+            heavy = frozenset()
+    _check_range(topo, decimal)
+    caps = {lk.key: c for lk, c in zip(topo.links, decimal)}
     rounded = any(caps[lk.key] != c for lk, c in zip(topo.links, reading))
     half = (Fraction(1, 10**d) if d >= 0 else Fraction(10 ** (-d))) / 2
     lifted = {lk.key: c for i, (lk, c) in enumerate(zip(topo.links, reading))
@@ -193,6 +188,22 @@ def capacity_grid(topo: Topology) -> CapacityGrid:
     return CapacityGrid(d, MappingProxyType(caps), rounded,
                         MappingProxyType({topo.links[i].key: reading[i] for i in sorted(heavy)}),
                         MappingProxyType(lifted))
+
+
+def _floor_and_grid(reading: list[Fraction], n: int) -> tuple[int, list[Fraction]]:
+    """Rules 2–4 on decimal capacities: (the grid's decimals ``d``, each capacity on the grid)."""
+    floor = max(reading, default=Fraction(0)) * RELATIVE_FLOOR
+    decimal = [max(c, floor) if c > 0 else c for c in reading]
+    want = max((_decimals(c) for c in decimal), default=0)
+    live = [c for c in decimal if c > 0]
+    if not live or _fits(live, n, want):
+        return want, decimal
+    # Σ c·10^d ≈ 10^d · Σ c: start from the estimate and step down until it fits.
+    total = float(sum(live))
+    d = min(want, math.floor(math.log10(INT_BUDGET / (n * n)) - math.log10(total)))
+    while not _fits(live, n, d):
+        d -= 1
+    return d, [round_to_grid(c, d) for c in decimal]
 
 
 def _shown(keys: list[tuple[NodeId, NodeId]], limit: int = 3) -> str:
