@@ -52,8 +52,10 @@ def measured_topologies(draw: st.DrawFn, symmetric: bool = True, max_gpus: int =
     return base.with_links([Link(lk.src, lk.dst, new[lk.key], lk.latency_us) for lk in base.links])
 
 
-def _brute_force_allgather_gbps(topo: Topology) -> Fraction:
-    """min over node sets S (some GPU in, some out) of B+(S)/|S ∩ GPUs|, on the rounded capacities."""
+def _brute_force_allgather_gbps(topo: Topology, capacity: Callable[[Link], Fraction] | None = None) -> Fraction:
+    """min over node sets S (some GPU in, some out) of B+(S)/|S ∩ GPUs|, on the rounded capacities
+    (or on ``capacity(link)``: tests/synth/test_extreme_capacities.py passes the unrounded decimals)."""
+    cap = capacity or (lambda lk: topo.exact_capacity(*lk.key))
     ids = [n.id for n in topo.nodes]
     gpus = {g.id for g in topo.gpus}
     best: Fraction | None = None
@@ -63,8 +65,7 @@ def _brute_force_allgather_gbps(topo: Topology) -> Fraction:
             inside = len(s & gpus)
             if inside == 0 or inside == len(gpus):
                 continue
-            out = sum((topo.exact_capacity(*lk.key) for lk in topo.live_links if lk.src in s and lk.dst not in s),
-                      Fraction(0))
+            out = sum((cap(lk) for lk in topo.live_links if lk.src in s and lk.dst not in s), Fraction(0))
             ratio = out / inside
             best = ratio if best is None or ratio < best else best
     assert best is not None
