@@ -154,6 +154,9 @@ def optimal_bound(
         topo = communicator(topo, ranks, relay=relay)
     if not has_route_choice(topo):
         return replace(bound, routed_algbw_GBps=bound.algbw_GBps)
+    if collective != "alltoall" and topo.capacity_grid.clamped:
+        # Rule 0 is not proven for routed trees (docs/exactness.md): no routed figure, not a wrong one.
+        return replace(bound, message=f"{bound.message}; no routed optimum: clamped dominant link(s)")
     from synth.routed import routed_bound
 
     value = min(routed_bound(collective, topo), bound.algbw_GBps)  # equal up to LP round-off at most

@@ -16,10 +16,22 @@ them the common denominator alone passes 2^63. So each topology gets one decimal
 * each positive capacity is rounded half-to-even to the grid and never below one grid step, so a
   live link never rounds to 0; a zero capacity stays 0.
 
+Before those, **dominant links are clamped** (rule 0 of docs/exactness.md): a set H of live links,
+each above ``N × R`` (R: the sum of the other live capacities), such that some GPU ``g`` has no H
+link out and some GPU none in, reads as ``N × R`` wherever H would otherwise move another link's
+grid value. Proof sketch (the full one is in docs/exactness.md): the cut ``{g}`` has ratio
+``≤ R``, while a cut holding an H link has ratio ``≥ N·R/(N−1) > R``, so no minimum cut holds one;
+in the AllToAll LP ``z* ≤ R/(N−1)`` and an H link carries at most ``N(N−1)·z* ≤ N·R`` on simple
+paths. Capacities only go down, so schedules stay valid on the real fabric. Links raised by the
+floor or to one step are ``lifted``; :func:`certify_rate` refuses a figure they could move by more
+than :data:`LIFT_TOLERANCE`, and the largest effective capacity must lie within
+:data:`MIN_GBPS` … :data:`MAX_GBPS` (denormals are refused).
+
 The guarantee is then *exact for the capacities as rounded*: bounds, ForestColl's optimum and every
 schedule's rate are computed on :meth:`Topology.exact_capacity`; a rounded capacity differs from
 the float by at most half a grid step (relative error ``≤ 10^-d / (2c)``), except that a capacity
-below the floor or below half a step is raised to it.
+below the floor or below half a step is raised to it (lifted, certified) and a dominant link is
+clamped (exact by rule 0).
 
 Examples
 --------

@@ -57,7 +57,7 @@ def test_huge_link_leaves_the_tree_bounds_and_schedules_exact(collective: str, g
     if collective == "allgather":
         assert bound.rate_GBps * topo.nranks == _true_allgather_GBps(topo)
     assert ("gpu0", "gpu1") not in bound.bottleneck
-    res = synthesize(collective, topo, routing="free")  # type: ignore[arg-type]
+    res = synthesize(collective, topo, routing="free")  # type: ignore[call-overload]
     assert res.status is Status.OPTIMAL and res.schedule is not None
     res.schedule.validate(topo)
     assert res.schedule.algbw_GBps(topo) == pytest.approx(bound.algbw_GBps, rel=1e-12)
@@ -94,7 +94,7 @@ def test_all_denormal_capacities_are_refused_naming_a_link(collective: str) -> N
     with pytest.raises(TopologyError, match=r"link gpu\d->gpu\d at 4\.94066e-324 Gbit/s, is below"):
         optimal_bound(collective, topo)  # type: ignore[arg-type]
     with pytest.raises(TopologyError, match="is below"):
-        synthesize(collective, topo)  # type: ignore[arg-type]
+        synthesize(collective, topo)  # type: ignore[call-overload]
 
 
 def test_uniformly_tiny_fabric_is_exact_not_lifted() -> None:
@@ -218,3 +218,22 @@ def test_cli_refuses_denormal_fabric_in_one_line(tmp_path: Path, capsys: pytest.
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("loopcoll: error: ") and "below" in lines[0], err
     assert "Traceback" not in err
+
+
+def test_routed_trees_refuse_a_clamped_fabric_and_free_routing_stays_exact() -> None:
+    from synth.routed.fabrics import random_fabric
+
+    base = random_fabric(1, 4)
+    big = max(base.links, key=lambda lk: lk.gbps)
+    topo = _with(base, big.src, big.dst, 1e15)
+    assert set(topo.capacity_grid.clamped) == {big.key}
+    bound = optimal_bound("allgather", topo, routed=True)
+    assert bound.success and bound.routed_algbw_GBps is None and "no routed optimum" in bound.message
+    assert bound.rate_GBps * topo.nranks == _true_allgather_GBps(topo)
+    with pytest.raises(TopologyError, match=rf"{big.src}->{big.dst} \(1e\+15 Gbit/s.*routed allgather"):
+        synthesize("allgather", topo, routing="routed")
+    free = synthesize("allgather", topo, routing="free")
+    assert free.status is Status.OPTIMAL and free.schedule is not None
+    assert free.schedule.rate_GBps(topo) == bound.rate_GBps
+    # Routed AllToAll is covered by rule 0: its figure stands.
+    assert optimal_bound("alltoall", topo, routed=True).routed_algbw_GBps is not None
