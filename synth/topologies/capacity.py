@@ -258,8 +258,8 @@ def certify_rate(topo: Topology, rate_gbps: Fraction | float, bottleneck: Iterab
             f"topology {topo.name!r}: link(s) {_shown(keys)} ({float(grid.lifted[keys[0]]):g} Gbit/s, "
             f"{float(grid.lifted[keys[0]] / top):.2g} of the largest capacity) were raised to the solvers' "
             f"resolution ({float(grid.caps[keys[0]]):g} Gbit/s) and can move the {what} "
-            f"({float(rate_gbps):g} Gbit/s) by more than {float(LIFT_TOLERANCE):g}: set them to 0 (down) or "
-            "nearer the others (docs/exactness.md)")
+            f"({float(rate_gbps):g} Gbit/s per source or pair) by more than {float(LIFT_TOLERANCE):g} of it: "
+            "refusing an uncertified figure; bring the capacities within 10^9 of each other (docs/exactness.md)")
 
 
 def refuse_adjusted(topo: Topology, what: str, *, lifted: bool = True) -> None:
