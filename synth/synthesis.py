@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import time
-from fractions import Fraction
 
 from collections.abc import Sequence
 from dataclasses import replace
@@ -20,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from synth._types import Collective, Rank
 from synth._deadline import check_time_limit, solving
-from synth.errors import ScheduleError, SolverError, TimeLimitError, TopologyError, expect_type, short_repr
+from synth.errors import ScheduleError, SolverError, TimeLimitError, expect_type, short_repr
 from synth.result import Status, SynthResult
 from synth.schedule import Schedule
 from synth.routing import has_route_choice
-from synth.topologies.capacity import certify_rate
+from synth.topologies.capacity import certify_synthesis
 from synth.topologies.communicator import communicator
 from synth.topologies.model import Link, Topology
 
@@ -184,17 +183,10 @@ def synthesize(  # type: ignore[misc]
 
 
 def _certified(topo: Topology, result: SynthResult) -> SynthResult:
-    """``result`` once its optimum is certified on the true capacities (rule 0 and the floor of
-    docs/exactness.md); :class:`~synth.errors.TopologyError` when a lifted link could move it, or when
-    its schedule loads a lifted link (its rate would be read on the raised capacity)."""
-    if result.status is Status.OPTIMAL and math.isfinite(result.optimal_algbw_GBps):
-        certify_rate(topo, 8 * Fraction(result.optimal_algbw_GBps) / topo.nranks, (), "synthesis optimum")
-    lifted = topo.capacity_grid.lifted
-    used = sorted(set(result.schedule.link_loads()) & set(lifted)) if result.schedule is not None and lifted else []
-    if used:
-        raise TopologyError(f"topology {topo.name!r}: the schedule loads link(s) {', '.join(f'{a}->{b}' for a, b in used[:3])} "
-                            f"({float(lifted[used[0]]):g} Gbit/s), raised to the solvers' resolution; its rate would "
-                            "be overstated (docs/exactness.md): set such links to 0 (down) or nearer the others")
+    """``result`` once its optimum and schedule are certified on the true capacities (rule 0 and the
+    floor of docs/exactness.md, :func:`~synth.topologies.capacity.certify_synthesis`)."""
+    loaded = result.schedule.link_loads() if result.schedule is not None else {}
+    certify_synthesis(topo, result.optimal_algbw_GBps, result.status is not Status.TIME_LIMIT, loaded)
     return result
 
 

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from synth.topologies.model import Topology
 
 __all__ = ["INT_BUDGET", "LIFT_TOLERANCE", "MAX_GBPS", "MIN_GBPS", "RELATIVE_FLOOR", "CapacityGrid", "capacity_grid",
-           "certify_rate", "decimal_gbps", "refuse_adjusted", "round_to_grid"]
+           "certify_rate", "certify_synthesis", "decimal_gbps", "refuse_adjusted", "round_to_grid"]
 
 INT_BUDGET = 2**56
 #: A positive capacity below this fraction of the largest one is raised to it (LP solvers cannot
@@ -260,6 +260,26 @@ def certify_rate(topo: Topology, rate_gbps: Fraction | float, bottleneck: Iterab
             f"resolution ({float(grid.caps[keys[0]]):g} Gbit/s) and can move the {what} "
             f"({float(rate_gbps):g} Gbit/s per source or pair) by more than {float(LIFT_TOLERANCE):g} of it: "
             "refusing an uncertified figure; bring the capacities within 10^9 of each other (docs/exactness.md)")
+
+
+def certify_synthesis(topo: Topology, optimal_algbw_GBps: float, proven: bool,  # noqa: N803
+                      loaded: Iterable[tuple[NodeId, NodeId]] = ()) -> None:
+    """:func:`certify_rate` for a synthesis result: its optimum (when ``proven``; a time-limited upper
+    bound stays one) and its schedule, refused when it loads a lifted link (its rate would be read
+    on the raised capacity).
+
+    >>> from synth.topologies import named_topology
+    >>> certify_synthesis(named_topology("ring:4"), 133.3, True, [("gpu0", "gpu1")])
+    """
+    if proven and math.isfinite(optimal_algbw_GBps):
+        certify_rate(topo, 8 * optimal_algbw_GBps / max(1, topo.nranks), (), "synthesis optimum")
+    lifted = topo.capacity_grid.lifted
+    used = sorted(set(loaded) & set(lifted)) if lifted else []
+    if used:
+        raise TopologyError(
+            f"topology {topo.name!r}: the schedule loads link(s) {_shown(used)} ({float(lifted[used[0]]):g} Gbit/s), "
+            "raised to the solvers' resolution, so its rate would be overstated (docs/exactness.md): bring the "
+            "capacities within 10^9 of each other")
 
 
 def refuse_adjusted(topo: Topology, what: str, *, lifted: bool = True) -> None:

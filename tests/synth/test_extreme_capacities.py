@@ -237,3 +237,18 @@ def test_routed_trees_refuse_a_clamped_fabric_and_free_routing_stays_exact() -> 
     assert free.schedule.rate_GBps(topo) == bound.rate_GBps
     # Routed AllToAll is covered by rule 0: its figure stands.
     assert optimal_bound("alltoall", topo, routed=True).routed_algbw_GBps is not None
+
+
+def test_a_schedule_that_loads_a_lifted_link_is_refused() -> None:
+    # No GPU is free of the 1 Gbit/s links, so rule 0 cannot clamp; the floor lifts gpu0<->gpu1
+    # 5e5-fold. The bound moves by < 1e-6 (certified), but a tree over the lifted pair would run 5e5 ×
+    # slower than its rate on the raised capacity says.
+    base = named_topology("ring:3")
+    caps = {("gpu0", "gpu1"): 2e-15, ("gpu1", "gpu0"): 2e-15, ("gpu0", "gpu2"): 1.0, ("gpu2", "gpu0"): 1.0,
+            ("gpu1", "gpu2"): 1.0, ("gpu2", "gpu1"): 1.0}
+    topo = base.with_links([Link(a, b, gbps, 0.5) for (a, b), gbps in caps.items()])
+    assert set(topo.capacity_grid.lifted) == {("gpu0", "gpu1"), ("gpu1", "gpu0")}
+    bound = optimal_bound("allgather", topo)
+    assert bound.algbw_GBps == pytest.approx(float(_true_allgather_GBps(topo)), rel=1e-6)
+    with pytest.raises(TopologyError, match=r"the schedule loads link\(s\) gpu0->gpu1"):
+        synthesize("allgather", topo, routing="free")
