@@ -33,6 +33,7 @@ from synth.bounds_allgather import allgather_rate_gbps
 from synth.bounds_alltoall import alltoall_rate_GBps
 from synth.errors import SolverError, expect_type, short_repr
 from synth.result import Status
+from synth.topologies.capacity import certify_rate
 from synth.topologies.communicator import communicator
 from synth.topologies.model import Topology
 
@@ -153,6 +154,9 @@ def optimal_bound(
         topo = communicator(topo, ranks, relay=relay)
     if not has_route_choice(topo):
         return replace(bound, routed_algbw_GBps=bound.algbw_GBps)
+    if collective != "alltoall" and topo.capacity_grid.clamped:
+        # Rule 0 is not proven for routed trees (docs/exactness.md): no routed figure, not a wrong one.
+        return replace(bound, message=f"{bound.message}; no routed optimum: clamped dominant link(s)")
     from synth.routed import routed_bound
 
     value = min(routed_bound(collective, topo), bound.algbw_GBps)  # equal up to LP round-off at most
@@ -193,6 +197,8 @@ def _free_bound(
             stopped = (f"AllToAll bound on {topo.name!r}: the compact LP stopped at the time limit before proving "
                        "any upper bound")
         algbw = n * rate
+        if proven:
+            certify_rate(topo, 8 * rate, saturated, f"{collective} bound")
         status, message = (Status.OPTIMAL, f"LP optimum ({how}): {algbw:.6g} GB/s") if proven else (
             Status.TIME_LIMIT, stopped)
         return Bound(status, message, collective, topo.name, n, rate, algbw, busbw_GBps(collective, algbw, n),
@@ -219,5 +225,7 @@ def _free_bound(
                      f"search; {algbw:.6g} GB/s is the best proven upper bound (a cut's ratio)", collective,
                      topo.name, n, rate, algbw, busbw_GBps(collective, algbw, n), links, cut, True,
                      time.perf_counter() - start)
+    # Rule 0 and the floor of docs/exactness.md: the cut is the true one, or the bound is refused.
+    certify_rate(topo, min(ag.rate_gbps, rs.rate_gbps), links, f"{collective} bound")
     return Bound(Status.OPTIMAL, f"exact cut bound: {algbw:.6g} GB/s", collective, topo.name, n, rate, algbw,
                  busbw_GBps(collective, algbw, n), links, cut, True, time.perf_counter() - start)

@@ -68,7 +68,11 @@ def allgather_rate_gbps(topo: Topology) -> CutRate:
         raise SolverError(f"the AllGather rate needs at least 2 GPUs; topology {topo.name!r} has {n}")
     live = topo.live_links
     caps = [topo.exact_capacity(*lk.key) for lk in live]
-    scale = math.lcm(*(c.denominator for c in caps))
+    # Integer capacities in units of their rational gcd: at most the grid's units (capacity.py), so
+    # a fabric of huge capacities on a coarse grid (10^k Gbit/s steps) stays inside int64.
+    lcm = math.lcm(*(c.denominator for c in caps))
+    gcd = math.gcd(*(int(c * lcm) for c in caps))
+    scale = Fraction(lcm, gcd)
     int_caps = [int(c * scale) for c in caps]
 
     # Two obvious cuts give the starting ratio: a GPU alone, or everything but one GPU.

@@ -24,6 +24,7 @@ from synth.alltoallv_schedule import check_demand
 from synth.errors import ScheduleError, SolverError
 from synth.result import Status
 from synth.solvers import lp_backend
+from synth.topologies.capacity import refuse_adjusted
 from synth.topologies.model import Topology
 
 __all__ = ["alltoallv_compact_time_s"]
@@ -31,6 +32,7 @@ __all__ = ["alltoallv_compact_time_s"]
 
 def alltoallv_compact_time_s(topology: Topology, demand: Any, *, solver: str = "highs") -> float:
     """Minimum bandwidth-term completion time (s) of an AllToAllv of ``demand`` bytes on ``topology``."""
+    refuse_adjusted(topology, "AllToAllv")
     try:
         d = np.array(check_demand(demand, topology.nranks), dtype=np.float64)
     except ScheduleError as exc:

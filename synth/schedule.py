@@ -227,7 +227,7 @@ class Schedule:
         """Per used link, the unused fraction of capacity at the bottleneck rate ``x_min``."""
         expect_type(topo, Topology, "topo", ScheduleError)
         loads = self.link_loads()
-        caps = {key: topo.link(*key).GBps for key in loads}
+        caps = {key: float(topo.exact_capacity(*key)) / 8 for key in loads}  # effective (capacity.py)
         x_min = min(caps[key] / n for key, n in loads.items())
         return {key: (caps[key] - n * x_min) / caps[key] for key, n in loads.items()}
 

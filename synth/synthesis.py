@@ -23,6 +23,7 @@ from synth.errors import ScheduleError, SolverError, TimeLimitError, expect_type
 from synth.result import Status, SynthResult, gap_pct
 from synth.schedule import Schedule
 from synth.routing import has_route_choice
+from synth.topologies.capacity import certify_synthesis
 from synth.topologies.communicator import communicator
 from synth.topologies.model import Link, Topology
 
@@ -140,18 +141,18 @@ def synthesize(  # type: ignore[misc]
     if routing not in ROUTINGS:
         raise SolverError(f"routing must be one of {', '.join(ROUTINGS)}, got {short_repr(routing)}")
     if routing == "routed" or (routing == "auto" and has_route_choice(topo)):
-        return _routed(collective, topo, chunks, warm_from, solver, time_limit_s)  # type: ignore[arg-type]
+        return _certified(topo, _routed(collective, topo, chunks, warm_from, solver, time_limit_s))  # type: ignore[arg-type]
     if collective == "alltoall":
         from synth.alltoall_cg import synthesize_alltoall
 
-        return synthesize_alltoall(
+        return _certified(topo, synthesize_alltoall(
             topo,
             nchunks=10 if chunks is None else chunks,
             max_steps=max_steps,
             solver=solver,
             time_limit_s=time_limit_s,
             warm_start=warm_from,
-        )
+        ))
     from synth import forestcoll_warm
 
     fn = {
@@ -165,7 +166,7 @@ def synthesize(  # type: ignore[misc]
     start = time.perf_counter()
     try:
         with solving(time_limit_s, f"{collective} on {topo.name}"):
-            return fn(topo, max_chunks=chunks, warm_start=warm_schedule)
+            return _certified(topo, fn(topo, max_chunks=chunks, warm_start=warm_schedule))
     except TimeLimitError as exc:
         # ForestColl builds its trees only after the exact optimum: the best schedule so far is the
         # warm start's, if it is still valid here; its gap is certified by a cut's upper bound.
@@ -179,6 +180,14 @@ def synthesize(  # type: ignore[misc]
         return SynthResult(Status.TIME_LIMIT, f"{exc}; kept the warm-start schedule, valid on {topo.name!r}: "
                            f"{algbw:.6g} GB/s, gap <= {gap:.3f}% vs a proven upper bound of {upper:.6g} GB/s",
                            sched, algbw, upper, gap, elapsed, True)
+
+
+def _certified(topo: Topology, result: SynthResult) -> SynthResult:
+    """``result`` once its optimum and schedule are certified on the true capacities (rule 0 and the
+    floor of docs/exactness.md, :func:`~synth.topologies.capacity.certify_synthesis`)."""
+    loaded = result.schedule.link_loads() if result.schedule is not None else {}
+    certify_synthesis(topo, result.optimal_algbw_GBps, result.status is not Status.TIME_LIMIT, loaded)
+    return result
 
 
 def _warm_fallback(collective: str, topo: Topology, warm: Schedule | None) -> tuple[Schedule, float, float] | None:

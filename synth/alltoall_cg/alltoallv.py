@@ -104,6 +104,10 @@ class AllToAllvBound:
 
 def _check_args(topology: object, nchunks: object, max_steps: object, solver: object, time_limit_s: object) -> None:
     check_cg_args("synthesize_alltoallv", "AllToAllv", topology, nchunks, max_steps, solver, time_limit_s)
+    from synth.topologies.capacity import refuse_adjusted
+
+    # Rule 0 and the floor (docs/exactness.md) are not proven for a demand matrix: refuse such fabrics.
+    refuse_adjusted(cast(Topology, topology), "AllToAllv")
 
 
 def _demand_array(topology: Topology, demand: Any) -> FloatArray:

@@ -26,6 +26,7 @@ from synth.result import SynthResult
 from synth.routed.alltoall import RoutedAllToAllWarm, routed_alltoall_lp, synthesize_routed_alltoall
 from synth.routed.trees import DEFAULT_MAX_CHUNKS, synthesize_routed_trees
 from synth.schedule import Schedule
+from synth.topologies.capacity import refuse_adjusted
 from synth.topologies.model import Topology
 
 __all__ = [
@@ -52,6 +53,9 @@ def synthesize_routed(
     if collective == "alltoall":
         return synthesize_routed_alltoall(topo, nchunks=10 if chunks is None else chunks, solver=solver,
                                           time_limit_s=time_limit_s, warm_start=warm_from)
+    # Rule 0 (docs/exactness.md) is proven for routed AllToAll, not for routed trees (a tree's routes
+    # may cross one link N - 1 times).
+    refuse_adjusted(topo, f"routed {collective}", lifted=False)
     warm = warm_from.schedule if isinstance(warm_from, SynthResult) else warm_from
     if warm is not None and not isinstance(warm, Schedule):
         raise SolverError(f"warm_start must be a Schedule or a SynthResult, got {type(warm).__name__}")
@@ -67,6 +71,7 @@ def routed_bound(collective: str, topo: Topology, *, solver: str = "highs") -> f
     if collective == "alltoall":
         cg, sol, _ = routed_alltoall_lp(topo, solver=solver)
         return topo.nranks * cg.scale / float(sol.objective)
+    refuse_adjusted(topo, f"the routed {collective} bound", lifted=False)
     lg = Logical.build(topo)
     lg.check_connected(topo.name)
     total_T = 0.0  # noqa: N806
