@@ -35,6 +35,15 @@ import numpy.typing as npt
 
 from synth.alltoall_cg._args import check_cg_args
 from synth.alltoall_cg._cg import CgRun, ColumnGeneration
+from synth.alltoall_cg._chunks import (
+    DEFAULT_NCHUNKS,
+    MAX_AUTO_NCHUNKS,
+    ROUNDING_BUDGET_S,
+    TARGET_LOSS,
+    BlockPaths,
+    binding_note,
+    choose_chunks,
+)
 from synth.alltoall_cg._expanded import Network, hop_diameter
 from synth.alltoall_cg._repair import RoundedState, repair
 from synth.alltoall_cg._rounding import (
@@ -184,10 +193,56 @@ def _t_of(cg: ColumnGeneration, measured: Measured) -> float:
     return math.inf if measured is None else cg.net.n_gpus / measured[0]
 
 
+def chunk_cap(n_gpus: int, nchunks: int | None, max_nchunks: int | None) -> tuple[int, int, str]:
+    """(first K, largest K, the name of that limit) of the chunk choice: a given ``nchunks`` is
+    used as is; else 10 first, up to ``max_nchunks`` (default 64) and the MSCCL executor's
+    ``N·K ≤ 32768`` chunk cap.
+
+    >>> chunk_cap(1024, None, None)
+    (10, 32, 'chunk cap N·K <= 32768 (K <= 32 at N = 1024)')
+    >>> chunk_cap(16, 7, None)
+    (7, 7, 'nchunks=7')
+    """
+    if nchunks is not None:
+        return nchunks, nchunks, f"nchunks={nchunks}"
+    xml_cap = max(1, 32768 // max(1, n_gpus))
+    want = MAX_AUTO_NCHUNKS if max_nchunks is None else max_nchunks
+    first = min(DEFAULT_NCHUNKS, want, xml_cap)
+    if xml_cap < want:
+        return first, xml_cap, f"chunk cap N·K <= 32768 (K <= {xml_cap} at N = {n_gpus})"
+    return first, want, f"max_nchunks={want}"
+
+
+def _choose(topology: Topology, cg: ColumnGeneration, pids: np.ndarray, y: np.ndarray, first: int,
+            cap: tuple[int, str], dive: DiveResult, measured: Measured, lp_algbw: float,
+            budget_s: float) -> tuple[DiveResult, Measured, int, dict[str, Any]]:
+    """The K-search of :mod:`synth.alltoall_cg._chunks` when the rounding at ``first`` chunks is not
+    exact: its pick where it measures better than ``dive``, with the figures for ``stats``."""
+    loss = 1.0 - measured[0] / lp_algbw if measured is not None else math.inf
+    info: dict[str, Any] = {"binding_limit": None, "rounding_tried": []}
+    if loss <= 1e-9 or len(pids) == 0:
+        return dive, measured, first, info
+    starts, links = cg.paths.link_csr(pids)
+    bp = BlockPaths(cg.paths.src[pids] * cg.net.n_gpus + cg.paths.dst[pids], starts, links, cg.net.caps_GBps,
+                    y / first)
+    pick = choose_chunks(bp, first, cap[0], budget_s=budget_s, first_loss=loss, cap_name=cap[1])
+    info["rounding_tried"] = [list(t) for t in pick.tried]
+    keep = pick.chunks > 0
+    cand = DiveResult(pids[keep], pick.chunks[keep], 0, 0, 0, 0, False)
+    m = _measure(topology, cg, cand, pick.nchunks)
+    if m is not None and m[0] > (measured[0] if measured is not None else 0.0) * (1 + 1e-12):
+        dive, measured, first, loss = cand, m, pick.nchunks, 1.0 - m[0] / lp_algbw
+    if loss > TARGET_LOSS:
+        info["binding_limit"] = pick.binding or cap[1]
+    return dive, measured, first, info
+
+
 def synthesize_alltoall(
     topology: Topology,
     *,
-    nchunks: int = 10,
+    nchunks: int | None = None,
+    max_nchunks: int | None = None,
+    rounding_budget_s: float = ROUNDING_BUDGET_S,
     max_steps: int | None = None,
     solver: str = "highs",
     time_limit_s: float | None = None,
@@ -201,7 +256,16 @@ def synthesize_alltoall(
     topology
         Any topology whose GPUs all reach each other over live links.
     nchunks
-        Chunks per (source, destination) block, K ≥ 1 (MSCCL wants ≤ 10).
+        Chunks per (source, destination) block, K ≥ 1, used as given. ``None`` (default) chooses
+        K: 10 when that rounds within 0.1 % of the LP optimum, else the smallest K up to
+        ``max_nchunks`` that does (:mod:`synth.alltoall_cg._chunks`: exact K from the LP's
+        denominators, largest remainder, a MIP over the LP's paths).
+    max_nchunks
+        Largest K of that choice (default 64, and never above the MSCCL executor's
+        ``N·K ≤ 32768``).
+    rounding_budget_s
+        Wall-clock seconds the K search may take (default 3); the loss stays certified against
+        the LP optimum when it ends first.
     max_steps
         Step bound m: at most m GPU-to-GPU hops per path. ``None`` sweeps m upward from the hop
         diameter and keeps the first m whose LP optimum equals the unbounded one.
@@ -247,7 +311,13 @@ def synthesize_alltoall(
     ----------
     MCCL §4.2 (column generation, time-expanded pricing).
     """
-    _validate_args(topology, nchunks, max_steps, solver, time_limit_s, warm_start)
+    _validate_args(topology, 1 if nchunks is None else nchunks, max_steps, solver, time_limit_s, warm_start)
+    if max_nchunks is not None:
+        check_cg_args("synthesize_alltoall", "AllToAll", topology, max_nchunks, max_steps, solver, time_limit_s)
+    if isinstance(rounding_budget_s, bool) or not isinstance(rounding_budget_s, (int, float)) \
+            or not math.isfinite(rounding_budget_s) or rounding_budget_s < 0:
+        raise SolverError(f"rounding_budget_s must be a finite number of seconds >= 0, got {rounding_budget_s!r}")
+    first, cap_k, cap_name = chunk_cap(topology.nranks, nchunks, max_nchunks)
     start = time.perf_counter()
     deadline = None if time_limit_s is None else start + float(time_limit_s)
     net = Network.from_topology(topology)
@@ -262,7 +332,8 @@ def synthesize_alltoall(
         )
     steps = max_steps if max_steps is not None else diameter
     if local_repair and isinstance(state, WarmState) and state.rounded is not None and state.fits(net) \
-            and state.rounded.nchunks == nchunks and diameter <= state.steps \
+            and (state.rounded.nchunks == nchunks or nchunks is None and state.rounded.nchunks <= cap_k) \
+            and diameter <= state.steps \
             and (max_steps is None or max_steps == state.steps):
         repaired = _try_repair(topology, net, state, solver, max_steps is None, deadline, diameter, start)
         if repaired is not None:
@@ -280,8 +351,12 @@ def synthesize_alltoall(
              cg.steps)
 
     t0 = time.perf_counter()
-    pids, y = disaggregate(cg, run.lam, nchunks)
-    dive, measured = _round(topology, cg, pids, y, nchunks, run.t_lp, deadline if run.converged else start)
+    pids, y = disaggregate(cg, run.lam, first)
+    dive, measured = _round(topology, cg, pids, y, first, run.t_lp, deadline if run.converged else start)
+    budget = rounding_budget_s if deadline is None else min(rounding_budget_s, deadline - time.perf_counter())
+    dive, measured, nchunks, chunk_info = _choose(topology, cg, pids, y, first, (cap_k, cap_name), dive, measured,
+                                                  lp_algbw, budget) if run.converged else (dive, measured, first,
+                                                                                            {"binding_limit": None})
     t_round = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -336,10 +411,13 @@ def synthesize_alltoall(
         "pricing_time_s": run.pricing_time_s,
         "rounding_time_s": t_round,
         "schedule_time_s": t_sched,
+        "nchunks": nchunks,
+        **chunk_info,
     }
     if run.converged:
         message = (f"LP optimal after {run.iterations} CG iterations ({len(cg.trees)} trees, {cg.steps} steps); "
-                   f"rounded to {nchunks} chunks, gap {100 * gap:.3f}% ({solver} {run.native})")
+                   f"rounded to {nchunks} chunks, gap {100 * gap:.3f}% ({solver} {run.native})"
+                   + binding_note(chunk_info["binding_limit"]))
     else:
         message = (f"time limit after {elapsed:.1f} s, gap {100 * gap:.2f}% vs proven bound "
                    f"{bound_algbw:.6g} GB/s ({solver} {run.native})")
