@@ -91,7 +91,7 @@ def result_json(collective: str, topo_name: str, nranks: int, result: SynthResul
         "gap_pct": result.gap_pct,
     }
     doc["routing"] = result.stats.get("routing", "free")
-    for key in ("free_optimal_algbw_GBps", "routed_optimal_algbw_GBps", "routing_gap_pct"):
+    for key in ("free_optimal_algbw_GBps", "routed_optimal_algbw_GBps", "routing_gap_pct", "binding_limit"):
         if key in result.stats:
             doc[key] = result.stats[key]
     if collective == "alltoall":
@@ -238,7 +238,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         c = csub.add_parser(collective, help=f"synthesize {collective}", description=f"Synthesize {collective}.")
         add_topology_args(c)
         if collective == "alltoall":
-            c.add_argument("--chunks", type=int, default=10, metavar="C", help="chunks per (source, destination) block (default 10)")
+            c.add_argument("--chunks", type=int, default=None, metavar="C",
+                           help="chunks per (source, destination) block, used as given (default: 10, or the "
+                           "smallest of up to 64 that rounds within 0.1%% of the optimum; docs/exactness.md)")
             c.add_argument("--max-steps", type=int, default=None, metavar="S", help="time-expanded DAG depth (default: smallest that keeps the optimum)")
             c.add_argument("--solver", choices=("highs", "ortools"), default="highs", help="LP backend (default highs)")
         else:

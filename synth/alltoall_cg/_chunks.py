@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = ["DEFAULT_NCHUNKS", "LADDER", "MAX_AUTO_NCHUNKS", "ROUNDING_BUDGET_S", "TARGET_LOSS", "BlockPaths",
-           "Pick", "binding_note", "choose_chunks", "exact_nchunks", "mip_round", "remainder_round"]
+           "Pick", "binding_note", "check_rounding_args", "choose_chunks", "chunk_cap", "exact_nchunks", "mip_round", "remainder_round"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -103,6 +103,43 @@ class Pick:
     tried: tuple[tuple[int, float, str], ...]
 
 
+def chunk_cap(n_gpus: int, nchunks: int | None, max_nchunks: int | None) -> tuple[int, int, str]:
+    """(first K, largest K, the name of that limit) of the chunk choice: a given ``nchunks`` is
+    used as is; else 10 first, up to ``max_nchunks`` (default 64) and the MSCCL executor's
+    ``N·K ≤ 32768`` chunk cap.
+
+    >>> chunk_cap(1024, None, None)
+    (10, 32, 'chunk cap N·K <= 32768 (K <= 32 at N = 1024)')
+    >>> chunk_cap(16, 7, None)
+    (7, 7, 'nchunks=7')
+    """
+    if nchunks is not None:
+        return nchunks, nchunks, f"nchunks={nchunks}"
+    xml_cap = max(1, 32768 // max(1, n_gpus))
+    want = MAX_AUTO_NCHUNKS if max_nchunks is None else max_nchunks
+    first = min(DEFAULT_NCHUNKS, want, xml_cap)
+    if xml_cap < want:
+        return first, xml_cap, f"chunk cap N·K <= 32768 (K <= {xml_cap} at N = {n_gpus})"
+    return first, want, f"max_nchunks={want}"
+
+
+def check_rounding_args(max_nchunks: object, rounding_budget_s: object) -> None:
+    """Raise :class:`~synth.errors.SolverError` naming a bad ``max_nchunks`` or ``rounding_budget_s``.
+
+    >>> check_rounding_args(0, 1.0)
+    Traceback (most recent call last):
+    synth.errors.SolverError: max_nchunks must be None or an integer >= 1, got 0
+    """
+    from synth.errors import SolverError
+
+    if max_nchunks is not None and (isinstance(max_nchunks, bool) or not isinstance(max_nchunks, int)
+                                    or max_nchunks < 1):
+        raise SolverError(f"max_nchunks must be None or an integer >= 1, got {max_nchunks!r}")
+    if isinstance(rounding_budget_s, bool) or not isinstance(rounding_budget_s, (int, float)) \
+            or not math.isfinite(rounding_budget_s) or rounding_budget_s < 0:
+        raise SolverError(f"rounding_budget_s must be a finite number of seconds >= 0, got {rounding_budget_s!r}")
+
+
 def binding_note(limit: str | None) -> str:
     """The message suffix naming the limit that keeps a rounding above :data:`TARGET_LOSS`.
 
@@ -137,8 +174,8 @@ def remainder_round(block: IntArray, share: FloatArray, nchunks: int) -> IntArra
 
 
 def exact_nchunks(share: FloatArray, cap: int, at_least: int = 1) -> int | None:
-    """The smallest K ≥ ``at_least`` (or the least common denominator D when that multiple is above
-    ``cap``) that makes every ``K·share`` integral, or None when no D ≤ ``cap`` does.
+    """The smallest K in ``[at_least, cap]`` that makes every ``K·share`` integral (a multiple of
+    their least common denominator), or None when there is none.
 
     >>> exact_nchunks(np.array([1 / 3, 2 / 3, 0.5]), 64, 10)
     12
@@ -154,7 +191,7 @@ def exact_nchunks(share: FloatArray, cap: int, at_least: int = 1) -> int | None:
         if d > cap:
             return None
     k = d * max(1, -(-at_least // d))
-    return k if k <= cap else d
+    return k if k <= cap else None
 
 
 def mip_round(bp: BlockPaths, nchunks: int, budget_s: float, seed: IntArray | None = None,

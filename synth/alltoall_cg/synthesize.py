@@ -36,13 +36,13 @@ import numpy.typing as npt
 from synth.alltoall_cg._args import check_cg_args
 from synth.alltoall_cg._cg import CgRun, ColumnGeneration
 from synth.alltoall_cg._chunks import (
-    DEFAULT_NCHUNKS,
-    MAX_AUTO_NCHUNKS,
     ROUNDING_BUDGET_S,
     TARGET_LOSS,
     BlockPaths,
     binding_note,
+    check_rounding_args,
     choose_chunks,
+    chunk_cap,
 )
 from synth.alltoall_cg._expanded import Network, hop_diameter
 from synth.alltoall_cg._repair import RoundedState, repair
@@ -193,26 +193,6 @@ def _t_of(cg: ColumnGeneration, measured: Measured) -> float:
     return math.inf if measured is None else cg.net.n_gpus / measured[0]
 
 
-def chunk_cap(n_gpus: int, nchunks: int | None, max_nchunks: int | None) -> tuple[int, int, str]:
-    """(first K, largest K, the name of that limit) of the chunk choice: a given ``nchunks`` is
-    used as is; else 10 first, up to ``max_nchunks`` (default 64) and the MSCCL executor's
-    ``N·K ≤ 32768`` chunk cap.
-
-    >>> chunk_cap(1024, None, None)
-    (10, 32, 'chunk cap N·K <= 32768 (K <= 32 at N = 1024)')
-    >>> chunk_cap(16, 7, None)
-    (7, 7, 'nchunks=7')
-    """
-    if nchunks is not None:
-        return nchunks, nchunks, f"nchunks={nchunks}"
-    xml_cap = max(1, 32768 // max(1, n_gpus))
-    want = MAX_AUTO_NCHUNKS if max_nchunks is None else max_nchunks
-    first = min(DEFAULT_NCHUNKS, want, xml_cap)
-    if xml_cap < want:
-        return first, xml_cap, f"chunk cap N·K <= 32768 (K <= {xml_cap} at N = {n_gpus})"
-    return first, want, f"max_nchunks={want}"
-
-
 def _choose(topology: Topology, cg: ColumnGeneration, pids: np.ndarray, y: np.ndarray, first: int,
             cap: tuple[int, str], dive: DiveResult, measured: Measured, lp_algbw: float,
             budget_s: float) -> tuple[DiveResult, Measured, int, dict[str, Any]]:
@@ -240,7 +220,7 @@ def _choose(topology: Topology, cg: ColumnGeneration, pids: np.ndarray, y: np.nd
 def synthesize_alltoall(
     topology: Topology,
     *,
-    nchunks: int | None = None,
+    nchunks: int | None = 10,
     max_nchunks: int | None = None,
     rounding_budget_s: float = ROUNDING_BUDGET_S,
     max_steps: int | None = None,
@@ -256,8 +236,10 @@ def synthesize_alltoall(
     topology
         Any topology whose GPUs all reach each other over live links.
     nchunks
-        Chunks per (source, destination) block, K ≥ 1, used as given. ``None`` (default) chooses
-        K: 10 when that rounds within 0.1 % of the LP optimum, else the smallest K up to
+        Chunks per (source, destination) block, K ≥ 1, used as given (default 10; a HiGHS MIP over
+        the LP's paths improves a rounding that loses more than 0.1 %). ``None`` (the default of
+        :func:`synth.synthesize`) chooses K: 10 when that rounds within 0.1 % of the LP optimum,
+        else the smallest K up to
         ``max_nchunks`` that does (:mod:`synth.alltoall_cg._chunks`: exact K from the LP's
         denominators, largest remainder, a MIP over the LP's paths).
     max_nchunks
@@ -312,11 +294,7 @@ def synthesize_alltoall(
     MCCL §4.2 (column generation, time-expanded pricing).
     """
     _validate_args(topology, 1 if nchunks is None else nchunks, max_steps, solver, time_limit_s, warm_start)
-    if max_nchunks is not None:
-        check_cg_args("synthesize_alltoall", "AllToAll", topology, max_nchunks, max_steps, solver, time_limit_s)
-    if isinstance(rounding_budget_s, bool) or not isinstance(rounding_budget_s, (int, float)) \
-            or not math.isfinite(rounding_budget_s) or rounding_budget_s < 0:
-        raise SolverError(f"rounding_budget_s must be a finite number of seconds >= 0, got {rounding_budget_s!r}")
+    check_rounding_args(max_nchunks, rounding_budget_s)
     first, cap_k, cap_name = chunk_cap(topology.nranks, nchunks, max_nchunks)
     start = time.perf_counter()
     deadline = None if time_limit_s is None else start + float(time_limit_s)
