@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Callable
 
 from loopcoll._common import (
     add_topology_args,
@@ -196,6 +197,9 @@ def _export_fitting(
         write_out(result.schedule)
         return result, None
     except RuntimeLimitError as exc:
+        if args.collective == "alltoall" and args.chunks is None and result.schedule.nchunks > 10:
+            # The automatic chunk choice went above 10 per block: fall back to 10, as before it.
+            return _alltoall_at_10(args, topo, warm, result.schedule.nchunks, exc, write_out)
         if args.collective == "alltoall" or args.chunks is not None:
             raise
         first = exc
@@ -222,6 +226,20 @@ def _export_fitting(
                 f"chunks exceed {target}'s limits")
         return capped, (cap, note)
     raise RuntimeLimitError(f"{first} (even with 1 chunk per source)")
+
+
+def _alltoall_at_10(args: argparse.Namespace, topo: Topology, warm: Schedule | None, chosen: int,
+                    exc: RuntimeLimitError, write_out: Callable[[Schedule], None]) -> tuple[SynthResult,
+                                                                                            tuple[int, str]]:
+    """AllToAll re-synthesized with 10 chunks per block when the chosen K's XML is over the limits."""
+    logging.getLogger("synth.cli").warning("%s; re-synthesizing with 10 chunks per block", exc)
+    capped = synthesize("alltoall", topo, chunks=10, warm_from=warm, routing=args.routing)
+    if capped.schedule is None:
+        raise ScheduleError(f"alltoall on {topo.name} with 10 chunks per block: no schedule "
+                            f"({capped.status.value}: {capped.message})")
+    write_out(capped.schedule)
+    target = "MSCCL++" if getattr(args, "format", "xml") == "mscclpp" else args.runtime
+    return capped, (10, f"re-synthesized with 10 chunks per block: the chosen {chosen} exceed {target}'s limits")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
