@@ -257,8 +257,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         add_topology_args(c)
         if collective == "alltoall":
             c.add_argument("--chunks", type=int, default=None, metavar="C",
-                           help="chunks per (source, destination) block, used as given (default: 10, or the "
-                           "smallest of up to 64 that rounds within 0.1%% of the optimum; docs/exactness.md)")
+                           help="chunks per (source, destination) block, used as given (default: 10, or another "
+                           "K up to 64 that rounds within 0.1%% of the optimum; docs/exactness.md)")
             c.add_argument("--max-steps", type=int, default=None, metavar="S", help="time-expanded DAG depth (default: smallest that keeps the optimum)")
             c.add_argument("--solver", choices=("highs", "ortools"), default="highs", help="LP backend (default highs)")
         else:

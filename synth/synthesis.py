@@ -85,7 +85,7 @@ def synthesize(  # type: ignore[misc]
     """Synthesize ``collective`` on ``topo`` with the matching synthesizer.
 
     ``chunks`` is ``max_chunks`` for the tree collectives and ``nchunks`` for AllToAll (default: 10,
-    or the smallest K up to 64 that rounds within 0.1 % of the optimum: docs/exactness.md; a given
+    or another K up to 64 that rounds within 0.1 % of the optimum: docs/exactness.md; a given
     K is used as is) and AllToAllv (default 16).
     ``warm_from`` is a previous :class:`SynthResult` (its in-memory warm state lets AllToAll take
     the certified local repair) or a :class:`Schedule` (e.g. read back from a file).

@@ -3,15 +3,16 @@
 An AllToAll schedule sends every (source, destination) block as K whole chunks over the paths of
 the LP's optimum (its *support*). Its time is ``T(x) = max_e Σ_{p∋e} x_p / (K·c_e)`` for integer
 chunks ``x_p`` (``Σ_{p∈block} x_p = K``); the LP's is the same with ``x_p = K·f_p``, ``f_p`` the
-LP's share of the block on path p. :func:`choose_chunks` looks for the smallest K (from the
-requested one up to a cap) whose rounding loses at most :data:`TARGET_LOSS` (0.1 %):
+LP's share of the block on path p. :func:`choose_chunks` looks for a small K (from the
+requested one up to a cap) whose rounding loses at most :data:`TARGET_LOSS` (0.1 %), trying:
 
 1. the caller's heuristic at the first K (largest remainder, dives, ...);
 2. *exact K*: the common denominator of the shares ``f_p`` (rational reconstruction); when it is
    at most the cap, ``x_p = K·f_p`` is integral and the LP's optimum is kept exactly;
-3. per K of :data:`LADDER`: largest remainder, then a small MIP over the support
-   (:func:`mip_round`, HiGHS: integer chunks per path, minimise T, seeded with the heuristic),
-   within a time budget shared by all K.
+3. per K of :func:`candidate_nchunks` (the first K, then those that leave the fewest paths with a
+   fractional ``K·f_p``): largest remainder, then a small MIP over the support (:func:`mip_round`,
+   HiGHS: integer chunks per path, minimise T, seeded with the heuristic), within a time budget
+   shared by all K.
 
 The loss is always certified against the LP optimum (a bound for every K and every rounding).
 When no K within the cap reaches the target, the best rounding is returned with the limit that
@@ -37,8 +38,8 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["DEFAULT_NCHUNKS", "LADDER", "MAX_AUTO_NCHUNKS", "ROUNDING_BUDGET_S", "TARGET_LOSS", "BlockPaths",
-           "Pick", "binding_note", "check_rounding_args", "choose_chunks", "chunk_cap", "exact_nchunks", "mip_round", "remainder_round"]
+__all__ = ["DEFAULT_NCHUNKS", "MAX_AUTO_NCHUNKS", "MAX_CANDIDATES", "MIP_MAX_NODES", "ROUNDING_BUDGET_S", "TARGET_LOSS", "BlockPaths",
+           "Pick", "binding_note", "candidate_nchunks", "check_rounding_args", "choose_chunks", "chunk_cap", "exact_nchunks", "mip_round", "remainder_round"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -52,8 +53,11 @@ DEFAULT_NCHUNKS = 10
 MAX_AUTO_NCHUNKS = 64
 #: Default wall-clock seconds of the K search (MIPs included), on top of the LP.
 ROUNDING_BUDGET_S = 3.0
-#: Chunk counts tried in order (those at or above the first K and within the cap).
-LADDER = (10, 12, 16, 20, 24, 30, 32, 36, 40, 48, 60, 64)
+#: Chunk counts tried after the first, at most (:func:`candidate_nchunks`).
+MAX_CANDIDATES = 16
+#: Branch-and-bound nodes per MIP: the MIP's work limit, so that the result does not depend on the
+#: machine's speed (the time budget is only a safety net).
+MIP_MAX_NODES = 200
 
 _FRACTION_TOL = 1e-7
 _MIP_SLACK = 2  # a path's chunks stay within this of K·f_p in the MIP
@@ -153,15 +157,14 @@ def binding_note(limit: str | None) -> str:
     return f"; not within {100 * TARGET_LOSS:g}% of the optimum: bound by {limit} (more chunks per block trade for gap)"
 
 
-def remainder_round(block: IntArray, share: FloatArray, nchunks: int) -> IntArray:
-    """Largest remainder per block: floors of ``nchunks·share``, then one more chunk on the paths
-    with the largest remainders until every block has ``nchunks``.
+def remainder_round(block: IntArray, y: FloatArray, nchunks: int, tol: float = 1e-6) -> IntArray:
+    """Largest remainder per block: floors of the flows ``y`` (chunk units), then one more chunk on
+    the paths with the largest remainders (ties: earlier paths) until every block has ``nchunks``.
 
-    >>> remainder_round(np.array([0, 0, 0]), np.array([0.5, 0.3, 0.2]), 4).tolist()
+    >>> remainder_round(np.array([0, 0, 0]), np.array([2.0, 1.2, 0.8]), 4).tolist()
     [2, 1, 1]
     """
-    y = nchunks * share
-    base = np.floor(y + 1e-9).astype(np.int64)
+    base = np.floor(y + tol).astype(np.int64)
     nblocks = int(block.max()) + 1 if len(block) else 0
     short = nchunks - np.bincount(block, weights=base, minlength=nblocks).round().astype(np.int64)
     order = np.lexsort((np.arange(len(block)), -(y - base), block))
@@ -197,8 +200,9 @@ def exact_nchunks(share: FloatArray, cap: int, at_least: int = 1) -> int | None:
 def mip_round(bp: BlockPaths, nchunks: int, budget_s: float, seed: IntArray | None = None,
               target: float = TARGET_LOSS) -> IntArray | None:
     """Integer chunks per support path minimising T at ``nchunks`` per block (HiGHS MIP), each path
-    within ±2 chunks of ``nchunks·share``; stops when within ``target/4`` of its own bound or after
-    ``budget_s``. None when HiGHS finds no solution in time.
+    within ±2 chunks of ``nchunks·share``; stops when within ``target/4`` of its own bound, after
+    :data:`MIP_MAX_NODES` branch-and-bound nodes (a deterministic limit) or, as a safety net, after
+    ``budget_s``. None when HiGHS finds no solution.
 
     >>> bp = BlockPaths(np.array([0, 0, 1, 1]), np.array([0, 1, 2, 3, 4]), np.array([0, 1, 0, 1]),
     ...                 np.array([1.0, 1.0]), np.array([0.5, 0.5, 0.5, 0.5]))
@@ -243,7 +247,7 @@ def mip_round(bp: BlockPaths, nchunks: int, budget_s: float, seed: IntArray | No
     lp.integrality_ = [highspy.HighsVarType.kInteger] * npaths + [highspy.HighsVarType.kContinuous]
     t_lp = bp.time(bp.share, 1) * bp.caps[used].max()
     h = quiet_highs(random_seed=0, time_limit=max(0.05, float(budget_s)), mip_rel_gap=0.0,
-                    mip_abs_gap=target / 4 * t_lp)
+                    mip_abs_gap=target / 4 * t_lp, mip_max_nodes=MIP_MAX_NODES)
     h.passModel(lp)
     if seed is not None and ((seed >= lo) & (seed <= hi)).all():
         sol = highspy.HighsSolution()
@@ -258,14 +262,25 @@ def mip_round(bp: BlockPaths, nchunks: int, budget_s: float, seed: IntArray | No
     return x if (per_block == nchunks).all() and (x >= 0).all() else None
 
 
-def _ladder(first: int, cap: int) -> list[int]:
-    return sorted({first, *(k for k in LADDER if first < k <= cap)})
+def candidate_nchunks(share: FloatArray, first: int, cap: int, limit: int = MAX_CANDIDATES) -> list[int]:
+    """``first``, then the ``limit`` K in ``(first, cap]`` that leave the fewest paths with a
+    fractional ``K·share`` (the K whose rounding has the least to fix; ties: smaller K), in
+    increasing order.
+
+    >>> candidate_nchunks(np.array([1 / 7, 6 / 7, 0.5, 0.5]), 10, 64, 3)
+    [10, 14, 28, 42]
+    """
+    scored = []
+    for k in range(first + 1, cap + 1):
+        y = k * share
+        scored.append((int(np.count_nonzero(np.abs(y - np.rint(y)) > _FRACTION_TOL)), k))
+    return [first, *sorted(k for _, k in sorted(scored)[:limit])]
 
 
 def choose_chunks(bp: BlockPaths, first: int, cap: int, *, budget_s: float = ROUNDING_BUDGET_S,
                   first_loss: float | None = None, target: float = TARGET_LOSS,
                   cap_name: str | None = None) -> Pick:
-    """The smallest K in ``[first, cap]`` (``first``, the exact K, then :data:`LADDER`) whose
+    """The first K in ``[first, cap]`` (``first``, the exact K, then :func:`candidate_nchunks`) whose
     rounding loses at most ``target`` (module docstring), else the best rounding found and the
     limit that bound it.
 
@@ -290,7 +305,7 @@ def choose_chunks(bp: BlockPaths, first: int, cap: int, *, budget_s: float = ROU
         loss, k, x = best[0]
         return Pick(k, x, loss, None if loss <= target else binding, tuple(tried))
 
-    x_first = remainder_round(bp.block, bp.share, first)
+    x_first = remainder_round(bp.block, first * bp.share, first)
     consider(first, x_first, "largest remainder")
     floor = min(best[0][0], math.inf if first_loss is None else first_loss)
     if floor <= 1e-12:
@@ -302,13 +317,13 @@ def choose_chunks(bp: BlockPaths, first: int, cap: int, *, budget_s: float = ROU
             return done(None)
     if floor <= target:
         return done(None)
-    for k in _ladder(first, cap):
-        x = remainder_round(bp.block, bp.share, k) if k != first else x_first
+    for k in candidate_nchunks(bp.share, first, cap):
+        x = remainder_round(bp.block, k * bp.share, k) if k != first else x_first
         if k != first and consider(k, x, "largest remainder"):
             return done(None)
         left = deadline - time.perf_counter()
         if left <= 0:
             return done(f"rounding time budget {budget_s:g} s")
-        if consider(k, mip_round(bp, k, min(left, max(0.25, budget_s / 4)), x, target), "mip"):
+        if consider(k, mip_round(bp, k, left, x, target), "mip"):
             return done(None)
     return done(cap_name or f"at most {cap} chunks per block")

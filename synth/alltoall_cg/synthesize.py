@@ -202,9 +202,15 @@ def _choose(topology: Topology, cg: ColumnGeneration, pids: np.ndarray, y: np.nd
     info: dict[str, Any] = {"binding_limit": None, "rounding_tried": []}
     if loss <= 1e-9 or len(pids) == 0:
         return dive, measured, first, info
+    # The pool's other paths of the same blocks join the LP's support at share 0: alternatives the
+    # MIP may give a few chunks (at most 4 per support path, the pool's first ones).
+    n = cg.net.n_gpus
+    block_of = cg.paths.src * n + cg.paths.dst
+    extra = np.setdiff1d(np.flatnonzero(np.isin(block_of, block_of[pids])), pids)[: 4 * len(pids)]
+    pids = np.r_[pids, extra].astype(np.int64)
+    y = np.r_[y, np.zeros(len(extra))]
     starts, links = cg.paths.link_csr(pids)
-    bp = BlockPaths(cg.paths.src[pids] * cg.net.n_gpus + cg.paths.dst[pids], starts, links, cg.net.caps_GBps,
-                    y / first)
+    bp = BlockPaths(block_of[pids], starts, links, cg.net.caps_GBps, y / first)
     pick = choose_chunks(bp, first, cap[0], budget_s=budget_s, first_loss=loss, cap_name=cap[1])
     info["rounding_tried"] = [list(t) for t in pick.tried]
     keep = pick.chunks > 0
@@ -239,9 +245,9 @@ def synthesize_alltoall(
         Chunks per (source, destination) block, K ≥ 1, used as given (default 10; a HiGHS MIP over
         the LP's paths improves a rounding that loses more than 0.1 %). ``None`` (the default of
         :func:`synth.synthesize`) chooses K: 10 when that rounds within 0.1 % of the LP optimum,
-        else the smallest K up to
-        ``max_nchunks`` that does (:mod:`synth.alltoall_cg._chunks`: exact K from the LP's
-        denominators, largest remainder, a MIP over the LP's paths).
+        else another K up to ``max_nchunks`` that does (:mod:`synth.alltoall_cg._chunks`: exact K
+        from the LP's denominators, largest remainder, a MIP over the LP's paths), else the best
+        found, with ``stats["binding_limit"]`` naming the limit.
     max_nchunks
         Largest K of that choice (default 64, and never above the MSCCL executor's
         ``N·K ≤ 32768``).
