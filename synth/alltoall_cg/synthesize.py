@@ -319,8 +319,11 @@ def synthesize_alltoall(
             and (state.rounded.nchunks == nchunks or nchunks is None and state.rounded.nchunks <= cap_k) \
             and diameter <= state.steps \
             and (max_steps is None or max_steps == state.steps):
-        repaired = _try_repair(topology, net, state, solver, max_steps is None, deadline, diameter, start)
-        if repaired is not None:
+        repaired = _try_repair(topology, net, state, solver, max_steps is None, deadline, diameter, start,
+                               cap_name)
+        # The repair keeps the previous K: with K to choose, a repair short of 0.1 % gives way to
+        # the full warm run and its chunk choice.
+        if repaired is not None and (nchunks is not None or repaired.stats["binding_limit"] is None):
             return repaired
     cg, mode, dropped, cache = _start(net, solver, steps, warm_start)
     warm = mode != "cold"
@@ -417,7 +420,7 @@ def _segment_cache(routes: RouteCache) -> RouteCache:
 
 
 def _try_repair(topology: Topology, net: Network, state: WarmState, solver: str, free_bound: bool,
-                deadline: float | None, diameter: int, start: float) -> SynthResult | None:
+                deadline: float | None, diameter: int, start: float, cap_name: str) -> SynthResult | None:
     """The certified local repair as a result, or None when it does not apply (see ``_repair``)."""
     assert state.rounded is not None
     n, nchunks = net.n_gpus, state.rounded.nchunks
@@ -443,9 +446,11 @@ def _try_repair(topology: Topology, net: Network, state: WarmState, solver: str,
         "cg_time_s": rep.lp_time_s + rep.pricing_time_s, "lp_time_s": rep.lp_time_s,
         "pricing_time_s": rep.pricing_time_s, "rounding_time_s": rep.rounding_time_s,
         "schedule_time_s": elapsed - rep.lp_time_s - rep.pricing_time_s - rep.rounding_time_s,
+        "nchunks": nchunks, "binding_limit": cap_name if gap > TARGET_LOSS else None, "rounding_tried": [],
     }
     message = (f"LP optimal by local repair of {rep.blocks} blocks ({rep.rounds} pricing rounds, certified by the "
-               f"{rep.certificate}); rounded to {nchunks} chunks, gap {100 * gap:.3f}% ({solver})")
+               f"{rep.certificate}); rounded to {nchunks} chunks, gap {100 * gap:.3f}% ({solver})"
+               + binding_note(stats["binding_limit"]))
     log.info("alltoall_cg: %s", message)
     new_state = WarmState(state.node_ids, state.link_keys, state.solver, state.steps, rep.paths, state.trees,
                           state.tree_loads, state.basis, state.routes, net.live.copy(), diameter, rep.rounded)

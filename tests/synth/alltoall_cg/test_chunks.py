@@ -24,7 +24,7 @@ from synth.errors import SolverError
 from synth.result import Status
 from synth.routed import synthesize_routed_alltoall
 from synth.routed.fabrics import mi250_like, random_fabric
-from synth.topologies import Topology
+from synth.topologies import Topology, load_topology
 
 from tests.strategies import switch_fabrics
 from tests.synth._judged import assert_judged
@@ -128,3 +128,12 @@ def test_mip_balances_blocks_that_largest_remainder_stacks() -> None:
                     np.array([1.0, 1.0]), np.full(4, 0.5))
     x = mip_round(bp, 3, 1.0)
     assert x is not None and bp.loss(x, 3) == 0.0
+
+
+def test_warm_repair_names_its_limit_or_gives_way_to_the_chunk_choice() -> None:
+    healthy, topo = load_topology("hpn:1x2x8"), load_topology("hpn:1x2x8", ["fail2"])
+    fixed = synthesize_alltoall(topo, nchunks=10, warm_start=synthesize_alltoall(healthy, nchunks=10))
+    assert fixed.stats["warm_mode"] == "repair" and fixed.gap_pct > 100 * TARGET_LOSS  # 0.195 % at 10 chunks
+    assert fixed.stats["binding_limit"] == "nchunks=10" and "nchunks=10" in fixed.message
+    chosen = synthesize_alltoall(topo, nchunks=None, warm_start=synthesize_alltoall(healthy, nchunks=None))
+    assert chosen.warm and chosen.gap_pct <= 100 * TARGET_LOSS, chosen.message
