@@ -38,7 +38,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["DEFAULT_NCHUNKS", "MAX_AUTO_NCHUNKS", "MAX_CANDIDATES", "MIP_MAX_NODES", "ROUNDING_BUDGET_S", "TARGET_LOSS", "BlockPaths",
+__all__ = ["DEFAULT_NCHUNKS", "MAX_AUTO_NCHUNKS", "MAX_CANDIDATES", "MIP_MAX_NODES", "MIP_MAX_PATHS", "ROUNDING_BUDGET_S", "TARGET_LOSS", "BlockPaths",
            "Pick", "binding_note", "candidate_nchunks", "check_rounding_args", "choose_chunks", "chunk_cap", "exact_nchunks", "mip_round", "remainder_round"]
 
 IntArray = npt.NDArray[np.int64]
@@ -57,7 +57,10 @@ ROUNDING_BUDGET_S = 3.0
 MAX_CANDIDATES = 16
 #: Branch-and-bound nodes per MIP: the MIP's work limit, so that the result does not depend on the
 #: machine's speed (the time budget is only a safety net).
-MIP_MAX_NODES = 200
+MIP_MAX_NODES = 20
+#: Largest support (paths) the MIP is built for; above it only the remainder roundings run (a
+#: 1024-GPU fabric has millions of paths: the model alone would take longer than the budget).
+MIP_MAX_PATHS = 20_000
 
 _FRACTION_TOL = 1e-7
 _MIP_SLACK = 2  # a path's chunks stay within this of K·f_p in the MIP
@@ -324,6 +327,8 @@ def choose_chunks(bp: BlockPaths, first: int, cap: int, *, budget_s: float = ROU
         left = deadline - time.perf_counter()
         if left <= 0:
             return done(f"rounding time budget {budget_s:g} s")
-        if consider(k, mip_round(bp, k, left, x, target), "mip"):
+        # A third of the budget per MIP at most, so that a slow one leaves time for other K.
+        if len(bp.block) <= MIP_MAX_PATHS and consider(k, mip_round(bp, k, min(left, budget_s / 3), x, target),
+                                                       "mip"):
             return done(None)
     return done(cap_name or f"at most {cap} chunks per block")

@@ -202,15 +202,9 @@ def _choose(topology: Topology, cg: ColumnGeneration, pids: np.ndarray, y: np.nd
     info: dict[str, Any] = {"binding_limit": None, "rounding_tried": []}
     if loss <= 1e-9 or len(pids) == 0:
         return dive, measured, first, info
-    # The pool's other paths of the same blocks join the LP's support at share 0: alternatives the
-    # MIP may give a few chunks (at most 4 per support path, the pool's first ones).
-    n = cg.net.n_gpus
-    block_of = cg.paths.src * n + cg.paths.dst
-    extra = np.setdiff1d(np.flatnonzero(np.isin(block_of, block_of[pids])), pids)[: 4 * len(pids)]
-    pids = np.r_[pids, extra].astype(np.int64)
-    y = np.r_[y, np.zeros(len(extra))]
     starts, links = cg.paths.link_csr(pids)
-    bp = BlockPaths(block_of[pids], starts, links, cg.net.caps_GBps, y / first)
+    bp = BlockPaths(cg.paths.src[pids] * cg.net.n_gpus + cg.paths.dst[pids], starts, links, cg.net.caps_GBps,
+                    y / first)
     pick = choose_chunks(bp, first, cap[0], budget_s=budget_s, first_loss=loss, cap_name=cap[1])
     info["rounding_tried"] = [list(t) for t in pick.tried]
     keep = pick.chunks > 0
@@ -437,6 +431,7 @@ def _try_repair(topology: Topology, net: Network, state: WarmState, solver: str,
     gap = gap_pct / 100.0
     elapsed = time.perf_counter() - start
     dive = rep.dive
+    binding = cap_name if gap > TARGET_LOSS else None
     stats = {
         "lp_algbw_GBps": lp_algbw, "lp_bound_algbw_GBps": lp_algbw, "gap": gap, "cg_iterations": rep.rounds,
         "lp_pivots": rep.pivots, "columns": len(state.trees), "paths": len(rep.paths), "max_steps": state.steps,
@@ -446,11 +441,11 @@ def _try_repair(topology: Topology, net: Network, state: WarmState, solver: str,
         "cg_time_s": rep.lp_time_s + rep.pricing_time_s, "lp_time_s": rep.lp_time_s,
         "pricing_time_s": rep.pricing_time_s, "rounding_time_s": rep.rounding_time_s,
         "schedule_time_s": elapsed - rep.lp_time_s - rep.pricing_time_s - rep.rounding_time_s,
-        "nchunks": nchunks, "binding_limit": cap_name if gap > TARGET_LOSS else None, "rounding_tried": [],
+        "nchunks": nchunks, "binding_limit": binding, "rounding_tried": [],
     }
     message = (f"LP optimal by local repair of {rep.blocks} blocks ({rep.rounds} pricing rounds, certified by the "
                f"{rep.certificate}); rounded to {nchunks} chunks, gap {100 * gap:.3f}% ({solver})"
-               + binding_note(stats["binding_limit"]))
+               + binding_note(binding))
     log.info("alltoall_cg: %s", message)
     new_state = WarmState(state.node_ids, state.link_keys, state.solver, state.steps, rep.paths, state.trees,
                           state.tree_loads, state.basis, state.routes, net.live.copy(), diameter, rep.rounded)
