@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Callable
 
 from loopcoll._common import (
     add_topology_args,
@@ -115,7 +116,7 @@ def result_json(collective: str, topo_name: str, nranks: int, result: SynthResul
         "gap_pct": result.gap_pct,
     }
     doc["routing"] = result.stats.get("routing", "free")
-    for key in ("free_optimal_algbw_GBps", "routed_optimal_algbw_GBps", "routing_gap_pct"):
+    for key in ("free_optimal_algbw_GBps", "routed_optimal_algbw_GBps", "routing_gap_pct", "binding_limit"):
         if key in result.stats:
             doc[key] = result.stats[key]
     if collective == "alltoall":
@@ -220,6 +221,9 @@ def _export_fitting(
         write_out(result.schedule)
         return result, None
     except RuntimeLimitError as exc:
+        if args.collective == "alltoall" and args.chunks is None and result.schedule.nchunks > 10:
+            # The automatic chunk choice went above 10 per block: fall back to 10, as before it.
+            return _alltoall_at_10(args, topo, warm, result.schedule.nchunks, exc, write_out)
         if args.collective == "alltoall" or args.chunks is not None:
             raise
         first = exc
@@ -248,6 +252,20 @@ def _export_fitting(
     raise RuntimeLimitError(f"{first} (even with 1 chunk per source)")
 
 
+def _alltoall_at_10(args: argparse.Namespace, topo: Topology, warm: Schedule | None, chosen: int,
+                    exc: RuntimeLimitError, write_out: Callable[[Schedule], None]) -> tuple[SynthResult,
+                                                                                            tuple[int, str]]:
+    """AllToAll re-synthesized with 10 chunks per block when the chosen K's XML is over the limits."""
+    logging.getLogger("synth.cli").warning("%s; re-synthesizing with 10 chunks per block", exc)
+    capped = synthesize("alltoall", topo, chunks=10, warm_from=warm, routing=args.routing)
+    if capped.schedule is None:
+        raise ScheduleError(f"alltoall on {topo.name} with 10 chunks per block: no schedule "
+                            f"({capped.status.value}: {capped.message})")
+    write_out(capped.schedule)
+    target = "MSCCL++" if getattr(args, "format", "xml") == "mscclpp" else args.runtime
+    return capped, (10, f"re-synthesized with 10 chunks per block: the chosen {chosen} exceed {target}'s limits")
+
+
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``synth`` with one sub-command per collective."""
     p = sub.add_parser(
@@ -262,7 +280,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         c = csub.add_parser(collective, help=f"synthesize {collective}", description=f"Synthesize {collective}.")
         add_topology_args(c)
         if collective == "alltoall":
-            c.add_argument("--chunks", type=int, default=10, metavar="C", help="chunks per (source, destination) block (default 10)")
+            c.add_argument("--chunks", type=int, default=None, metavar="C",
+                           help="chunks per (source, destination) block, used as given (default: 10, or another "
+                           "K up to 64 that rounds within 0.1%% of the optimum; docs/exactness.md)")
             c.add_argument("--max-steps", type=int, default=None, metavar="S", help="time-expanded DAG depth (default: smallest that keeps the optimum)")
             c.add_argument("--solver", choices=("highs", "ortools"), default="highs", help="LP backend (default highs)")
         else:

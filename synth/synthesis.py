@@ -85,8 +85,9 @@ def synthesize(  # type: ignore[misc]
 ) -> SynthResult | AllToAllvResult:
     """Synthesize ``collective`` on ``topo`` with the matching synthesizer.
 
-    ``chunks`` is ``max_chunks`` for the tree collectives and ``nchunks`` (default 10) for AllToAll
-    (16 for AllToAllv).
+    ``chunks`` is ``max_chunks`` for the tree collectives and ``nchunks`` for AllToAll (default: 10,
+    or another K up to 64 that rounds within 0.1 % of the optimum: docs/exactness.md; a given
+    K is used as is) and AllToAllv (default 16).
     ``warm_from`` is a previous :class:`SynthResult` (its in-memory warm state lets AllToAll take
     the certified local repair) or a :class:`Schedule` (e.g. read back from a file).
     ``time_limit_s`` bounds every synthesizer: AllToAll returns its best schedule with a certified
@@ -147,7 +148,7 @@ def synthesize(  # type: ignore[misc]
 
         return _certified(topo, synthesize_alltoall(
             topo,
-            nchunks=10 if chunks is None else chunks,
+            nchunks=chunks,
             max_steps=max_steps,
             solver=solver,
             time_limit_s=time_limit_s,

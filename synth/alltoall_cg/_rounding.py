@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from synth.alltoall_cg._cg import ColumnGeneration, tie_break
+from synth.alltoall_cg._chunks import remainder_round
 from synth.alltoall_cg._expanded import ExpandedGraph, Network
 from synth.alltoall_cg._pool import PathPool
 from synth.alltoall_cg._pricing import price_trees
@@ -121,17 +122,7 @@ def _commodity(cg: PathLp, pids: IntArray) -> IntArray:
 
 def largest_remainder(cg: PathLp, pids: IntArray, y: FloatArray, nchunks: int) -> DiveResult:
     """Per commodity, floors plus one more chunk on the paths with the largest remainders."""
-    k = _commodity(cg, pids)
-    base = np.floor(y + INT_TOL).astype(np.int64)
-    frac = y - base
-    short = nchunks - np.bincount(k, weights=base, minlength=cg.net.n_gpus**2).round().astype(np.int64)
-    order = np.lexsort((pids, -frac, k))  # per commodity, largest remainder first
-    ks = k[order]
-    first = np.r_[0, np.flatnonzero(np.diff(ks)) + 1]
-    rank = np.arange(len(ks)) - np.repeat(first, np.diff(np.r_[first, len(ks)]))
-    extra = (rank < short[ks]).astype(np.int64)
-    chunks = base.copy()
-    chunks[order] += extra
+    chunks = remainder_round(_commodity(cg, pids), y, nchunks, INT_TOL)
     keep = chunks > 0
     return DiveResult(pids[keep], chunks[keep], 0, 0, 0, 0, False)
 

@@ -35,6 +35,15 @@ import numpy.typing as npt
 
 from synth.alltoall_cg._args import check_cg_args
 from synth.alltoall_cg._cg import CgRun, ColumnGeneration
+from synth.alltoall_cg._chunks import (
+    ROUNDING_BUDGET_S,
+    TARGET_LOSS,
+    BlockPaths,
+    binding_note,
+    check_rounding_args,
+    choose_chunks,
+    chunk_cap,
+)
 from synth.alltoall_cg._expanded import Network, hop_diameter
 from synth.alltoall_cg._repair import RoundedState, repair
 from synth.alltoall_cg._rounding import (
@@ -184,10 +193,36 @@ def _t_of(cg: ColumnGeneration, measured: Measured) -> float:
     return math.inf if measured is None else cg.net.n_gpus / measured[0]
 
 
+def _choose(topology: Topology, cg: ColumnGeneration, pids: np.ndarray, y: np.ndarray, first: int,
+            cap: tuple[int, str], dive: DiveResult, measured: Measured, lp_algbw: float,
+            budget_s: float) -> tuple[DiveResult, Measured, int, dict[str, Any]]:
+    """The K-search of :mod:`synth.alltoall_cg._chunks` when the rounding at ``first`` chunks is not
+    exact: its pick where it measures better than ``dive``, with the figures for ``stats``."""
+    loss = 1.0 - measured[0] / lp_algbw if measured is not None else math.inf
+    info: dict[str, Any] = {"binding_limit": None, "rounding_tried": []}
+    if loss <= 1e-9 or len(pids) == 0:
+        return dive, measured, first, info
+    starts, links = cg.paths.link_csr(pids)
+    bp = BlockPaths(cg.paths.src[pids] * cg.net.n_gpus + cg.paths.dst[pids], starts, links, cg.net.caps_GBps,
+                    y / first)
+    pick = choose_chunks(bp, first, cap[0], budget_s=budget_s, first_loss=loss, cap_name=cap[1])
+    info["rounding_tried"] = [list(t) for t in pick.tried]
+    keep = pick.chunks > 0
+    cand = DiveResult(pids[keep], pick.chunks[keep], 0, 0, 0, 0, False)
+    m = _measure(topology, cg, cand, pick.nchunks)
+    if m is not None and m[0] > (measured[0] if measured is not None else 0.0) * (1 + 1e-12):
+        dive, measured, first, loss = cand, m, pick.nchunks, 1.0 - m[0] / lp_algbw
+    if loss > TARGET_LOSS:
+        info["binding_limit"] = pick.binding or cap[1]
+    return dive, measured, first, info
+
+
 def synthesize_alltoall(
     topology: Topology,
     *,
-    nchunks: int = 10,
+    nchunks: int | None = 10,
+    max_nchunks: int | None = None,
+    rounding_budget_s: float = ROUNDING_BUDGET_S,
     max_steps: int | None = None,
     solver: str = "highs",
     time_limit_s: float | None = None,
@@ -201,7 +236,18 @@ def synthesize_alltoall(
     topology
         Any topology whose GPUs all reach each other over live links.
     nchunks
-        Chunks per (source, destination) block, K ≥ 1 (MSCCL wants ≤ 10).
+        Chunks per (source, destination) block, K ≥ 1, used as given (default 10; a HiGHS MIP over
+        the LP's paths improves a rounding that loses more than 0.1 %). ``None`` (the default of
+        :func:`synth.synthesize`) chooses K: 10 when that rounds within 0.1 % of the LP optimum,
+        else another K up to ``max_nchunks`` that does (:mod:`synth.alltoall_cg._chunks`: exact K
+        from the LP's denominators, largest remainder, a MIP over the LP's paths), else the best
+        found, with ``stats["binding_limit"]`` naming the limit.
+    max_nchunks
+        Largest K of that choice (default 64, and never above the MSCCL executor's
+        ``N·K ≤ 32768``).
+    rounding_budget_s
+        Wall-clock seconds the K search may take (default 3); the loss stays certified against
+        the LP optimum when it ends first.
     max_steps
         Step bound m: at most m GPU-to-GPU hops per path. ``None`` sweeps m upward from the hop
         diameter and keeps the first m whose LP optimum equals the unbounded one.
@@ -247,7 +293,9 @@ def synthesize_alltoall(
     ----------
     MCCL §4.2 (column generation, time-expanded pricing).
     """
-    _validate_args(topology, nchunks, max_steps, solver, time_limit_s, warm_start)
+    _validate_args(topology, 1 if nchunks is None else nchunks, max_steps, solver, time_limit_s, warm_start)
+    check_rounding_args(max_nchunks, rounding_budget_s)
+    first, cap_k, cap_name = chunk_cap(topology.nranks, nchunks, max_nchunks)
     start = time.perf_counter()
     deadline = None if time_limit_s is None else start + float(time_limit_s)
     net = Network.from_topology(topology)
@@ -262,10 +310,14 @@ def synthesize_alltoall(
         )
     steps = max_steps if max_steps is not None else diameter
     if local_repair and isinstance(state, WarmState) and state.rounded is not None and state.fits(net) \
-            and state.rounded.nchunks == nchunks and diameter <= state.steps \
+            and (state.rounded.nchunks == nchunks or nchunks is None and state.rounded.nchunks <= cap_k) \
+            and diameter <= state.steps \
             and (max_steps is None or max_steps == state.steps):
-        repaired = _try_repair(topology, net, state, solver, max_steps is None, deadline, diameter, start)
-        if repaired is not None:
+        repaired = _try_repair(topology, net, state, solver, max_steps is None, deadline, diameter, start,
+                               cap_name)
+        # The repair keeps the previous K: with K to choose, a repair short of 0.1 % gives way to
+        # the full warm run and its chunk choice.
+        if repaired is not None and (nchunks is not None or repaired.stats["binding_limit"] is None):
             return repaired
     cg, mode, dropped, cache = _start(net, solver, steps, warm_start)
     warm = mode != "cold"
@@ -280,8 +332,12 @@ def synthesize_alltoall(
              cg.steps)
 
     t0 = time.perf_counter()
-    pids, y = disaggregate(cg, run.lam, nchunks)
-    dive, measured = _round(topology, cg, pids, y, nchunks, run.t_lp, deadline if run.converged else start)
+    pids, y = disaggregate(cg, run.lam, first)
+    dive, measured = _round(topology, cg, pids, y, first, run.t_lp, deadline if run.converged else start)
+    budget = rounding_budget_s if deadline is None else min(rounding_budget_s, deadline - time.perf_counter())
+    dive, measured, nchunks, chunk_info = _choose(topology, cg, pids, y, first, (cap_k, cap_name), dive, measured,
+                                                  lp_algbw, budget) if run.converged else (dive, measured, first,
+                                                                                            {"binding_limit": None})
     t_round = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -336,10 +392,13 @@ def synthesize_alltoall(
         "pricing_time_s": run.pricing_time_s,
         "rounding_time_s": t_round,
         "schedule_time_s": t_sched,
+        "nchunks": nchunks,
+        **chunk_info,
     }
     if run.converged:
         message = (f"LP optimal after {run.iterations} CG iterations ({len(cg.trees)} trees, {cg.steps} steps); "
-                   f"rounded to {nchunks} chunks, gap {100 * gap:.3f}% ({solver} {run.native})")
+                   f"rounded to {nchunks} chunks, gap {100 * gap:.3f}% ({solver} {run.native})"
+                   + binding_note(chunk_info["binding_limit"]))
     else:
         message = (f"time limit after {elapsed:.1f} s, gap {100 * gap:.2f}% vs proven bound "
                    f"{bound_algbw:.6g} GB/s ({solver} {run.native})")
@@ -355,7 +414,7 @@ def _segment_cache(routes: RouteCache) -> RouteCache:
 
 
 def _try_repair(topology: Topology, net: Network, state: WarmState, solver: str, free_bound: bool,
-                deadline: float | None, diameter: int, start: float) -> SynthResult | None:
+                deadline: float | None, diameter: int, start: float, cap_name: str) -> SynthResult | None:
     """The certified local repair as a result, or None when it does not apply (see ``_repair``)."""
     assert state.rounded is not None
     n, nchunks = net.n_gpus, state.rounded.nchunks
@@ -372,6 +431,7 @@ def _try_repair(topology: Topology, net: Network, state: WarmState, solver: str,
     gap = gap_pct / 100.0
     elapsed = time.perf_counter() - start
     dive = rep.dive
+    binding = cap_name if gap > TARGET_LOSS else None
     stats = {
         "lp_algbw_GBps": lp_algbw, "lp_bound_algbw_GBps": lp_algbw, "gap": gap, "cg_iterations": rep.rounds,
         "lp_pivots": rep.pivots, "columns": len(state.trees), "paths": len(rep.paths), "max_steps": state.steps,
@@ -381,9 +441,11 @@ def _try_repair(topology: Topology, net: Network, state: WarmState, solver: str,
         "cg_time_s": rep.lp_time_s + rep.pricing_time_s, "lp_time_s": rep.lp_time_s,
         "pricing_time_s": rep.pricing_time_s, "rounding_time_s": rep.rounding_time_s,
         "schedule_time_s": elapsed - rep.lp_time_s - rep.pricing_time_s - rep.rounding_time_s,
+        "nchunks": nchunks, "binding_limit": binding, "rounding_tried": [],
     }
     message = (f"LP optimal by local repair of {rep.blocks} blocks ({rep.rounds} pricing rounds, certified by the "
-               f"{rep.certificate}); rounded to {nchunks} chunks, gap {100 * gap:.3f}% ({solver})")
+               f"{rep.certificate}); rounded to {nchunks} chunks, gap {100 * gap:.3f}% ({solver})"
+               + binding_note(binding))
     log.info("alltoall_cg: %s", message)
     new_state = WarmState(state.node_ids, state.link_keys, state.solver, state.steps, rep.paths, state.trees,
                           state.tree_loads, state.basis, state.routes, net.live.copy(), diameter, rep.rounded)

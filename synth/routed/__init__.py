@@ -51,7 +51,7 @@ def synthesize_routed(
     """Routed synthesis of ``collective``; arguments as :func:`synth.synthesize` (AllToAll relay paths
     are priced on the logical graph without a step bound, so there is no ``max_steps``)."""
     if collective == "alltoall":
-        return synthesize_routed_alltoall(topo, nchunks=10 if chunks is None else chunks, solver=solver,
+        return synthesize_routed_alltoall(topo, nchunks=chunks, solver=solver,
                                           time_limit_s=time_limit_s, warm_start=warm_from)
     # Rule 0 (docs/exactness.md) is proven for routed AllToAll, not for routed trees (a tree's routes
     # may cross one link N - 1 times).

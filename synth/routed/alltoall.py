@@ -33,6 +33,15 @@ import numpy.typing as npt
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
+from synth.alltoall_cg._chunks import (
+    ROUNDING_BUDGET_S,
+    TARGET_LOSS,
+    BlockPaths,
+    binding_note,
+    check_rounding_args,
+    choose_chunks,
+    chunk_cap,
+)
 from synth.alltoall_cg._master import TreeMaster
 from synth.errors import ScheduleError, SolverError
 from synth.result import Status, SynthResult, gap_pct, judge
@@ -194,24 +203,54 @@ def routed_alltoall_lp(topology: Topology, *, solver: str = "highs", time_limit_
     return cg, sol, proven
 
 
-def _round(cg: _Cg, lam: FloatArray, nchunks: int) -> dict[tuple[int, int, tuple[int, ...]], int]:
-    """Chunks per (source, destination, path), ``nchunks`` per block (module docstring): each
-    pair's LP split over its paths, whole parts first, then one chunk at a time (pairs with the
-    largest leftover first) to the path whose links stay least utilised."""
-    lg = cg.lg
-    weight: dict[tuple[int, int], dict[tuple[int, ...], float]] = defaultdict(lambda: defaultdict(float))
+Weights = dict[tuple[int, int], dict[tuple[int, ...], float]]
+
+
+def _weights(cg: _Cg, lam: FloatArray) -> Weights:
+    """Every pair's LP flow per rank path."""
+    weight: Weights = defaultdict(lambda: defaultdict(float))
     for col, lo in zip(cg.pool, lam):
         if lo > 1e-12:
             for d, path in enumerate(col[1]):
                 if path:
                     weight[(col[0], d)][path] += float(lo)
-    live = lg.caps_GBps > 0
-    inv = np.where(live, 1.0 / np.where(live, lg.caps_GBps, 1.0), 0.0)
+    return weight
+
+
+def _path_links(lg: Logical) -> Any:
     inc = lg.incidence.tocsr()
 
     def links(path: tuple[int, ...]) -> IntArray:
         rows = [inc.indices[inc.indptr[i]:inc.indptr[i + 1]] for i in (lg.arc(u, v) for u, v in zip(path[:-1], path[1:]))]
         return np.concatenate(rows).astype(np.int64)
+
+    return links
+
+
+def _block_paths(cg: _Cg, weight: Weights) -> tuple[list[tuple[int, int, tuple[int, ...]]], BlockPaths]:
+    """The LP's support as :class:`~synth.alltoall_cg._chunks.BlockPaths` and its (s, d, path) keys."""
+    links = _path_links(cg.lg)
+    keys, block, share, parts = [], [], [], []
+    for (s, d), paths in sorted(weight.items()):
+        total = sum(paths.values())
+        for path, w in sorted(paths.items()):
+            keys.append((s, d, path))
+            block.append(s * cg.lg.n + d)
+            share.append(w / total)
+            parts.append(links(path))
+    starts = np.r_[0, np.cumsum([len(p) for p in parts])].astype(np.int64)
+    return keys, BlockPaths(np.array(block, dtype=np.int64), starts, np.concatenate(parts).astype(np.int64),
+                            cg.lg.caps_GBps, np.array(share))
+
+
+def _round(cg: _Cg, weight: Weights, nchunks: int) -> dict[tuple[int, int, tuple[int, ...]], int]:
+    """Chunks per (source, destination, path), ``nchunks`` per block (module docstring): each
+    pair's LP split over its paths, whole parts first, then one chunk at a time (pairs with the
+    largest leftover first) to the path whose links stay least utilised."""
+    lg = cg.lg
+    live = lg.caps_GBps > 0
+    inv = np.where(live, 1.0 / np.where(live, lg.caps_GBps, 1.0), 0.0)
+    links = _path_links(lg)
 
     counts: dict[tuple[int, int, tuple[int, ...]], int] = {}
     util = np.zeros(len(lg.caps_GBps))
@@ -253,41 +292,73 @@ def _schedule(cg: _Cg, counts: dict[tuple[int, int, tuple[int, ...]], int], nchu
     return Schedule("alltoall", lg.n, nchunks, tuple(routes))
 
 
+def _measured(topology: Topology, cg: _Cg, counts: dict[tuple[int, int, tuple[int, ...]], int],
+              nchunks: int) -> tuple[Schedule, float]:
+    """The schedule of ``counts``, re-checked on ``topology``, and its algbw."""
+    sched = _schedule(cg, counts, nchunks)
+    sched.validate(topology)
+    sched = sched.with_bottleneck(topology)
+    return sched, sched.algbw_GBps(topology)
+
+
 def synthesize_routed_alltoall(
     topology: Topology,
     *,
-    nchunks: int = 10,
+    nchunks: int | None = 10,
+    max_nchunks: int | None = None,
+    rounding_budget_s: float = ROUNDING_BUDGET_S,
     solver: str = "highs",
     time_limit_s: float | None = None,
     warm_start: Any = None,
 ) -> SynthResult:
     """AllToAll over routed hops (module docstring); ``warm_start`` as the ``warm_from`` of
-    :func:`synth.synthesize`. ``stats`` and status as :func:`synth.routed.trees.synthesize_routed_trees`."""
-    if isinstance(nchunks, bool) or not isinstance(nchunks, int) or nchunks < 1:
-        raise SolverError(f"nchunks must be an integer >= 1, got {nchunks!r}")
+    :func:`synth.synthesize`; ``nchunks``, ``max_nchunks`` and ``rounding_budget_s`` as in
+    :func:`synth.alltoall_cg.synthesize_alltoall` (K chosen within 0.1 % of the routed optimum where
+    the cap allows). ``stats`` and status as :func:`synth.routed.trees.synthesize_routed_trees`, plus
+    ``binding_limit`` (the limit that keeps the loss above 0.1 %, or None) and ``rounding_tried``."""
+    if nchunks is not None and (isinstance(nchunks, bool) or not isinstance(nchunks, int) or nchunks < 1):
+        raise SolverError(f"nchunks must be None or an integer >= 1, got {nchunks!r}")
+    check_rounding_args(max_nchunks, rounding_budget_s)
     start = time.perf_counter()
     cg, sol, proven = routed_alltoall_lp(topology, solver=solver, time_limit_s=time_limit_s, warm=warm_start)
     n = topology.nranks
     t_lp = time.perf_counter() - start
     lam = np.asarray(sol.col_values[1:], dtype=np.float64)
-    counts = _round(cg, lam, nchunks)
-    sched = _schedule(cg, counts, nchunks)
+    weight = _weights(cg, lam)
+    first, cap_k, cap_name = chunk_cap(n, nchunks, max_nchunks)
+    counts = _round(cg, weight, first)
     warm = warm_start is not None
     optimal = n * cg.scale / float(sol.objective)
     upper = n * cg.scale / cg.best_lower if cg.best_lower > 0 else float("inf")
     try:
-        sched.validate(topology)
+        sched, algbw = _measured(topology, cg, counts, first)
     except ScheduleError as exc:
         return SynthResult(Status.FAILED, f"re-check failed: {exc}", None, 0.0, optimal, 100.0,
                            time.perf_counter() - start, warm)
-    sched = sched.with_bottleneck(topology)
-    algbw = sched.algbw_GBps(topology)
+    nchunks, binding, tried = first, None, []
+    loss = 1.0 - algbw / optimal
+    if proven and loss > 1e-9:
+        budget = rounding_budget_s if time_limit_s is None else \
+            min(rounding_budget_s, start + time_limit_s - time.perf_counter())
+        keys, bp = _block_paths(cg, weight)
+        pick = choose_chunks(bp, first, cap_k, budget_s=budget, first_loss=loss, cap_name=cap_name)
+        tried = [list(t) for t in pick.tried]
+        picked = {key: int(c) for key, c in zip(keys, pick.chunks.tolist()) if c > 0}
+        try:
+            sched2, algbw2 = _measured(topology, cg, picked, pick.nchunks)
+        except ScheduleError:
+            algbw2 = 0.0
+        if algbw2 > algbw * (1 + 1e-12):
+            sched, algbw, nchunks, loss = sched2, algbw2, pick.nchunks, 1.0 - algbw2 / optimal
+        if loss > TARGET_LOSS:
+            binding = pick.binding or cap_name
     solve_s = time.perf_counter() - start
     stats: dict[str, Any] = {
         "routing": "routed", "routed_optimal_algbw_GBps": optimal if proven else upper,
         "routed_optimum_proven": proven, "routed_bound_algbw_GBps": upper,
         "lp_algbw_GBps": optimal, "lp_rounds": cg.rounds, "lp_columns": len(cg.pool),
         "seeded_columns": getattr(cg, "seeded", 0), "lp_s": t_lp, "nchunks": nchunks,
+        "binding_limit": binding, "rounding_tried": tried,
     }
     state = RoutedAllToAllWarm(n, tuple(cg.pool[i] for i in np.flatnonzero(lam > 1e-12)))
     meta = {"synthesizer": "routed-alltoall-cg", "solve_time_s": solve_s, "optimal_algbw_GBps": optimal,
@@ -302,5 +373,5 @@ def synthesize_routed_alltoall(
     status, gap = judge(algbw, optimal)
     stats["gap"] = gap / 100.0
     return SynthResult(status, f"routed LP optimum {optimal:.6g} GB/s rounded to {nchunks} chunks per block: "
-                       f"{algbw:.6g} GB/s ({gap:.3f}% gap), every hop on its pair's route", sched, algbw, optimal, gap,
+                       f"{algbw:.6g} GB/s ({gap:.3f}% gap), every hop on its pair's route{binding_note(binding)}", sched, algbw, optimal, gap,
                        solve_s, warm, stats, state)

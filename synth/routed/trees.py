@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from synth.alltoall_cg._chunks import ROUNDING_BUDGET_S, TARGET_LOSS, binding_note, chunk_cap
 from synth.errors import ScheduleError, SolverError
 from synth.result import Status, SynthResult, gap_pct, judge
 from synth.routed._logical import Logical
@@ -95,19 +96,41 @@ def _seeds(warm: Schedule | None, lg: Logical, kind: RouteKind) -> list[tuple[in
 
 
 def _best_k(graphs: Sequence[Logical], stars: Sequence[np.ndarray], k_max: int,
-            lp_T: float) -> tuple[int, list[np.ndarray], float]:  # noqa: N803
-    """The k in 1..k_max whose integral capacities have the smallest summed phase ratio per chunk
-    (the first such k; stops at a k that meets the LP optimum)."""
+            lp_T: float, *, k_min: int = 1, deadline: float | None = None,  # noqa: N803
+            stop_rtol: float = 1e-9) -> tuple[int, list[np.ndarray], float]:
+    """The k in k_min..k_max whose integral capacities have the smallest summed phase ratio per
+    chunk (the first such k; stops at a k within ``stop_rtol`` of the LP optimum, or after
+    ``deadline`` once one k is done)."""
     best: tuple[float, int, list[np.ndarray]] | None = None
-    for k in range(1, k_max + 1):
+    for k in range(k_min, k_max + 1):
         caps = [integral_capacities(g, star, k) for g, star in zip(graphs, stars)]
         per_unit = sum(_ratio(g, c) for g, c in zip(graphs, caps)) / k
         if best is None or per_unit < best[0] * (1 - 1e-12):
             best = (per_unit, k, caps)
-        if best[0] <= lp_T * (1 + 1e-9):
+        if best[0] <= lp_T * (1 + stop_rtol) or (deadline is not None and time.perf_counter() > deadline):
             break
     assert best is not None
     return best[1], best[2], best[0]
+
+
+def _more_chunks(graphs: Sequence[Logical], stars: Sequence[np.ndarray], n: int, lp_T: float,  # noqa: N803
+                 best: tuple[int, list[np.ndarray], float], budget_s: float) -> tuple[tuple[int, list[np.ndarray],
+                                                                                           float], str | None]:
+    """Without ``max_chunks``: k beyond :data:`DEFAULT_MAX_CHUNKS` (up to 64 and the MSCCL executor's
+    ``N·k ≤ 32768``) while the rounding is short of the optimum, within ``budget_s``; the pick and
+    the limit that bound it (None when within 0.1 %)."""
+    _, cap, cap_name = chunk_cap(n, None, None)
+    if best[2] <= lp_T * (1 + 1e-9):
+        return best, None
+    deadline = time.perf_counter() + budget_s
+    if cap > DEFAULT_MAX_CHUNKS and budget_s > 0:
+        more = _best_k(graphs, stars, cap, lp_T, k_min=DEFAULT_MAX_CHUNKS + 1, deadline=deadline)
+        if more[2] < best[2] * (1 - 1e-12):
+            best = more
+    if best[2] <= lp_T * (1 + TARGET_LOSS):
+        return best, None
+    limit = cap_name if "32768" in cap_name else f"at most {max(cap, DEFAULT_MAX_CHUNKS)} chunks per root"
+    return best, (f"rounding time budget {budget_s:g} s" if time.perf_counter() > deadline else limit)
 
 
 def synthesize_routed_trees(
@@ -148,7 +171,8 @@ def synthesize_routed_trees(
     lp_T = sum(c[1] for c in cuts)  # noqa: N806 - a relaxation's T: n / lp_T bounds the routed algbw
     proven = all(c[3] for c in cuts)
     k_max = max_chunks or DEFAULT_MAX_CHUNKS
-    k, caps, per_unit = _best_k(graphs, [c[0] for c in cuts], k_max, lp_T)
+    stars = [c[0] for c in cuts]
+    k, caps, per_unit = _best_k(graphs, stars, k_max, lp_T)
     cg_rounds: list[int] = []
     seeded = 0
     if per_unit > lp_T * (1 + 1e-9) and n <= CG_MAX_RANKS and (deadline is None or time.perf_counter() < deadline):
@@ -160,9 +184,16 @@ def synthesize_routed_trees(
             lps.append(solve_tree_lp(g, solver=solver, seeds=_seeds(warm_start, g, kind), time_limit_s=left))
         cg_rounds = [lp.rounds for lp in lps]
         seeded = sum(lp.seeded for lp in lps)
-        k2, caps2, per_unit2 = _best_k(graphs, [_g_star(g, lp) for g, lp in zip(graphs, lps)], k_max, lp_T)
+        stars2 = [_g_star(g, lp) for g, lp in zip(graphs, lps)]
+        k2, caps2, per_unit2 = _best_k(graphs, stars2, k_max, lp_T)
         if per_unit2 < per_unit * (1 - 1e-12):
-            k, caps, per_unit = k2, caps2, per_unit2
+            k, caps, per_unit, stars = k2, caps2, per_unit2, stars2
+    binding = None
+    if max_chunks is None and proven:
+        left = ROUNDING_BUDGET_S if deadline is None else min(ROUNDING_BUDGET_S, deadline - time.perf_counter())
+        (k, caps, per_unit), binding = _more_chunks(graphs, stars, n, lp_T, (k, caps, per_unit), max(0.0, left))
+    elif per_unit > lp_T * (1 + TARGET_LOSS):
+        binding = f"max_chunks={max_chunks}"
     bound_T = lp_T  # noqa: N806
     routes: list[Route] = []
     for g, (_, _, kind), cap in zip(graphs, phases, caps):
@@ -193,6 +224,7 @@ def synthesize_routed_trees(
         "lp_s": t_lp,
         "k": k,
         "trees": len(routes),
+        "binding_limit": binding,
     }
     meta = {"synthesizer": "routed-trees", "k": str(k), "solve_time_s": solve_s, "optimal_algbw_GBps": optimal,
             "routing": "routed", **communicator_meta(topology)}
@@ -207,4 +239,4 @@ def synthesize_routed_trees(
     how = "routed optimum" if status is Status.OPTIMAL else \
         f"routed optimum {optimal:.6g} GB/s rounded to k={k} ({gap:.3f}% gap)"
     return SynthResult(status, f"{how}: {algbw:.6g} GB/s with k={k} chunks per root, every hop on its "
-                       "pair's route", sched, algbw, optimal, gap, solve_s, warm, stats)
+                       f"pair's route{binding_note(binding)}", sched, algbw, optimal, gap, solve_s, warm, stats)

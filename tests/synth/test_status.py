@@ -21,7 +21,7 @@ from synth.alltoall_cg import alltoallv_lp_bound, synthesize_alltoallv
 from synth.latency import synthesize_depth_bounded
 from synth.result import OPTIMAL_RTOL, Status, SynthResult, judge, judge_time
 from synth.routed import routed_bound
-from synth.routed.fabrics import forestcoll_dgx_a100, random_fabric
+from synth.routed.fabrics import forestcoll_dgx_a100, mi250_like
 from synth.topologies import Topology, load_topology
 from tests.strategies import random_topologies, switch_fabrics
 from tests.synth._judged import assert_judged
@@ -109,8 +109,8 @@ def test_judge_is_the_rule() -> None:
 # Regressions: gapped schedules that said "optimal" before issue 28 (they fail on 0d66542).
 
 def test_routed_allgather_below_its_routed_optimum_is_feasible() -> None:
-    topo = forestcoll_dgx_a100(2)  # 16 GPUs, k <= 8 chunks per root: 346.39 of 346.67 GB/s
-    res = synthesize("allgather", topo)
+    topo = forestcoll_dgx_a100(2)  # 16 GPUs, k <= 8 chunks per root: 346.39 of 346.67 GB/s (k = 13 reaches it)
+    res = synthesize("allgather", topo, chunks=8)
     assert res.stats["routing"] == "routed"
     assert res.status is Status.FEASIBLE and res.success
     assert res.gap_pct == pytest.approx(100 * (1 - res.algbw_GBps / routed_bound("allgather", topo)), rel=1e-9)
@@ -119,8 +119,9 @@ def test_routed_allgather_below_its_routed_optimum_is_feasible() -> None:
 
 
 def test_routed_alltoall_with_a_rounding_gap_is_feasible() -> None:
-    topo = random_fabric(16, 16)  # 10 chunks per block: 49.38 of 50 GB/s
-    res = synthesize("alltoall", topo)
+    topo = mi250_like(1)  # 10 chunks per block: 148.1 of 150 GB/s (12 reach it)
+    res = synthesize("alltoall", topo, chunks=10)
     assert res.stats["routing"] == "routed" and res.status is Status.FEASIBLE, res.message
+    assert res.stats["binding_limit"] == "nchunks=10"
     assert res.gap_pct == pytest.approx(100 * (1 - res.algbw_GBps / routed_bound("alltoall", topo)), rel=1e-9)
     assert res.stats["gap"] == pytest.approx(res.gap_pct / 100, rel=1e-12)
