@@ -20,10 +20,11 @@ def test_demo_reproduces_the_fail2_speedups(tmp_path: Path) -> None:
     # The bound after fail2 over the NIC-bound ring (16*8*6.25/15 GB/s): the paper's 7.33x.
     assert ag["resynth_GBps"] == pytest.approx(ag["optimal_GBps"], rel=1e-12)
     assert ag["speedup_vs_nccl"] == pytest.approx(390.6667 / 53.3333, rel=1e-4)
-    assert a2a["resynth_GBps"] >= 0.99 * a2a["optimal_GBps"]
+    # AllToAll chooses its chunks per block: the warm start reaches the LP optimum exactly. The local
+    # repair keeps the healthy schedule's 10 chunks (0.195 % short), so the full warm run takes over.
+    assert a2a["resynth_GBps"] == pytest.approx(a2a["optimal_GBps"], rel=1e-9)
     assert a2a["speedup_vs_nccl"] > 7.0
-    # The warm start takes AllToAll's certified local repair (the healthy SynthResult is passed).
-    assert a2a["warm_mode"] == "repair"
+    assert a2a["warm_mode"] == "state"
     assert ag["warm_mode"] in ("repair", "partial", "all", "none")
     assert ag["nccl_baseline_reason"].startswith("rail rings, 8 channels (one per NIC); ")
     assert a2a["nccl_baseline"] == "rail-direct-pxn" and "PXN" in a2a["nccl_baseline_reason"]
@@ -38,7 +39,7 @@ def test_demo_cli_prints_the_table(tmp_path: Path, capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert "allgather" in out and "alltoall" in out and "vs NCCL" in out
     a2a_line = next(line for line in out.splitlines() if line.startswith("alltoall"))
-    assert "warm mode" in out and a2a_line.split()[-1] == "repair"
+    assert "warm mode" in out and a2a_line.split()[-1] == "state"
     assert "NCCL = NCCL-like baseline for allgather: rail-ring: rail rings, 8 channels (one per NIC); " in out
     assert sorted(p.suffix for p in (tmp_path / "out").iterdir()) == [".json", ".json", ".xml", ".xml"]
 
@@ -47,6 +48,10 @@ def test_demo_json_reports_the_warm_mode(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["demo", "--out-dir", str(tmp_path / "out"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["failures"] == ["fail2"]
+    assert {r["collective"]: r["warm_mode"] for r in doc["rows"]}["alltoall"] == "state"
+    # with the chunks fixed (as the runtime's controller does) the certified local repair is kept
+    assert main(["demo", "--chunks", "10", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
     assert {r["collective"]: r["warm_mode"] for r in doc["rows"]}["alltoall"] == "repair"
 
 
