@@ -12,15 +12,23 @@ Examples
 
 from __future__ import annotations
 
-from runtime.client import Client
-from runtime.controller import Controller, ControllerConfig
-from runtime.daemon import DaemonConfig, DaemonHandle, serve
-from runtime.detector import Verdict, detect, verdict_for_schedule
 from runtime.errors import ProfileError, RuntimeStateError, StoreError, TelemetryError, WireError
-from runtime.estimator import LinkEstimator, ScheduleRouting
-from runtime.profile import CollectiveSpec, Communicator, JobProfile, load_profile, profile_from_dict
-from runtime.store import Band, VersionEntry, VersionStore
-from runtime.telemetry import IngestReport, Sample, SampleStore, parse_sample, read_jsonl, validate_samples, write_jsonl
+from runtime.formats.profile import CollectiveSpec, Communicator, JobProfile, load_profile, profile_from_dict
+from runtime.formats.store import Band, VersionEntry, VersionStore
+from runtime.formats.telemetry import (
+    IngestReport,
+    Sample,
+    SampleStore,
+    parse_sample,
+    read_jsonl,
+    validate_samples,
+    write_jsonl,
+)
+from runtime.loop.controller import Controller, ControllerConfig
+from runtime.loop.detector import Verdict, detect, verdict_for_schedule
+from runtime.loop.estimator import LinkEstimator, ScheduleRouting
+from runtime.service.client import Client
+from runtime.service.daemon import DaemonConfig, DaemonHandle, serve
 
 __all__ = [
     "Band",

@@ -17,14 +17,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from msccl_xml import Program, check
-
-from runtime.telemetry import Sample
+from msccl_xml import Program, check, parse
+from runtime.executor.alltoallv import all_to_all_single_v
+from runtime.formats.telemetry import Sample
 
 from .engine import Timing, reducer, run_rank_plan
 from .errors import ExecutorError, StagingError, SwapTimeoutError
 from .plan import Plan, compile_program
 from .sources import load_programs
+from .throttle import Throttle, emulation_from_env
 
 __all__ = ["Executor", "SwapReport", "StagedVersion"]
 
@@ -61,7 +62,7 @@ class Executor:
     comm
         The communicator's name, as in the job profile; tags every telemetry sample.
     sink
-        Callable receiving each collective's samples (a list of :class:`runtime.telemetry.Sample`); None: no telemetry.
+        Callable receiving each collective's samples (a list of :class:`runtime.formats.telemetry.Sample`); None: no telemetry.
     sync_every
         Run the version agreement automatically every this many collectives (all ranks issue the same
         sequence); None: only on :meth:`sync_versions`.
@@ -142,7 +143,6 @@ class Executor:
         self._retired: list[tuple[Plan, ...]] = []
         #: Host seconds spent building and handing over samples (the telemetry's CPU cost on this thread).
         self.telemetry_s = 0.0
-        from .throttle import Throttle, emulation_from_env
 
         emu = emulation_from_env() if emulation is None else (emulation or None)
         #: The fault-injection pacer of this rank's sends (None: off).
@@ -229,8 +229,6 @@ class Executor:
 
     def _stage_entry(self, client: Any, entry: dict) -> None:
         import tempfile
-
-        from msccl_xml import parse
 
         version = int(entry["version"])
         try:
@@ -613,9 +611,7 @@ class Executor:
 
     def _alltoallv(self, out: Any, inp: Any, out_splits: Any, in_splits: Any, seq: int) -> None:
         """Split-size all-to-all: a ``demand`` sample (bytes per global rank), then the AllToAllv schedule
-        (runtime.alltoallv_run) or native torch.distributed."""
-        from runtime.alltoallv_run import all_to_all_single_v
-
+        (runtime.executor.alltoallv) or native torch.distributed."""
         n = self.size
         ins = [int(x) for x in in_splits] if in_splits is not None else [inp.numel() // n] * n
         outs = [int(x) for x in out_splits] if out_splits is not None else [out.numel() // n] * n
