@@ -1,6 +1,10 @@
-"""Runtime half of loopcoll: telemetry, job profiles, and (as they land) the controller and executor.
+"""Runtime half of loopcoll: telemetry, job profiles, the controller, its daemon and the executor.
 
-torch is an optional extra: nothing here imports it at module level.
+The code sits in wings, each saying in its ``__init__`` what it owns and which wings it may import:
+:mod:`runtime.formats` (telemetry, profiles, store), :mod:`runtime.loop` (estimator, detector, manager,
+controller), :mod:`runtime.contention`, :mod:`runtime.service` (wire, daemon, client),
+:mod:`runtime.executor`, :mod:`runtime.observe` and :mod:`runtime.scenarios` (timeline, live loop); this
+module re-exports the public API. torch is an optional extra: nothing here imports it at module level.
 
 Examples
 --------

@@ -52,6 +52,43 @@ class SwapReport:
     agreement_s: float
 
 
+
+def default_store(dist: Any) -> Any:
+    """The default process group's ``torch.distributed.Store``, or None: the agreement uses it only to
+    name the ranks that miss an agreement (best-effort).
+
+    torch (2.13) has no public accessor for it; ``distributed_c10d._get_default_store`` is the one call
+    that returns the store ``init_process_group`` made (a new ``TCPStore`` would need the rendezvous
+    address, and ``env://`` is only one of the init methods). Pass ``store=`` to :class:`Executor` to
+    avoid it; any failure here means "no store", as before.
+    """
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except Exception:  # noqa: BLE001 - naming ranks is best-effort without a store
+        return None
+
+
+def agreement_key(store: Any, comm: str, peers: Sequence[int], global_rank: int) -> str:
+    """The store-key prefix of one executor's agreement arrivals: ``loopcoll/executor/COMM/PEERS#N/arrived/``.
+
+    ``N`` numbers this rank's executors of the communicator in order (the members make them in the same
+    order, so they agree on it); it is counted in ``store``, the object the keys live in (not in
+    process-wide state). Without a store nothing is written, so ``N`` is 1.
+
+    >>> import torch.distributed as dist
+    >>> s = dist.HashStore()
+    >>> agreement_key(s, "dp0", [0, 1], 0), agreement_key(s, "dp0", [0, 1], 0), agreement_key(None, "dp0", [0, 1], 0)
+    ('loopcoll/executor/dp0/0-1#1/arrived/', 'loopcoll/executor/dp0/0-1#2/arrived/', 'loopcoll/executor/dp0/0-1#1/arrived/')
+    """
+    base = f"loopcoll/executor/{comm}/{'-'.join(map(str, peers))}"
+    number = 1
+    if store is not None:
+        try:
+            number = int(store.add(f"{base}/made/{global_rank}", 1))
+        except Exception:  # noqa: BLE001 - best-effort like every use of the store here
+            number = 1
+    return f"{base}#{number}/arrived/"
+
 class Executor:
     """Runs collectives on ``group`` with loaded MSCCL programs, falling back to native torch.distributed.
 
@@ -84,8 +121,6 @@ class Executor:
         ``False``: off.
     """
 
-    _instances: dict[tuple[str, tuple[int, ...]], int] = {}
-
     def __init__(self, group: Any = None, *, comm: str = "world", sink: Sink | None = None,
                  sync_every: int | None = None, control_timeout_s: float = 30.0,
                  hosts: Sequence[int] | None = None, store: Any = None, history: int = 100_000,
@@ -115,16 +150,8 @@ class Executor:
         # same point, unless the caller passes a gloo group of the members made that way (control_group).
         self._ctrl = control_group if control_group is not None else dist.new_group(
             ranks=self._peers, backend="gloo", timeout=timedelta(seconds=control_timeout_s))
-        # The members make their executors of a communicator in the same order: the instance number names one.
-        ident = (comm, tuple(self._peers))
-        Executor._instances[ident] = Executor._instances.get(ident, 0) + 1
-        self._key = f"loopcoll/executor/{comm}/{'-'.join(map(str, self._peers))}#{Executor._instances[ident]}/arrived/"
-        self._store = store
-        if self._store is None:
-            try:
-                self._store = dist.distributed_c10d._get_default_store()
-            except Exception:  # noqa: BLE001 - naming ranks is best-effort without a store
-                self._store = None
+        self._store = default_store(dist) if store is None else store
+        self._key = agreement_key(self._store, comm, self._peers, self.global_rank)
         self.seq = 0
         self.sync_index = 0
         self.active: dict[str, int | None] = {}
