@@ -158,7 +158,7 @@ def result_json(collective: str, topo_name: str, nranks: int, result: SynthResul
         "gap_pct": result.gap_pct,
     }
     doc["routing"] = result.stats.get("routing", "free")
-    for key in ("free_optimal_algbw_GBps", "routed_optimal_algbw_GBps", "routing_gap_pct"):
+    for key in ("free_optimal_algbw_GBps", "routed_optimal_algbw_GBps", "routing_gap_pct", "binding_limit"):
         if key in result.stats:
             doc[key] = result.stats[key]
     if collective == "alltoall":
