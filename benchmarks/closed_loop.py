@@ -22,7 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._report import RESULTS, write_results  # noqa: E402
-from runtime.timeline import plot_timeline, run_timeline, scenario_from_dict  # noqa: E402
+from runtime.scenarios.timeline import plot_timeline, run_timeline, scenario_from_dict  # noqa: E402
 from synth import load_topology  # noqa: E402
 
 ANCHOR = ("MCCL anchor (2x4 H200 prototype, 16 MB AllGather, inter-node link 0<->4 halved): detects in 53.1 ms "

@@ -36,10 +36,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._report import RESULTS, markdown_table  # noqa: E402
-from runtime.configchoice import ConfigChooser, contention_bucket  # noqa: E402
-from runtime.contention import ContentionGate, ContentionState, Cusum  # noqa: E402
-from runtime.react import detect_congestion, flows_from_transfers  # noqa: E402
-from runtime.transforms import choose_transform, double_tree  # noqa: E402
+from runtime.contention.configchoice import ConfigChooser, contention_bucket  # noqa: E402
+from runtime.contention.gate import ContentionGate, ContentionState, Cusum  # noqa: E402
+from runtime.contention.react import detect_congestion, flows_from_transfers  # noqa: E402
+from runtime.contention.transforms import choose_transform, double_tree  # noqa: E402
 from synth import synthesize  # noqa: E402
 from synth.baselines import nccl_ring  # noqa: E402
 from synth.simulation import simulate, simulate_transfers  # noqa: E402

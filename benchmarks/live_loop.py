@@ -1,4 +1,4 @@
-"""The live loop's reaction, measured: medians over several runs of ``runtime.live.run_live`` (gloo, CPU).
+"""The live loop's reaction, measured: medians over several runs of ``runtime.scenarios.live.run_live`` (gloo, CPU).
 
 Each run: a fresh daemon + controller and 4 gloo executor processes on ``hpn:1x2x2`` scaled to CPU speeds
 (``--gbps-scale``, default 1000: a 400 Gbit/s NIC runs at 50 MB/s), a training-like loop (AllGather +
@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1 << 20, help="AllGather output and AllToAll buffer bytes")
     ap.add_argument("--gbps-scale", type=float, default=1000.0)
     args = ap.parse_args()
-    from runtime.live import COLLECTIVES, LiveConfig, run_live
+    from runtime.scenarios.live import COLLECTIVES, LiveConfig, run_live
 
     cfg = LiveConfig(steps=args.steps, faults=((args.fault_at, args.clear_at),), gbps_scale=args.gbps_scale,
                      allgather_bytes=args.size, alltoall_bytes=args.size, window=50, timeout_s=600)

@@ -30,8 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._report import write_results  # noqa: E402
 from msccl_xml import export, parse, program_algbw_GBps  # noqa: E402
-from synth import synthesize  # noqa: E402
-from synth._types import Collective  # noqa: E402
+from synth import Collective, synthesize  # noqa: E402
 from synth.errors import RuntimeLimitError, XmlError  # noqa: E402
 from synth.routed.fabrics import forestcoll_dgx_a100, mi250_like, random_fabric  # noqa: E402
 from synth.routing import has_route_choice  # noqa: E402

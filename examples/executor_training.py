@@ -72,7 +72,7 @@ def train(rank: int, world: int, steps: int, daemon: str | None, telemetry: str 
 def check_daemon(address: str, token_file: str | None) -> str:
     """The token for ``address``, after one round trip to the daemon (so that a wrong address or token
     fails here, in one line, rather than in every training process). Raises ``ValueError``."""
-    from runtime.client import Client, read_token
+    from runtime.service.client import Client, read_token
     from runtime.errors import WireError
 
     if token_file is None and not os.environ.get("LOOPCOLL_TOKEN"):

@@ -84,7 +84,7 @@ def main() -> None:
     from runtime import Controller, ControllerConfig, profile_from_dict, serve
     from runtime.executor import emulation_from_dict
     from runtime.executor.launch import launch
-    from runtime.live import LIVE_CONTROLLER
+    from runtime.scenarios.live import LIVE_CONTROLLER
 
     emu = emulation_from_dict(EMULATION)
     os.environ["LOOPCOLL_EMULATION"] = json.dumps(EMULATION)       # inherited by the executor processes

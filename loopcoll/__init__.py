@@ -12,9 +12,10 @@ Examples
 
 from __future__ import annotations
 
+from msccl_xml import export
 from synth import (
-    Bound,
     COLLECTIVES,
+    Bound,
     Collective,
     CutLink,
     Hop,
@@ -40,7 +41,6 @@ from synth import (
     synthesize,
     write_schedule,
 )
-from msccl_xml import export
 
 __all__ = [
     "Bound",

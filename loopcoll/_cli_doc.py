@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from loopcoll.cli import build_parser
+from synth.fileio import write_text_atomic
 
 __all__ = ["BEGIN", "END", "commands", "option_strings", "render"]
 
@@ -112,8 +113,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check:
         return 0 if new == text else 1
     if new != text:
-        from synth.fileio import write_text_atomic
-
         write_text_atomic(path, new)
     return 0
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 import argparse
 
 from loopcoll._common import add_topology_args, check_outputs, positive_seconds, print_json, topology_from_args
+from loopcoll._log import configure_progress
 from synth import synthesize
+from synth.alltoallv_schedule import read_demand
+from synth.baselines_alltoallv import direct_alltoallv, two_phase_alltoallv
 from synth.errors import ScheduleError
 from synth.fileio import write_text_atomic
 
@@ -30,7 +33,6 @@ def run_bound(args: argparse.Namespace) -> int:
     if not args.demand:
         raise ScheduleError("bound alltoallv needs --demand M.json|M.npy")
     from synth.alltoall_cg import alltoallv_lp_bound
-    from synth.alltoallv_schedule import read_demand
 
     topo = topology_from_args(args)
     demand = read_demand(args.demand, topo.nranks)
@@ -52,9 +54,6 @@ def _run_synth(args: argparse.Namespace) -> int:
     if args.output:
         raise ScheduleError("alltoallv: MSCCL XML export is not supported (MSCCL chunks are of one size and "
                             "AllToAllv blocks are not); write the schedule JSON with --schedule-out")
-    from loopcoll._cmd_synth import configure_progress
-    from synth.alltoallv_schedule import read_demand
-    from synth.baselines_alltoallv import direct_alltoallv, two_phase_alltoallv
 
     configure_progress(args.quiet or args.json)
     topo = topology_from_args(args)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from loopcoll._common import add_topology_args, positive_seconds, print_json, topology_from_args
 from loopcoll._cmd_alltoallv import add_demand_arg, run_bound
+from loopcoll._common import add_topology_args, positive_seconds, print_json, topology_from_args
 from synth import COLLECTIVES, LoopcollError, optimal_bound
 
 __all__ = ["register"]

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loopcoll._common import print_json
+from loopcoll._progress import ProgressLine
 from synth.errors import LoopcollError
+from synth.fileio import write_text_atomic
 
 if TYPE_CHECKING:
     from synth.simulation.calibration import Calibration
@@ -94,8 +96,6 @@ def _quality_lines(cal: Calibration, nrows: int) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from loopcoll._progress import ProgressLine
-    from synth.fileio import write_text_atomic
     from synth.simulation.calibration import fit_profile
     from synth.simulation.costmodel import load_profile, profile_to_dict
 

@@ -17,7 +17,10 @@ from typing import Any
 
 from loopcoll._schedule_file import file_head, schedule_format
 from msccl_xml import RUNTIMES, check_file, program_algbw_GBps, read
-from synth.errors import LoopcollError, XmlError
+from synth.alltoallv_schedule import ALLTOALLV_FORMAT, AllToAllvSchedule
+from synth.errors import LoopcollError, ScheduleError, XmlError
+from synth.schedule import Schedule
+from synth.topologies import load_topology
 
 __all__ = ["register", "run"]
 
@@ -69,8 +72,6 @@ def run(args: argparse.Namespace) -> int:
     if args.fail and args.topology is None:
         raise XmlError("--fail needs --topology")
     if args.topology is not None:
-        from synth.topologies import load_topology
-
         topology = load_topology(args.topology, args.fail)
     all_valid = True
     for file in files:
@@ -97,7 +98,8 @@ def _is_plan(file: Path) -> bool:
 
 
 def _plan_report(file: Path, topology: Any) -> dict[str, Any]:
-    from mscclpp_plan import check, plan_algbw_GBps, read as read_plan
+    from mscclpp_plan import check, plan_algbw_GBps
+    from mscclpp_plan import read as read_plan
 
     plan = read_plan(file)
     result = check(plan)
@@ -121,10 +123,6 @@ def _plan_report(file: Path, topology: Any) -> dict[str, Any]:
 
 def _schedule_report(file: Path, fmt: str, topology: Any) -> dict[str, Any]:
     """Prove a loopcoll schedule JSON on ``topology`` (its postcondition, every link live) and rate it."""
-    from synth.alltoallv_schedule import ALLTOALLV_FORMAT, AllToAllvSchedule
-    from synth.errors import ScheduleError
-    from synth.schedule import Schedule
-
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

@@ -23,7 +23,9 @@ from typing import Any
 
 from loopcoll._common import SPEC_HELP, print_json
 from synth.errors import LoopcollError
+from synth.fileio import write_text_atomic
 from synth.result import Status, format_status, gap_pct
+from synth.topologies import load_topology
 
 __all__ = ["register"]
 
@@ -88,7 +90,7 @@ def _daemon_token(token_file: str | None) -> str:
         except OSError as exc:
             raise LoopcollError(f"token file {token_file!r}: cannot create: {exc.strerror}") from None
         return token
-    from runtime.client import read_token
+    from runtime.service.client import read_token
 
     if path.stat().st_mode & 0o077:
         print(f"loopcoll: warning: token file {token_file!r} is readable by other users (chmod 600 it)",
@@ -137,8 +139,7 @@ def _controller_config(path: str | None) -> Any:
 
 def _run(args: argparse.Namespace) -> int:
     from runtime import Controller, load_profile
-    from runtime.daemon import DaemonConfig, json_log, serve
-    from synth.topologies import load_topology
+    from runtime.service.daemon import DaemonConfig, json_log, serve
 
     if args.poll_interval_s <= 0 or args.max_clients < 1 or not 0 <= args.port < 65536:
         raise LoopcollError("daemon run: --poll-interval-s must be > 0, --max-clients >= 1, 0 <= --port < 65536")
@@ -165,8 +166,6 @@ def _run(args: argparse.Namespace) -> int:
     old = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         if port_file is not None:
-            from synth.fileio import write_text_atomic
-
             write_text_atomic(port_file, handle.address + "\n")
         info = {"address": handle.address, "store": str(store_dir), "topology": topology.name,
                 "versions": len(controller.latest()), "pid": os.getpid()}
@@ -190,7 +189,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from runtime.client import Client, read_token
+    from runtime.service.client import Client, read_token
 
     token = read_token(token_file=args.token_file) if args.token_file else None
     return Client(args.address, token=token, role="tool", timeout_s=args.timeout_s)
@@ -210,7 +209,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _push(args: argparse.Namespace) -> int:
-    from runtime.telemetry import iter_jsonl
+    from runtime.formats.telemetry import iter_jsonl
 
     if args.batch < 1:
         raise LoopcollError("daemon push: --batch must be >= 1")

@@ -26,11 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from loopcoll._cmd_synth import configure_progress
-from loopcoll._common import print_json
+from loopcoll._common import parse_size, print_json
+from loopcoll._demo_live import add_live_arguments, run_live_demo
+from loopcoll._log import configure_progress
 from msccl_xml import export
-from synth import synthesize
-from synth import load_topology, optimal_bound, write_schedule
+from synth import load_topology, optimal_bound, synthesize, write_schedule
 from synth.baselines import nccl_direct_alltoall, nccl_ring
 
 __all__ = ["register", "run_demo"]
@@ -116,11 +116,8 @@ def _simulated(collective: str, topo, baseline, static, resynth, profile: str, s
 def _run(args: argparse.Namespace) -> int:
     configure_progress(args.quiet or args.json or args.live)
     if args.live:
-        from loopcoll._demo_live import run_live_demo
-
         return run_live_demo(args)
     failures = args.fail or ["fail2"]
-    from loopcoll._cmd_simulate import parse_size
 
     size = parse_size(args.size)
     out_dir = None if args.out_dir is None else Path(args.out_dir)
@@ -181,7 +178,6 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--size", default="128M", metavar="SIZE", help="bytes per source for --profile (default 128M)")
     p.add_argument("--quiet", action="store_true", help="nothing on stderr but errors (no progress, no warnings)")
     p.add_argument("--json", action="store_true", help="print the rows as one JSON object")
-    from loopcoll._demo_live import add_live_arguments
 
     add_live_arguments(p)
     p.set_defaults(func=_run)

@@ -7,8 +7,9 @@ Examples
 >>> d = tempfile.mkdtemp()
 >>> _ = write_logs(d, SyntheticSpec(nranks=2, ncolls=20))
 >>> buf = io.StringIO()
+>>> from loopcoll.cli import main
 >>> with contextlib.redirect_stdout(buf):
-...     rc = main_inspect([d, "--sql", "SELECT coll, count(*) AS n FROM coll GROUP BY coll ORDER BY coll"])
+...     rc = main(["inspect", d, "--sql", "SELECT coll, count(*) AS n FROM coll GROUP BY coll ORDER BY coll"])
 >>> rc, buf.getvalue().split()
 (0, ['coll', 'n', 'AllGather', '40', 'AllReduce', '40'])
 """
@@ -19,13 +20,12 @@ import argparse
 import datetime as _dt
 import json
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 from loopcoll._common import print_json
 from synth.errors import LoopcollError
 
-__all__ = ["main_inspect", "parse_time", "register"]
+__all__ = ["parse_time", "register"]
 
 
 def parse_time(text: str, t0_s: float | None) -> float:
@@ -129,10 +129,3 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     finally:
         con.close()
-
-
-def main_inspect(argv: Sequence[str]) -> int:
-    """Run ``loopcoll inspect`` with ``argv`` (used by the doctest)."""
-    from loopcoll.cli import main
-
-    return main(["inspect", *argv])

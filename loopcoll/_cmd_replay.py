@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from loopcoll._common import print_json
+from loopcoll._progress import ProgressLine
 from synth.errors import LoopcollError
 
 __all__ = ["register"]
@@ -14,9 +15,14 @@ PRESETS = ("fail1", "fail2", "fail3", "transient")
 
 
 def _run(args: argparse.Namespace) -> int:
-    from loopcoll._progress import ProgressLine
-    from runtime.timeline import (format_table, load_scenario, plot_timeline, preset_scenario, run_timeline,
-                                  scenario_from_dict)
+    from runtime.scenarios.timeline import (
+        format_table,
+        load_scenario,
+        plot_timeline,
+        preset_scenario,
+        run_timeline,
+        scenario_from_dict,
+    )
 
     if args.scenario in PRESETS and not Path(args.scenario).exists():
         doc = preset_scenario(args.scenario, topology=args.topology or "hpn:1x2x8", collective=args.collective,

@@ -11,8 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from loopcoll._cmd_simulate import parse_size
-from loopcoll._common import print_json
+from loopcoll._common import parse_size, print_json
 from synth.errors import LoopcollError
 
 __all__ = ["register", "run"]

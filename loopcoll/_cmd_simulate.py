@@ -3,48 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import re
 
-from loopcoll._cmd_synth import configure_progress
-from loopcoll._common import add_topology_args, print_json, topology_from_args
-from synth import synthesize
-from synth import COLLECTIVES, Schedule, read_schedule
+from loopcoll._common import add_topology_args, parse_sizes, print_json, topology_from_args
+from loopcoll._log import configure_progress
+from msccl_xml import program_to_schedule, read
+from synth import COLLECTIVES, Schedule, optimal_bound, read_schedule, synthesize
 from synth.baselines import describe_baseline, nccl_direct_alltoall, nccl_ring
 from synth.bounds import busbw_GBps
 from synth.errors import LoopcollError, ScheduleError
+from synth.fileio import write_bytes_atomic
 from synth.topologies.model import Topology
 
-__all__ = ["nccl_tests_table", "parse_size", "parse_sizes", "register"]
+__all__ = ["nccl_tests_table", "register"]
 
 DEFAULT_SIZES = "1M,4M,16M,64M,256M,1G"
 KINDS = ("loopcoll", "nccl", "static", "pareto")
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 #: The element type of the nccl-tests-like table (nccl-tests' default ``-d float``) and its size.
 TABLE_TYPE, TABLE_TYPE_BYTES = "float", 4
-
-
-def parse_size(text: str) -> int:
-    """``"128M"`` → 134217728 (nccl-tests convention: binary units).
-
-    >>> parse_size("1G"), parse_size("4K"), parse_size("100")
-    (1073741824, 4096, 100)
-    """
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMG]?)i?B?\s*", text, flags=re.IGNORECASE)
-    if not m or float(m.group(1)) <= 0:
-        raise LoopcollError(f"bad message size {text!r}: expected e.g. 1M, 128M, 1G")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
-
-
-def parse_sizes(text: str) -> list[int]:
-    """``--sizes`` ``"1M,64M"`` → ``[1048576, 67108864]``; an empty list is an error.
-
-    >>> parse_sizes("4K, 1M")
-    [4096, 1048576]
-    """
-    sizes = [parse_size(s) for s in text.split(",") if s.strip()]
-    if not sizes:
-        raise LoopcollError("--sizes is empty")
-    return sizes
 
 
 def _label(nbytes: int) -> str:
@@ -113,8 +88,6 @@ def _schedules(args: argparse.Namespace, topo: Topology, sizes: list[int]) -> li
         sched.validate(topo)
         out.append((path, sched))
     for path in args.xml or []:
-        from msccl_xml import program_to_schedule, read
-
         sched = program_to_schedule(read(path), topo)
         if sched.collective != args.collective:
             raise ScheduleError(f"{path}: holds a program of collective {sched.collective!r}, not {args.collective!r}")
@@ -133,8 +106,6 @@ def _plot(path: str, title: str, sizes: list[int], series: dict[str, list[float]
     except ImportError as exc:
         raise LoopcollError("--plot needs matplotlib: pip install 'loopcoll[plot]'") from exc
     from io import BytesIO
-
-    from synth.fileio import write_bytes_atomic
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for name, values in series.items():
@@ -156,7 +127,6 @@ def _plot(path: str, title: str, sizes: list[int], series: dict[str, list[float]
 
 
 def _run(args: argparse.Namespace) -> int:
-    from synth import optimal_bound
     from synth.simulation import auto_slices, load_profile, simulate
     from synth.simulation.costmodel import inherited_costs, inherited_note
 

@@ -4,127 +4,28 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
-import time
 from collections.abc import Callable
 
+from loopcoll._cmd_alltoallv import add_synth_parser
 from loopcoll._common import (
     add_topology_args,
     check_outputs,
     positive_seconds,
     print_json,
+    result_json,
     topology_from_args,
     xml_chunk_cap,
 )
+from loopcoll._log import configure_progress
 from loopcoll._schedule_file import read_warm_schedule
-from synth import synthesize
-from synth import write_schedule
+from msccl_xml import export
+from synth import synthesize, write_schedule
 from synth.errors import RuntimeLimitError, ScheduleError
 from synth.result import SynthResult
 from synth.schedule import Schedule
 from synth.topologies.model import Topology
 
-__all__ = ["configure_progress", "register", "reset_progress"]
-
-PROGRESS_AFTER_S = 2.0
-
-
-class _AfterDelay(logging.Filter):
-    """Drop progress records during the first seconds: only long runs report progress."""
-
-    def __init__(self, delay_s: float) -> None:
-        super().__init__()
-        self._start = time.monotonic()
-        self._delay_s = delay_s
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.WARNING or time.monotonic() - self._start >= self._delay_s
-
-
-class _Prefix(logging.Formatter):
-    """``loopcoll: MESSAGE`` for progress, ``loopcoll: warning: MESSAGE`` for warnings."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        tag = "warning: " if record.levelno >= logging.WARNING else ""
-        return f"loopcoll: {tag}{record.getMessage()}"
-
-
-class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever ``sys.stderr`` is at emit time (tests swap it)."""
-
-    @property  # type: ignore[override]
-    def stream(self):  # noqa: ANN201
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value: object) -> None:
-        pass
-
-
-#: The packages whose log records a ``--quiet`` command keeps off stderr.
-QUIET_LOGGERS = ("synth", "msccl_xml", "mscclpp_plan", "runtime", "loopcoll")
-
-
-def configure_progress(quiet: bool) -> None:
-    """Send the library's INFO progress to stderr (after a short delay), unless ``quiet``.
-
-    ``quiet`` (``--quiet``, ``--json``) keeps every log record of the loopcoll packages off stderr,
-    warnings included (Python's last-resort handler would print them): what a warning says, e.g.
-    that the XML export re-synthesized with fewer chunks, is in the command's own output too.
-    """
-    reset_progress()
-    root = logging.getLogger("synth")
-    if quiet:
-        for name in QUIET_LOGGERS:
-            sink = logging.NullHandler()
-            sink._loopcoll = True  # type: ignore[attr-defined]
-            logging.getLogger(name).addHandler(sink)
-        root.setLevel(logging.WARNING)
-        return
-    handler = _CurrentStderr()
-    handler._loopcoll = True  # type: ignore[attr-defined]
-    handler.setFormatter(_Prefix())
-    handler.addFilter(_AfterDelay(PROGRESS_AFTER_S))
-    for name in QUIET_LOGGERS:  # progress comes from synth; warnings from any of them
-        logging.getLogger(name).addHandler(handler)
-    root.setLevel(logging.INFO)
-
-
-def reset_progress() -> None:
-    """Undo :func:`configure_progress` (the CLI calls it when a command ends)."""
-    for name in QUIET_LOGGERS:
-        logger = logging.getLogger(name)
-        for h in list(logger.handlers):
-            if getattr(h, "_loopcoll", False):
-                logger.removeHandler(h)
-    logging.getLogger("synth").setLevel(logging.NOTSET)
-
-
-def result_json(collective: str, topo_name: str, nranks: int, result: SynthResult) -> dict[str, object]:
-    """The ``--json`` object of ``loopcoll synth``."""
-    sched = result.schedule
-    doc: dict[str, object] = {
-        "collective": collective,
-        "topology": topo_name,
-        "nranks": nranks,
-        "nchunks": None if sched is None else sched.nchunks,
-        "algbw_GBps": result.algbw_GBps,
-        "optimal_algbw_GBps": result.optimal_algbw_GBps,
-        "solve_time_s": result.solve_time_s,
-        "warm": result.warm,
-        "status": result.status.value,
-        "gap_pct": result.gap_pct,
-    }
-    doc["routing"] = result.stats.get("routing", "free")
-    for key in ("free_optimal_algbw_GBps", "routed_optimal_algbw_GBps", "routing_gap_pct", "binding_limit"):
-        if key in result.stats:
-            doc[key] = result.stats[key]
-    if collective == "alltoall":
-        doc["lp_algbw_GBps"] = result.stats.get("lp_algbw_GBps", result.optimal_algbw_GBps)
-        doc["gap"] = result.stats.get("gap", result.gap_pct / 100.0)
-    if sched is not None and "global_ranks" in sched.meta:  # a communicator (--ranks)
-        doc["global_ranks"] = list(sched.meta["global_ranks"])
-    return doc
+__all__ = ["register"]
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -199,8 +100,6 @@ def _export_fitting(
 
     Returns the exported result and, when chunks were capped, (the cap, a note).
     """
-    from msccl_xml import export
-
     assert result.schedule is not None
     mscclpp = getattr(args, "format", "xml") == "mscclpp"
     if mscclpp and args.protocol != "Simple":
@@ -316,6 +215,5 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         c.add_argument("--json", action="store_true", help="print one JSON object (implies --quiet)")
         c.add_argument("--quiet", action="store_true", help="nothing on stderr but errors (no progress, no warnings)")
         c.set_defaults(func=_run)
-    from loopcoll._cmd_alltoallv import add_synth_parser
 
     add_synth_parser(csub)

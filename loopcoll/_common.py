@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any
 
+from msccl_xml import runtime_limits
 from synth.errors import LoopcollError, TopologyError
+from synth.result import SynthResult
 from synth.topologies import FAILURES, NAMED_SPECS, Topology, load_topology
 
-__all__ = ["add_topology_args", "check_outputs", "positive_seconds", "print_json", "topology_from_args",
-           "xml_chunk_cap"]
+__all__ = ["add_topology_args", "check_outputs", "parse_size", "parse_sizes", "positive_seconds", "print_json",
+           "result_json", "topology_from_args", "xml_chunk_cap"]
 
 SPEC_HELP = "a named spec (" + ", ".join(NAMED_SPECS) + ") or a topology JSON file"
 
@@ -109,6 +112,58 @@ def xml_chunk_cap(runtime: str, nranks: int) -> int:
     >>> xml_chunk_cap("msccl-executor-nccl", 256)
     128
     """
-    from msccl_xml import runtime_limits
-
     return (runtime_limits(runtime).max_offset + 1) // nranks
+
+
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def parse_size(text: str) -> int:
+    """``"128M"`` → 134217728 (nccl-tests convention: binary units).
+
+    >>> parse_size("1G"), parse_size("4K"), parse_size("100")
+    (1073741824, 4096, 100)
+    """
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMG]?)i?B?\s*", text, flags=re.IGNORECASE)
+    if not m or float(m.group(1)) <= 0:
+        raise LoopcollError(f"bad message size {text!r}: expected e.g. 1M, 128M, 1G")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``--sizes`` ``"1M,64M"`` → ``[1048576, 67108864]``; an empty list is an error.
+
+    >>> parse_sizes("4K, 1M")
+    [4096, 1048576]
+    """
+    sizes = [parse_size(s) for s in text.split(",") if s.strip()]
+    if not sizes:
+        raise LoopcollError("--sizes is empty")
+    return sizes
+
+
+def result_json(collective: str, topo_name: str, nranks: int, result: SynthResult) -> dict[str, object]:
+    """The ``--json`` object of ``loopcoll synth``."""
+    sched = result.schedule
+    doc: dict[str, object] = {
+        "collective": collective,
+        "topology": topo_name,
+        "nranks": nranks,
+        "nchunks": None if sched is None else sched.nchunks,
+        "algbw_GBps": result.algbw_GBps,
+        "optimal_algbw_GBps": result.optimal_algbw_GBps,
+        "solve_time_s": result.solve_time_s,
+        "warm": result.warm,
+        "status": result.status.value,
+        "gap_pct": result.gap_pct,
+    }
+    doc["routing"] = result.stats.get("routing", "free")
+    for key in ("free_optimal_algbw_GBps", "routed_optimal_algbw_GBps", "routing_gap_pct", "binding_limit"):
+        if key in result.stats:
+            doc[key] = result.stats[key]
+    if collective == "alltoall":
+        doc["lp_algbw_GBps"] = result.stats.get("lp_algbw_GBps", result.optimal_algbw_GBps)
+        doc["gap"] = result.stats.get("gap", result.gap_pct / 100.0)
+    if sched is not None and "global_ranks" in sched.meta:  # a communicator (--ranks)
+        doc["global_ranks"] = list(sched.meta["global_ranks"])
+    return doc

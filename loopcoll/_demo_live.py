@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from loopcoll._common import parse_size
 from synth.errors import LoopcollError
 from synth.fileio import write_text_atomic
 
@@ -89,8 +90,7 @@ def run_live_demo(args: argparse.Namespace) -> int:
         import torch  # noqa: F401
     except ImportError:
         raise LoopcollError("demo --live needs torch: pip install loopcoll[runtime]") from None
-    from loopcoll._cmd_simulate import parse_size
-    from runtime.live import LiveConfig, format_timeline, plot_live, run_live
+    from runtime.scenarios.live import LiveConfig, format_timeline, plot_live, run_live
 
     steps = args.steps
     if steps < 30:

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loopcoll._common import print_json, xml_chunk_cap
+from loopcoll._common import parse_sizes, print_json, result_json, xml_chunk_cap
+from msccl_xml import export
 from synth import Schedule, write_schedule
 from synth.errors import LoopcollError, ScheduleError
 from synth.latency import synthesize_depth_bounded
@@ -84,15 +85,11 @@ def unbounded_chunk_cap(collective: str, nranks: int, sizes: Sequence[int], runt
 
 
 def _export(sched: Schedule, topo: Topology, path: str, args: argparse.Namespace, lo: int = 0, hi: int | None = None) -> None:
-    from msccl_xml import export
-
     export(sched, topo, path, runtime=args.runtime, protocol=args.protocol, min_bytes=lo, max_bytes=hi or 0)
 
 
 def run_max_depth(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -> int:
     """One depth-bounded schedule (``--max-depth``)."""
-    from loopcoll._cmd_synth import result_json
-
     res = synthesize_depth_bounded(args.collective, topo, args.max_depth, chunks=args.chunks, warm_from=warm,
                                    time_limit_s=args.time_limit)
     if res.schedule is None:
@@ -120,8 +117,6 @@ def run_max_depth(args: argparse.Namespace, topo: Topology, warm: Schedule | Non
 
 def run_sizes(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -> int:
     """The Pareto set and one schedule per size band (``--sizes``)."""
-    from loopcoll._cmd_simulate import parse_sizes
-
     sizes = parse_sizes(args.sizes)
     unbounded = args.chunks
     if unbounded is None:
@@ -144,7 +139,7 @@ def run_sizes(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -
             write_schedule(sched.with_meta(band={"min_bytes": b.min_bytes, "max_bytes": b.max_bytes}), written[-1])
     entry = None
     if args.store:
-        from runtime.store import VersionStore
+        from runtime.formats.store import VersionStore
 
         store = VersionStore(args.store)
         entry = store.publish(args.comm, args.collective,

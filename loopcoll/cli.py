@@ -27,6 +27,8 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 
+from loopcoll import __version__
+from loopcoll._log import reset_progress
 from synth.errors import LoopcollError, TopologyWarning
 
 __all__ = ["build_parser", "main", "package_version"]
@@ -83,8 +85,6 @@ def package_version(distribution: str = "loopcoll") -> str:
     try:
         return version(distribution)
     except PackageNotFoundError:
-        from loopcoll import __version__
-
         return __version__
 
 
@@ -176,8 +176,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-        from loopcoll._cmd_synth import reset_progress
-
         reset_progress()
 
 

@@ -10,6 +10,12 @@ from synth.fileio import write_text_atomic
 from synth.schedule import Schedule
 from synth.topologies.model import Topology
 
+from .algbw import program_algbw_GBps, switch_path
+from .checker import check
+from .lowering import lower
+from .parser import parse
+from .writer import write
+
 __all__ = ["export"]
 
 
@@ -37,8 +43,6 @@ def export(
     expect_type(sched, Schedule, "sched", XmlError)
     expect_type(topo, Topology, "topo", XmlError)
     expect_type(path, (str, os.PathLike), "path", XmlError)
-    from msccl_xml import check, lower, parse, program_algbw_GBps, write
-
     program = lower(sched, protocol=protocol, runtime=runtime, verify=False, min_bytes=min_bytes,
                     max_bytes=max_bytes)  # checked below, once
     text = write(program)
@@ -58,8 +62,6 @@ def export(
 
 
 def _path_mismatch(sched: Schedule, topo: Topology) -> str:
-    from msccl_xml import switch_path
-
     for i, route in enumerate(sched.routes):
         for hop in route.hops:
             runtime_path = switch_path(topo, topo.gpu_id(hop.src), topo.gpu_id(hop.dst))

@@ -26,6 +26,7 @@ from synth.schedule import Schedule
 from ._lower_assign import assign_channels, build_threadblocks
 from ._lower_ops import build_ops
 from ._structure import rank_xml_nodes
+from .checker import check
 from .limits import runtime_limits
 from .program import Gpu, Program, Protocol, Threadblock
 
@@ -207,8 +208,6 @@ def _buffer_sizes(coll: str, n: int, nchunks: int, inplace: bool) -> tuple[int, 
 
 
 def _verify(program: Program, runtime: str) -> None:
-    from .checker import check
-
     result = check(program, runtime=runtime)
     if not result.valid:
         raise XmlError(

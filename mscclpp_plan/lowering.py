@@ -46,6 +46,7 @@ from synth.schedule import Schedule
 from synth.topologies import Topology
 
 from ._args import need, need_bool, need_int
+from .checker import check
 from .errors import PlanError, PlanLimitError
 from .limits import MAX_CHANNEL, MAX_DEVICE_SEMAPHORES, MAX_OPERATION, MSCCLPP_COMMIT
 from .model import BufferRef, ChannelDecl, Op, Plan, PlanGpu, RemoteBuffer, TbChannels, TbRemoteRefs, Threadblock
@@ -163,8 +164,6 @@ def lower(
         max_message_size=max_message_size,
     )
     if verify:
-        from .checker import check
-
         verdict = check(plan)
         if not verdict.valid:
             raise PlanError(f"lowering {program.name!r} produced an invalid plan (a bug): {verdict.errors[0]}")

@@ -1,6 +1,10 @@
-"""Runtime half of loopcoll: telemetry, job profiles, and (as they land) the controller and executor.
+"""Runtime half of loopcoll: telemetry, job profiles, the controller, its daemon and the executor.
 
-torch is an optional extra: nothing here imports it at module level.
+The code sits in wings, each saying in its ``__init__`` what it owns and which wings it may import:
+:mod:`runtime.formats` (telemetry, profiles, store), :mod:`runtime.loop` (estimator, detector, manager,
+controller), :mod:`runtime.contention`, :mod:`runtime.service` (wire, daemon, client),
+:mod:`runtime.executor`, :mod:`runtime.observe` and :mod:`runtime.scenarios` (timeline, live loop); this
+module re-exports the public API. torch is an optional extra: nothing here imports it at module level.
 
 Examples
 --------
@@ -12,15 +16,23 @@ Examples
 
 from __future__ import annotations
 
-from runtime.client import Client
-from runtime.controller import Controller, ControllerConfig
-from runtime.daemon import DaemonConfig, DaemonHandle, serve
-from runtime.detector import Verdict, detect, verdict_for_schedule
 from runtime.errors import ProfileError, RuntimeStateError, StoreError, TelemetryError, WireError
-from runtime.estimator import LinkEstimator, ScheduleRouting
-from runtime.profile import CollectiveSpec, Communicator, JobProfile, load_profile, profile_from_dict
-from runtime.store import Band, VersionEntry, VersionStore
-from runtime.telemetry import IngestReport, Sample, SampleStore, parse_sample, read_jsonl, validate_samples, write_jsonl
+from runtime.formats.profile import CollectiveSpec, Communicator, JobProfile, load_profile, profile_from_dict
+from runtime.formats.store import Band, VersionEntry, VersionStore
+from runtime.formats.telemetry import (
+    IngestReport,
+    Sample,
+    SampleStore,
+    parse_sample,
+    read_jsonl,
+    validate_samples,
+    write_jsonl,
+)
+from runtime.loop.controller import Controller, ControllerConfig
+from runtime.loop.detector import Verdict, detect, verdict_for_schedule
+from runtime.loop.estimator import LinkEstimator, ScheduleRouting
+from runtime.service.client import Client
+from runtime.service.daemon import DaemonConfig, DaemonHandle, serve
 
 __all__ = [
     "Band",

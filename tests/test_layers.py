@@ -20,6 +20,7 @@ import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
+import networkx as nx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,6 +45,8 @@ class Import:
     line: int
     module: str  # absolute dotted module
     names: tuple[str, ...]  # names imported from it ("from m import a, b"); () for "import m"
+    local: bool = False  # inside a function (a lazy import)
+    prefix: bool = False  # ``import_module(f"pkg.{name}")``: any module under ``module``
 
 
 def python_files() -> list[Path]:
@@ -54,20 +57,32 @@ def _package_of(path: Path) -> list[str]:
     return list(path.relative_to(ROOT).with_suffix("").parts[:-1])
 
 
+def _in_functions(tree: ast.AST) -> set[int]:
+    """``id`` of every node nested in a function body (at any depth)."""
+    inside: set[int] = set()
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            inside.update(id(node) for node in ast.walk(fn) if node is not fn)
+    return inside
+
+
 def imports_of(path: Path) -> list[Import]:
-    """Every import statement (at any depth) and literal ``importlib.import_module`` call."""
+    """Every import statement (at any depth, ``TYPE_CHECKING`` blocks included) and literal
+    ``importlib.import_module`` call; ``local`` marks those inside a function."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    nested = _in_functions(tree)
     found: list[Import] = []
     for node in ast.walk(tree):
+        local = id(node) in nested
         if isinstance(node, ast.Import):
-            found += [Import(path, node.lineno, alias.name, ()) for alias in node.names]
+            found += [Import(path, node.lineno, alias.name, (), local) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = _package_of(path)[: len(_package_of(path)) - (node.level - 1)]
                 module = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 module = node.module or ""
-            found.append(Import(path, node.lineno, module, tuple(a.name for a in node.names)))
+            found.append(Import(path, node.lineno, module, tuple(a.name for a in node.names), local))
         elif (
             isinstance(node, ast.Call)
             and isinstance(node.func, (ast.Attribute, ast.Name))
@@ -76,10 +91,36 @@ def imports_of(path: Path) -> list[Import]:
         ):
             arg = node.args[0]
             if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                found.append(Import(path, node.lineno, arg.value, ()))
+                found.append(Import(path, node.lineno, arg.value, (), local))
             elif isinstance(arg, ast.JoinedStr) and arg.values and isinstance(arg.values[0], ast.Constant):
-                found.append(Import(path, node.lineno, str(arg.values[0].value).rstrip("."), ()))
+                head = str(arg.values[0].value)
+                names = _loop_values(tree, arg.values[1]) if len(arg.values) == 2 else None
+                if names is None:  # unknown names: any module under the prefix
+                    found.append(Import(path, node.lineno, head.rstrip("."), (), local, prefix=True))
+                else:
+                    found += [Import(path, node.lineno, head + n, (), local) for n in names]
     return found
+
+
+def _loop_values(tree: ast.Module, value: ast.expr) -> tuple[str, ...] | None:
+    """For ``f"pkg.{name}"`` inside ``for name in NAMES`` with ``NAMES`` a module-level tuple of strings:
+    those strings (``loopcoll.cli`` imports its command modules so); otherwise None."""
+    if not (isinstance(value, ast.FormattedValue) and isinstance(value.value, ast.Name)):
+        return None
+    consts: dict[str, tuple[str, ...]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                v = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+            if isinstance(v, tuple) and all(isinstance(x, str) for x in v):
+                consts[node.targets[0].id] = v
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.For) and isinstance(node.target, ast.Name) and node.target.id == value.value.id
+                and isinstance(node.iter, ast.Name) and node.iter.id in consts):
+            return consts[node.iter.id]
+    return None
 
 
 def violations(path: Path) -> list[str]:
@@ -105,7 +146,10 @@ def test_the_scan_sees_every_package_and_nested_imports() -> None:
     files = python_files()
     assert {p.relative_to(ROOT).parts[0] for p in files} >= {"synth", "msccl_xml", "loopcoll", "benchmarks"}
     cli = imports_of(ROOT / "loopcoll" / "cli.py")
-    assert any(i.module == "loopcoll._cmd_synth" for i in cli)  # imported inside main()'s finally
+    assert any(i.module == "loopcoll._cmd_synth" for i in cli)  # import_module(f"loopcoll.{name}") over _COMMANDS
+    daemon = imports_of(ROOT / "loopcoll" / "_cmd_daemon.py")
+    assert any(i.module == "runtime.service.daemon" and i.local for i in daemon)  # inside the handler
+    assert not any(i.local for i in daemon if i.module == "synth.errors")
 
 
 def test_checker_flags_what_it_should(tmp_path: Path) -> None:
@@ -128,6 +172,280 @@ def test_checker_flags_what_it_should(tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", python_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_imports_respect_layers_and_privacy(path: Path) -> None:
     assert violations(path) == []
+
+
+# -- the module graph: wings, cycles, lazy imports, privates ----------------------------------------
+#: The libraries whose function-local imports are checked (benchmarks and examples are scripts that nothing
+#: imports: their lazy imports keep ``--help`` fast and spawned workers self-contained).
+LIBRARIES = ("synth", "msccl_xml", "mscclpp_plan", "runtime", "loopcoll")
+
+#: The wings of ``runtime`` and which sibling wings each may import (what its ``__init__`` docstring says).
+#: ``errors`` is the runtime's one shared module; ``runtime/__init__.py`` (the facade) may import any wing.
+WINGS: dict[str, frozenset[str]] = {
+    "errors": frozenset(),
+    "formats": frozenset({"errors"}),
+    "contention": frozenset({"errors"}),
+    "loop": frozenset({"formats", "contention", "errors"}),
+    "service": frozenset({"formats", "errors"}),
+    "executor": frozenset({"formats", "errors"}),
+    "observe": frozenset({"formats", "errors"}),
+    "scenarios": frozenset({"loop", "service", "executor", "formats", "errors"}),
+}
+#: Old import paths kept as thin re-exports (docs and examples showed ``from runtime.client import …`` and
+#: ``from runtime.live import …``): each may import only the wing its module moved to.
+SHIMS: dict[str, str] = {"runtime.client": "service", "runtime.live": "scenarios"}
+
+#: Function-local imports of our own modules that are deliberate: (importer prefix, imported prefix) -> why.
+#: Every ``loopcoll`` command module is imported when the parser is built, so what a command imports at
+#: module level loads on every ``loopcoll`` start; these keep heavy modules off that path.
+LAZY_IMPORTS: dict[tuple[str, str], str] = {
+    ("loopcoll", "runtime"): "the runtime half (~0.4 s, torch/DuckDB behind it): only daemon, replay, demo "
+                             "--live, run-check, inspect and synth --store load it",
+    ("loopcoll", "synth.simulation"): "the flow simulator and cost models: only simulate, demo, calibrate, "
+                                      "synth --sizes",
+    ("loopcoll", "synth.latency"): "depth-bounded synthesis (~0.26 s): only synth --sizes/--max-depth, "
+                                   "simulate --kinds pareto",
+    ("loopcoll", "loopcoll._latency"): "imports synth.latency at module level (see above)",
+    ("loopcoll", "synth.alltoall_cg"): "AllToAll column generation (~0.3 s): only alltoallv bound",
+    ("loopcoll", "mscclpp_plan"): "MSCCL++ plans (~0.1 s): only -o *.json and check of a plan",
+    ("loopcoll.cli", "loopcoll"): "build_parser imports the command modules by name (_COMMANDS), so that a "
+                                  "broken one fails naming itself",
+    ("synth.solvers", "synth.solvers.ortools"): "OR-Tools loads only for callers who ask for that backend",
+}
+
+#: What ``synth/`` does today against rules (b)-(d), kept while synth is being reworked (issue 29 item 3):
+#: to be burned down, never extended. The tests also fail when an entry no longer occurs, so the list only
+#: shrinks: delete the entry with the fix. Entries name modules, not lines, so unrelated edits keep them.
+KNOWN_SYNTH_VIOLATIONS: frozenset[str] = frozenset({
+    # (b) cycles, each broken at run time by an import inside a function (the fix: the shared piece below both)
+    "cycle: synth._schedule_io -> synth.schedule -> synth._schedule_io",
+    "cycle: synth._validate_schedule -> synth.schedule -> synth._validate_schedule",
+    "cycle: synth.topologies._validate -> synth.topologies.model -> synth.topologies._validate",
+    "cycle: synth.topologies.capacity -> synth.topologies.model -> synth.topologies.capacity",
+    "cycle: synth.topologies.communicator -> synth.topologies.model -> synth.topologies.communicator",
+    "cycle: synth.topologies.failures -> synth.topologies.model -> synth.topologies.failures",
+    "cycle: synth.topologies.failures -> synth.topologies.structure -> synth.topologies.model -> synth.topologies.failures",
+    "cycle: synth.topologies.io -> synth.topologies.model -> synth.topologies.io",
+    # (c) function-local imports of our own modules (hoist them once the cycles above are gone, or give a reason
+    # in LAZY_IMPORTS: synth.synthesis and synth.bounds keep the families' solvers off `import synth`)
+    "lazy: synth._schedule_io imports synth._atomic",
+    "lazy: synth.alltoall_cg._rounding imports synth.solvers",
+    "lazy: synth.bounds imports synth.alltoall_cg",
+    "lazy: synth.bounds imports synth.routed",
+    "lazy: synth.bounds imports synth.routing",
+    "lazy: synth.latency.bounded imports synth.synthesis",
+    "lazy: synth.latency.pareto imports synth.latency.depth",
+    "lazy: synth.latency.pareto imports synth.synthesis",
+    "lazy: synth.routed imports synth.routed._cutlp",
+    "lazy: synth.routed imports synth.routed._logical",
+    "lazy: synth.routed._cutlp imports synth.solvers._highs",
+    "lazy: synth.routing imports synth.topologies.structure",
+    "lazy: synth.schedule imports synth._schedule_io",
+    "lazy: synth.schedule imports synth._validate_schedule",
+    "lazy: synth.simulation.calibration imports synth.routing",
+    "lazy: synth.simulation.calibration imports synth.topologies",
+    "lazy: synth.simulation.costmodel imports synth.topologies",
+    "lazy: synth.solvers imports synth.solvers.highs",
+    "lazy: synth.synthesis imports synth.alltoall_cg",
+    "lazy: synth.synthesis imports synth.bounds",
+    "lazy: synth.synthesis imports synth.forestcoll_warm",
+    "lazy: synth.synthesis imports synth.routed",
+    "lazy: synth.topologies.model imports synth.topologies._validate",
+    "lazy: synth.topologies.model imports synth.topologies.communicator",
+    "lazy: synth.topologies.model imports synth.topologies.failures",
+    "lazy: synth.topologies.model imports synth.topologies.io",
+    # (d) private modules or names of another subpackage (issue 29: promote tree packing, the master LP and
+    # the HiGHS wrapper to a public internal package)
+    "private: synth.bounds_alltoall imports synth.solvers._highs",
+    "private: synth.routed._cutlp imports synth.solvers._highs",
+    "private: synth.routed._lovasz imports synth.forestcoll_warm._packing",
+    "private: synth.routed._treelp imports synth.alltoall_cg._master",
+    "private: synth.routed.alltoall imports synth.alltoall_cg._master",
+    "private: synth.routed.trees imports synth.forestcoll_warm._packing",
+})
+
+
+def module_name(path: Path, root: Path = ROOT) -> str:
+    """``runtime/loop/manager.py`` -> ``runtime.loop.manager``; a package's ``__init__.py`` -> the package."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules(packages: tuple[str, ...], root: Path) -> dict[str, Path]:
+    return {module_name(p, root): p for d in packages if (root / d).is_dir() for p in sorted((root / d).rglob("*.py"))}
+
+
+def _targets(imp: Import, modules: dict[str, Path]) -> list[str]:
+    """The modules of ours an import loads (``from pkg import sub`` is the submodule ``pkg.sub``)."""
+    if imp.prefix:
+        return sorted(m for m in modules if m.startswith(imp.module + "."))
+    wanted = [f"{imp.module}.{n}" for n in imp.names if f"{imp.module}.{n}" in modules] or [imp.module]
+    if len(wanted) < len(imp.names) and imp.module not in wanted:
+        wanted.append(imp.module)  # some names are attributes of the module itself
+    out = []
+    for w in wanted:
+        while w and w not in modules:
+            w = w.rpartition(".")[0]
+        if w:
+            out.append(w)
+    return out
+
+
+def module_graph(packages: tuple[str, ...] = SCANNED, root: Path = ROOT) -> nx.DiGraph:
+    """Importer -> imported module, for every import at any depth; each edge keeps its imports."""
+    modules = _modules(packages, root)
+    graph = nx.DiGraph()
+    graph.add_nodes_from(modules)
+    for name, path in modules.items():
+        for imp in imports_of(path):
+            for target in _targets(imp, modules):
+                if target != name:
+                    graph.add_edge(name, target)
+                    graph.edges[name, target].setdefault("imports", []).append(imp)
+    return graph
+
+
+def cycle_findings(graph: nx.DiGraph) -> set[str]:
+    """``cycle: a -> b -> a`` for every simple cycle, starting at its smallest module."""
+    out = set()
+    for cycle in nx.simple_cycles(graph):
+        i = cycle.index(min(cycle))
+        ring = cycle[i:] + cycle[:i]
+        out.add("cycle: " + " -> ".join([*ring, ring[0]]))
+    return out
+
+
+def _under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def lazy_findings(graph: nx.DiGraph, libraries: tuple[str, ...] = LIBRARIES) -> set[str]:
+    """``lazy: a imports b`` for a function-local import of our module b in a library module a."""
+    out = set()
+    for a, b, data in graph.edges(data=True):
+        if a.split(".")[0] not in libraries or not any(i.local for i in data["imports"]):
+            continue
+        if not any(_under(a, pa) and _under(b, pb) for pa, pb in LAZY_IMPORTS):
+            out.add(f"lazy: {a} imports {b}")
+    return out
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_findings(packages: tuple[str, ...] = SCANNED, root: Path = ROOT) -> set[str]:
+    """``private: a imports x`` where x is a private module or name (``_x``, not dunder) from outside the
+    package that holds it: a sibling module's private name is fine, another subpackage's is not."""
+    modules = _modules(packages, root)
+    out = set()
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for imp in imports_of(path):
+            if imp.module.split(".")[0] not in OURS:
+                continue
+            owners = []  # (package holding the private thing, what is imported)
+            parts = imp.module.split(".")
+            cut = next((i for i, p in enumerate(parts) if _private(p)), None)
+            if cut is not None:
+                owners.append((".".join(parts[:cut]), imp.module))
+            for n in filter(_private, imp.names):
+                if f"{imp.module}.{n}" in modules:  # a private submodule
+                    owners.append((imp.module, f"{imp.module}.{n}"))
+                else:  # a private name of a module: it belongs to the module's package
+                    is_package = imp.module in modules and modules[imp.module].name == "__init__.py"
+                    owners.append((imp.module if is_package else imp.module.rpartition(".")[0], f"{imp.module}.{n}"))
+            out.update(f"private: {name} imports {what}" for owner, what in owners if not _under(package, owner))
+    return out
+
+
+def _split_known(found: set[str], kind: str) -> tuple[list[str], list[str]]:
+    """(new violations, allowlisted entries that no longer occur) for one kind of finding."""
+    known = {k for k in KNOWN_SYNTH_VIOLATIONS if k.startswith(kind + ":")}
+    return sorted(found - known), sorted(known - found)
+
+
+def wing_of(module: str) -> str | None:
+    """The runtime wing a module belongs to (``runtime.loop.manager`` -> ``loop``); ``runtime`` -> ``facade``."""
+    parts = module.split(".")
+    if module == "runtime":
+        return "facade"
+    if module in SHIMS:
+        return "shim"
+    if len(parts) >= 2 and parts[1] in WINGS:
+        return parts[1]
+    return None
+
+
+def test_every_runtime_module_sits_in_a_wing() -> None:
+    loose = sorted(m for m in _modules(("runtime",), ROOT) if wing_of(m) is None)
+    assert loose == [], f"runtime modules outside the wings {sorted(WINGS)}: {loose}"
+
+
+def test_runtime_wings_import_only_the_wings_they_may() -> None:
+    graph = module_graph(("runtime",))
+    bad = []
+    for a, b in graph.edges:
+        wa, wb = wing_of(a), wing_of(b)
+        if wa == "facade" or wa == wb:
+            continue
+        allowed = {SHIMS[a]} if wa == "shim" else WINGS.get(wa or "", frozenset())
+        if wb not in allowed:
+            bad.append(f"{a} ({wa}) imports {b} ({wb}); {wa} may import {sorted(allowed)}")
+    assert bad == []
+
+
+@pytest.mark.parametrize("wing", sorted(set(WINGS) - {"errors"}))
+def test_each_wing_docstring_says_what_it_may_import(wing: str) -> None:
+    doc = ast.get_docstring(ast.parse((ROOT / "runtime" / wing / "__init__.py").read_text(encoding="utf-8"))) or ""
+    missing = [w for w in sorted(WINGS[wing]) if f"runtime.{w}" not in doc]
+    assert doc and missing == [], f"runtime/{wing}/__init__.py's docstring does not name {missing}"
+
+
+def test_no_import_cycles() -> None:
+    new, gone = _split_known(cycle_findings(module_graph()), "cycle")
+    assert new == [], "import cycles (imports inside functions count): put the shared piece below both"
+    assert gone == [], "fixed: delete these entries from KNOWN_SYNTH_VIOLATIONS"
+
+
+def test_no_function_local_imports_of_our_modules() -> None:
+    new, gone = _split_known(lazy_findings(module_graph()), "lazy")
+    assert new == [], "import at module level, or add to LAZY_IMPORTS with the reason"
+    assert gone == [], "fixed: delete these entries from KNOWN_SYNTH_VIOLATIONS"
+
+
+def test_no_private_imports_across_subpackages() -> None:
+    new, gone = _split_known(private_findings(), "private")
+    assert new == [], "make the piece public (its module and name without _) or move it into the importer's package"
+    assert gone == [], "fixed: delete these entries from KNOWN_SYNTH_VIOLATIONS"
+
+
+def test_known_synth_violations_are_synth_only() -> None:
+    assert all(k.split(": ", 1)[1].startswith("synth") for k in KNOWN_SYNTH_VIOLATIONS)
+
+
+def test_graph_checks_flag_what_they_should(tmp_path: Path) -> None:
+    # A tiny tree: a cycle hidden by a function-local import, a TYPE_CHECKING cycle, privates across packages.
+    files = {
+        "runtime/__init__.py": "",
+        "runtime/loop/__init__.py": "",
+        "runtime/loop/a.py": "from runtime.loop import b\nfrom runtime.loop.b import _helper\n",
+        "runtime/loop/b.py": "def f():\n    from runtime.loop.a import x\n",
+        "runtime/service/__init__.py": "",
+        "runtime/service/_conn.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                    "    from runtime.service.d import _D\n",
+        "runtime/service/d.py": "from runtime.service._conn import C\nfrom runtime.loop.b import _helper\n"
+                                "from runtime.loop import __doc__\n",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text, encoding="utf-8")
+    graph = module_graph(("runtime",), tmp_path)
+    assert cycle_findings(graph) == {"cycle: runtime.loop.a -> runtime.loop.b -> runtime.loop.a",
+                                     "cycle: runtime.service._conn -> runtime.service.d -> runtime.service._conn"}
+    assert lazy_findings(graph) == {"lazy: runtime.loop.b imports runtime.loop.a"}
+    # a sibling's private name and the own package's private module are fine; another subpackage's are not
+    assert private_findings(("runtime",), tmp_path) == {"private: runtime.service.d imports runtime.loop.b._helper"}
 
 
 # -- pointers outside the repository -------------------------------------------------------------

@@ -1,6 +1,9 @@
 """Executor: runs MSCCL programs on torch.distributed point-to-point ops, with passive telemetry and hot-swap.
 
-torch is imported lazily (when an :class:`Executor` is made); the plan compiler is pure Python.
+torch is imported lazily (when an :class:`Executor` is made); the plan compiler is pure Python. Owns the plan
+compiler and interpreter, hot-swap agreement, telemetry sinks, fault injection (``throttle``), launch helpers and
+the AllToAllv runner (``alltoallv``). Of the runtime it may import :mod:`runtime.formats` (telemetry samples) and
+:mod:`runtime.errors`; it talks to the daemon only through the client object it is given.
 
 >>> from runtime.executor import compile_program, COLLECTIVES
 >>> COLLECTIVES

@@ -17,14 +17,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from msccl_xml import Program, check
-
-from runtime.telemetry import Sample
+from msccl_xml import Program, check, parse
+from runtime.executor.alltoallv import all_to_all_single_v
+from runtime.formats.telemetry import Sample
 
 from .engine import Timing, reducer, run_rank_plan
 from .errors import ExecutorError, StagingError, SwapTimeoutError
 from .plan import Plan, compile_program
 from .sources import load_programs
+from .throttle import Throttle, emulation_from_env
 
 __all__ = ["Executor", "SwapReport", "StagedVersion"]
 
@@ -51,6 +52,43 @@ class SwapReport:
     agreement_s: float
 
 
+
+def default_store(dist: Any) -> Any:
+    """The default process group's ``torch.distributed.Store``, or None: the agreement uses it only to
+    name the ranks that miss an agreement (best-effort).
+
+    torch (2.13) has no public accessor for it; ``distributed_c10d._get_default_store`` is the one call
+    that returns the store ``init_process_group`` made (a new ``TCPStore`` would need the rendezvous
+    address, and ``env://`` is only one of the init methods). Pass ``store=`` to :class:`Executor` to
+    avoid it; any failure here means "no store", as before.
+    """
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except Exception:  # noqa: BLE001 - naming ranks is best-effort without a store
+        return None
+
+
+def agreement_key(store: Any, comm: str, peers: Sequence[int], global_rank: int) -> str:
+    """The store-key prefix of one executor's agreement arrivals: ``loopcoll/executor/COMM/PEERS#N/arrived/``.
+
+    ``N`` numbers this rank's executors of the communicator in order (the members make them in the same
+    order, so they agree on it); it is counted in ``store``, the object the keys live in (not in
+    process-wide state). Without a store nothing is written, so ``N`` is 1.
+
+    >>> import torch.distributed as dist
+    >>> s = dist.HashStore()
+    >>> agreement_key(s, "dp0", [0, 1], 0), agreement_key(s, "dp0", [0, 1], 0), agreement_key(None, "dp0", [0, 1], 0)
+    ('loopcoll/executor/dp0/0-1#1/arrived/', 'loopcoll/executor/dp0/0-1#2/arrived/', 'loopcoll/executor/dp0/0-1#1/arrived/')
+    """
+    base = f"loopcoll/executor/{comm}/{'-'.join(map(str, peers))}"
+    number = 1
+    if store is not None:
+        try:
+            number = int(store.add(f"{base}/made/{global_rank}", 1))
+        except Exception:  # noqa: BLE001 - best-effort like every use of the store here
+            number = 1
+    return f"{base}#{number}/arrived/"
+
 class Executor:
     """Runs collectives on ``group`` with loaded MSCCL programs, falling back to native torch.distributed.
 
@@ -61,7 +99,7 @@ class Executor:
     comm
         The communicator's name, as in the job profile; tags every telemetry sample.
     sink
-        Callable receiving each collective's samples (a list of :class:`runtime.telemetry.Sample`); None: no telemetry.
+        Callable receiving each collective's samples (a list of :class:`runtime.formats.telemetry.Sample`); None: no telemetry.
     sync_every
         Run the version agreement automatically every this many collectives (all ranks issue the same
         sequence); None: only on :meth:`sync_versions`.
@@ -82,8 +120,6 @@ class Executor:
         faults pace this rank's sends (gloo); ``None``: the one in ``$LOOPCOLL_EMULATION`` if set, else off;
         ``False``: off.
     """
-
-    _instances: dict[tuple[str, tuple[int, ...]], int] = {}
 
     def __init__(self, group: Any = None, *, comm: str = "world", sink: Sink | None = None,
                  sync_every: int | None = None, control_timeout_s: float = 30.0,
@@ -114,16 +150,8 @@ class Executor:
         # same point, unless the caller passes a gloo group of the members made that way (control_group).
         self._ctrl = control_group if control_group is not None else dist.new_group(
             ranks=self._peers, backend="gloo", timeout=timedelta(seconds=control_timeout_s))
-        # The members make their executors of a communicator in the same order: the instance number names one.
-        ident = (comm, tuple(self._peers))
-        Executor._instances[ident] = Executor._instances.get(ident, 0) + 1
-        self._key = f"loopcoll/executor/{comm}/{'-'.join(map(str, self._peers))}#{Executor._instances[ident]}/arrived/"
-        self._store = store
-        if self._store is None:
-            try:
-                self._store = dist.distributed_c10d._get_default_store()
-            except Exception:  # noqa: BLE001 - naming ranks is best-effort without a store
-                self._store = None
+        self._store = default_store(dist) if store is None else store
+        self._key = agreement_key(self._store, comm, self._peers, self.global_rank)
         self.seq = 0
         self.sync_index = 0
         self.active: dict[str, int | None] = {}
@@ -142,7 +170,6 @@ class Executor:
         self._retired: list[tuple[Plan, ...]] = []
         #: Host seconds spent building and handing over samples (the telemetry's CPU cost on this thread).
         self.telemetry_s = 0.0
-        from .throttle import Throttle, emulation_from_env
 
         emu = emulation_from_env() if emulation is None else (emulation or None)
         #: The fault-injection pacer of this rank's sends (None: off).
@@ -229,8 +256,6 @@ class Executor:
 
     def _stage_entry(self, client: Any, entry: dict) -> None:
         import tempfile
-
-        from msccl_xml import parse
 
         version = int(entry["version"])
         try:
@@ -613,9 +638,7 @@ class Executor:
 
     def _alltoallv(self, out: Any, inp: Any, out_splits: Any, in_splits: Any, seq: int) -> None:
         """Split-size all-to-all: a ``demand`` sample (bytes per global rank), then the AllToAllv schedule
-        (runtime.alltoallv_run) or native torch.distributed."""
-        from runtime.alltoallv_run import all_to_all_single_v
-
+        (runtime.executor.alltoallv) or native torch.distributed."""
         n = self.size
         ins = [int(x) for x in in_splits] if in_splits is not None else [inp.numel() // n] * n
         outs = [int(x) for x in out_splits] if out_splits is not None else [out.numel() // n] * n

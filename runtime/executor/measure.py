@@ -13,7 +13,9 @@ from typing import Any
 
 from msccl_xml import Program
 
+from .executor import Executor
 from .plan import canonical_collective
+from .sinks import MemorySink
 
 __all__ = ["compare", "swap_latency"]
 
@@ -80,9 +82,6 @@ def compare(rank: int, world: int, program: Program, sizes_bytes: list[int], dty
     import torch
     import torch.distributed as dist
 
-    from .executor import Executor
-    from .sinks import MemorySink
-
     device = _device(torch)
     dtype = getattr(torch, dtype_name)
     coll = canonical_collective(program.coll)
@@ -130,8 +129,6 @@ def swap_latency(rank: int, world: int, programs: list[Program], size_bytes: int
     """Stage and switch ``swaps`` times between ``programs``: staging, agreement and first-collective delay."""
     import torch
     import torch.distributed as dist
-
-    from .executor import Executor
 
     device = _device(torch)
     dtype = getattr(torch, dtype_name)

@@ -1,9 +1,9 @@
 """Telemetry sinks: where an :class:`~runtime.executor.Executor` sends each collective's samples.
 
-A sink is any callable taking a list of :class:`runtime.telemetry.Sample`. It runs on the training
+A sink is any callable taking a list of :class:`runtime.formats.telemetry.Sample`. It runs on the training
 thread right after a collective, so it must be cheap; exceptions are logged once and swallowed.
 
->>> from runtime.telemetry import Sample
+>>> from runtime.formats.telemetry import Sample
 >>> mem = MemorySink()
 >>> mem([Sample(1.0, "dp0", 1, 1, "pair", 0, 1, 64, 1e-5, "allgather", "executor")])
 >>> len(mem.samples)
@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runtime.telemetry import Sample
+from runtime.formats.telemetry import Sample
 
 __all__ = ["JsonlSink", "MemorySink", "client_sink"]
 
@@ -34,7 +34,7 @@ class MemorySink:
 class JsonlSink:
     """Appends samples as ``loopcoll.telemetry/1`` JSON lines to ``path``; flushed every ``flush_every`` calls.
 
-    An append-only log (readable with :func:`runtime.telemetry.read_jsonl` while it grows): lines are
+    An append-only log (readable with :func:`runtime.formats.telemetry.read_jsonl` while it grows): lines are
     written whole, so a reader sees complete lines only after a flush.
     """
 
@@ -67,7 +67,7 @@ class JsonlSink:
 
 
 def client_sink(client: Any) -> Any:
-    """A sink forwarding samples to the controller daemon through ``runtime.client.Client.send_samples``."""
+    """A sink forwarding samples to the controller daemon through ``runtime.service.client.Client.send_samples``."""
 
     def send(samples: list[Sample]) -> None:
         client.send_samples(samples)

@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from msccl_xml import switch_path
 from synth import Link, LoopcollError, Topology, load_topology
 
 from .errors import ExecutorError
@@ -248,8 +249,6 @@ class Throttle:
 
     def __init__(self, emulation: Emulation, rank: int, *, world: int | None = None, clock: Any = None) -> None:
         import time
-
-        from msccl_xml import switch_path
 
         self.emulation = emulation
         self.rank = rank

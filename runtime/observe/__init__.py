@@ -1,7 +1,8 @@
 """Observability: NCCL Inspector logs and loopcoll telemetry in DuckDB, analyses, reports and plots.
 
 DuckDB is an optional extra (``pip install 'loopcoll[observe]'``), imported only when a database is opened.
-``docs/observe.md`` documents the schema, the views and the statistics.
+``docs/observe.md`` documents the schema, the views and the statistics. Of the runtime it may import
+:mod:`runtime.formats` (samples and profiles for the bridge to the controller) and :mod:`runtime.errors`.
 
 >>> con = connect()
 >>> ingest(con, []).accepted

@@ -14,7 +14,7 @@ communicator is found by ``comm_map`` (Inspector comm id or name → profile nam
 >>> from runtime.observe.db import connect
 >>> from runtime.observe.ingest import ingest
 >>> from runtime.observe.synthetic import SyntheticSpec, write_logs
->>> from runtime.profile import profile_from_dict
+>>> from runtime.formats.profile import profile_from_dict
 >>> d = tempfile.mkdtemp()
 >>> _ = write_logs(d, SyntheticSpec(nranks=2, ncolls=3, colls=(("AllGather", 1 << 20),), p2p=True))
 >>> con = connect(); _ = ingest(con, [d])
@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from runtime.profile import JobProfile
-from runtime.telemetry import FORMAT, IngestReport, Sample, validate_samples
+from runtime.formats.profile import JobProfile
+from runtime.formats.telemetry import FORMAT, IngestReport, Sample, validate_samples
 
 __all__ = ["inspector_samples"]
 

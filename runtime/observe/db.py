@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from runtime.observe.analyze import select_window
 from runtime.observe.errors import ObserveError
 
 __all__ = ["SCHEMA_VERSION", "connect", "duckdb_module"]
@@ -156,7 +157,6 @@ def connect(path: str | os.PathLike[str] | None = None, *, threads: int | None =
             con.close()
             raise ObserveError(f"{target}: database schema version {row[0]}, this loopcoll reads {SCHEMA_VERSION}")
         con.execute(_VIEWS)
-        from runtime.observe.analyze import select_window
 
         select_window(con)
     return con

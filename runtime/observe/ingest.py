@@ -40,6 +40,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from runtime.errors import TelemetryError
+from runtime.formats.telemetry import parse_sample
 from runtime.observe.errors import ObserveError
 
 __all__ = ["IngestSummary", "discover", "ingest"]
@@ -486,12 +488,9 @@ def _ingest_file(flusher: _Flusher, path: Path, fid: int, kind: str, state: tupl
 
 def _telemetry_batch(con: Any, fid: int, text: str, base: int, records: Counter[str], rejected: Counter[str],
                      first_error: list[str], path: Path) -> None:
-    """Telemetry lines are validated by :func:`runtime.telemetry.parse_sample` itself (the controller's own
+    """Telemetry lines are validated by :func:`runtime.formats.telemetry.parse_sample` itself (the controller's own
     rules and reason codes), then inserted in one statement."""
     import json
-
-    from runtime.errors import TelemetryError
-    from runtime.telemetry import parse_sample
 
     rows: list[tuple[Any, ...]] = []
     bad: Counter[str] = Counter()

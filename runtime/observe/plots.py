@@ -23,10 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from synth.fileio import write_bytes_atomic
-
 from runtime.observe import analyze as A
 from runtime.observe.errors import ObserveError
+from synth.fileio import write_bytes_atomic
 
 __all__ = ["write_plots"]
 

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from synth.alltoall_cg._cg import ColumnGeneration, tie_break
-from synth.alltoall_cg._chunks import remainder_round
+from synth.alltoall_cg.chunks import remainder_round
 from synth.alltoall_cg._expanded import ExpandedGraph, Network
 from synth.alltoall_cg._pool import PathPool
 from synth.alltoall_cg._pricing import price_trees

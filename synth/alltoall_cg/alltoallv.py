@@ -37,6 +37,7 @@ from synth.alltoall_cg._vround import disaggregate_v, greedy_remainder, improve,
 from synth.alltoallv_schedule import AllToAllvSchedule, check_demand
 from synth.errors import ScheduleError, SolverError
 from synth.result import Status, format_status, gap_pct_time, judge_time
+from synth.topologies.capacity import refuse_adjusted
 from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology
 
@@ -104,7 +105,6 @@ class AllToAllvBound:
 
 def _check_args(topology: object, nchunks: object, max_steps: object, solver: object, time_limit_s: object) -> None:
     check_cg_args("synthesize_alltoallv", "AllToAllv", topology, nchunks, max_steps, solver, time_limit_s)
-    from synth.topologies.capacity import refuse_adjusted
 
     # Rule 0 and the floor (docs/exactness.md) are not proven for a demand matrix: refuse such fabrics.
     refuse_adjusted(cast(Topology, topology), "AllToAllv")

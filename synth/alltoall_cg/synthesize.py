@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from synth.alltoall_cg._args import check_cg_args
 from synth.alltoall_cg._cg import CgRun, ColumnGeneration
-from synth.alltoall_cg._chunks import (
+from synth.alltoall_cg.chunks import (
     ROUNDING_BUDGET_S,
     TARGET_LOSS,
     BlockPaths,
@@ -196,7 +196,7 @@ def _t_of(cg: ColumnGeneration, measured: Measured) -> float:
 def _choose(topology: Topology, cg: ColumnGeneration, pids: np.ndarray, y: np.ndarray, first: int,
             cap: tuple[int, str], dive: DiveResult, measured: Measured, lp_algbw: float,
             budget_s: float) -> tuple[DiveResult, Measured, int, dict[str, Any]]:
-    """The K-search of :mod:`synth.alltoall_cg._chunks` when the rounding at ``first`` chunks is not
+    """The K-search of :mod:`synth.alltoall_cg.chunks` when the rounding at ``first`` chunks is not
     exact: its pick where it measures better than ``dive``, with the figures for ``stats``."""
     loss = 1.0 - measured[0] / lp_algbw if measured is not None else math.inf
     info: dict[str, Any] = {"binding_limit": None, "rounding_tried": []}
@@ -239,7 +239,7 @@ def synthesize_alltoall(
         Chunks per (source, destination) block, K ≥ 1, used as given (default 10; a HiGHS MIP over
         the LP's paths improves a rounding that loses more than 0.1 %). ``None`` (the default of
         :func:`synth.synthesize`) chooses K: 10 when that rounds within 0.1 % of the LP optimum,
-        else another K up to ``max_nchunks`` that does (:mod:`synth.alltoall_cg._chunks`: exact K
+        else another K up to ``max_nchunks`` that does (:mod:`synth.alltoall_cg.chunks`: exact K
         from the LP's denominators, largest remainder, a MIP over the LP's paths), else the best
         found, with ``stats["binding_limit"]`` naming the limit.
     max_nchunks

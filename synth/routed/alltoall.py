@@ -33,7 +33,7 @@ import numpy.typing as npt
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
-from synth.alltoall_cg._chunks import (
+from synth.alltoall_cg.chunks import (
     ROUNDING_BUDGET_S,
     TARGET_LOSS,
     BlockPaths,
@@ -228,7 +228,7 @@ def _path_links(lg: Logical) -> Any:
 
 
 def _block_paths(cg: _Cg, weight: Weights) -> tuple[list[tuple[int, int, tuple[int, ...]]], BlockPaths]:
-    """The LP's support as :class:`~synth.alltoall_cg._chunks.BlockPaths` and its (s, d, path) keys."""
+    """The LP's support as :class:`~synth.alltoall_cg.chunks.BlockPaths` and its (s, d, path) keys."""
     links = _path_links(cg.lg)
     keys, block, share, parts = [], [], [], []
     for (s, d), paths in sorted(weight.items()):

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from synth.alltoall_cg._chunks import ROUNDING_BUDGET_S, TARGET_LOSS, binding_note, chunk_cap
+from synth.alltoall_cg.chunks import ROUNDING_BUDGET_S, TARGET_LOSS, binding_note, chunk_cap
 from synth.errors import ScheduleError, SolverError
 from synth.result import Status, SynthResult, gap_pct, judge
 from synth.routed._logical import Logical

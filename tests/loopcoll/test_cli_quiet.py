@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from loopcoll._cmd_synth import QUIET_LOGGERS
+from loopcoll._log import QUIET_LOGGERS
 from tests.loopcoll._run import run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # ``loopcoll`` process, reach Python's last-resort handler (which prints warnings to stderr).
 _EMIT = """
 import logging, sys
-from loopcoll._cmd_synth import configure_progress, reset_progress
+from loopcoll._log import configure_progress, reset_progress
 configure_progress(sys.argv[1] == "quiet")
 for name in sys.argv[2:]:
     logging.getLogger(name + ".some_module").warning("lowering: too many chunks")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from loopcoll._cmd_demo import run_demo
-from loopcoll._cmd_simulate import parse_size
+from loopcoll._common import parse_size
 from loopcoll.cli import main
 from msccl_xml import check, read
 from synth import LoopcollError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from loopcoll._cmd_synth import _AfterDelay
+from loopcoll._log import _AfterDelay
 from loopcoll.cli import main
 from msccl_xml import check, read
 from synth import load_topology, optimal_bound, read_schedule
@@ -101,7 +101,7 @@ def test_progress_filter_drops_early_records_only() -> None:
 
 
 def test_progress_goes_to_stderr_unless_quiet(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import loopcoll._cmd_synth as cmd
+    import loopcoll._log as cmd
 
     monkeypatch.setattr(cmd, "PROGRESS_AFTER_S", 0.0)  # report from the start, as a long run would
     assert main(["synth", "alltoall", "hpn:1x2x8"]) == 0
@@ -113,7 +113,7 @@ def test_progress_goes_to_stderr_unless_quiet(monkeypatch: pytest.MonkeyPatch, c
 
 def test_depth_bounded_synthesis_reports_progress(monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    import loopcoll._cmd_synth as cmd
+    import loopcoll._log as cmd
     from synth import _deadline
 
     monkeypatch.setattr(cmd, "PROGRESS_AFTER_S", 0.0)

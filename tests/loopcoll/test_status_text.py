@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from loopcoll._cmd_daemon import render_status
-from runtime.store import VersionStore
+from runtime.formats.store import VersionStore
 from synth import synthesize
 from synth.result import Status
 from synth.routed.fabrics import mi250_like

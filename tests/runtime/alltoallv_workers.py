@@ -9,7 +9,7 @@ def run_cases(rank: int, world: int, jobs: list[tuple[str, list[list[list[int]]]
     import torch
     import torch.distributed as dist
 
-    from runtime.alltoallv_run import all_to_all_single_v
+    from runtime.executor.alltoallv import all_to_all_single_v
     from synth.alltoallv_schedule import AllToAllvSchedule
 
     out: list[str] = []

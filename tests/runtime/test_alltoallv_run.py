@@ -1,4 +1,4 @@
-"""runtime.alltoallv_run and Executor.all_to_all_single with split sizes: an AllToAllv schedule on gloo processes."""
+"""runtime.executor.alltoallv and Executor.all_to_all_single with split sizes: an AllToAllv schedule on gloo processes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from runtime.alltoallv_run import chunk_bounds  # noqa: E402
+from runtime.executor.alltoallv import chunk_bounds  # noqa: E402
 from runtime.executor.launch import launch  # noqa: E402
 from synth import load_topology  # noqa: E402
 from synth.alltoall_cg import synthesize_alltoallv  # noqa: E402

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.contention import (
+from runtime.contention.gate import (
     ContentionGate,
     ContentionState,
     Cusum,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runtime.errors import ProfileError
-from runtime.timeline import run_timeline, scenario_from_dict
+from runtime.scenarios.timeline import run_timeline, scenario_from_dict
 from tests.runtime.test_timeline import _doc
 
 GATED = {"cooldown_s": 0.01, "contention_gate": {}}

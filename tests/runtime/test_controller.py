@@ -180,7 +180,7 @@ def test_restart_after_a_degradation_keeps_the_degraded_version(tmp_path: Path) 
 
 
 def test_manager_config_carries_every_manager_knob_with_the_same_defaults() -> None:
-    from runtime.manager import ManagerConfig
+    from runtime.loop.manager import ManagerConfig
 
     assert ControllerConfig().manager_config() == ManagerConfig()
     cfg = ControllerConfig(gamma=0.3, cooldown_s=2.5, solver="glop", export_xml=False, contention_gate={})

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime import Client, Controller, ControllerConfig, DaemonConfig, WireError, profile_from_dict, serve
-from runtime.wire import FILE_CHUNK_BYTES
+from runtime.service.wire import FILE_CHUNK_BYTES
 from synth import load_topology
 
 TOKEN = "s3cret"

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from runtime.client import Client
+from runtime.service.client import Client
 from runtime.errors import WireError
 from tests.runtime.drill import degraded_samples
 

@@ -1,4 +1,4 @@
-"""runtime.demand: demand samples → traffic matrix → AllToAllv versions (also through the Controller)."""
+"""runtime.loop.demand: demand samples → traffic matrix → AllToAllv versions (also through the Controller)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from runtime import Controller, ControllerConfig, profile_from_dict
-from runtime.demand import AllToAllvPlanner, DemandEstimator, matrix_shift
+from runtime.loop.demand import AllToAllvPlanner, DemandEstimator, matrix_shift
 from synth import load_topology
 from synth.alltoallv_schedule import AllToAllvSchedule
 

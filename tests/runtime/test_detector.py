@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from runtime.detector import detect, verdict_for_schedule
-from runtime.estimator import LinkEstimator
+from runtime.loop.detector import detect, verdict_for_schedule
+from runtime.loop.estimator import LinkEstimator
 from synth import Schedule, load_topology, synthesize
 from tests.strategies import random_topologies
 

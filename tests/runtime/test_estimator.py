@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.estimator import LinkEstimator, ScheduleRouting
-from runtime.timeline import _samples
+from runtime.loop.estimator import LinkEstimator, ScheduleRouting
+from runtime.scenarios.timeline import _samples
 from synth import Hop, Link, Node, NodeKind, Route, RouteKind, Schedule, Topology, load_topology, synthesize
 from synth.simulation import simulate_transfers
 

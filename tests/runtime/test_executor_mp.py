@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 from msccl_xml import check, lower, read  # noqa: E402
 from runtime.executor.launch import launch  # noqa: E402
-from runtime.telemetry import read_jsonl, validate_samples  # noqa: E402
+from runtime.formats.telemetry import read_jsonl, validate_samples  # noqa: E402
 from synth import named_topology, synthesize  # noqa: E402
 from tests.runtime import executor_workers as W  # noqa: E402
 from tests.runtime.test_executor_plan import VECTORS  # noqa: E402

@@ -12,8 +12,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from runtime.live import COLLECTIVES, LiveConfig, run_live  # noqa: E402
-from runtime.store import VersionStore  # noqa: E402
+from runtime.scenarios.live import COLLECTIVES, LiveConfig, run_live  # noqa: E402
+from runtime.formats.store import VersionStore  # noqa: E402
 
 TRANSIENT = (40, 43)
 FAULT = (130, 250)
@@ -81,7 +81,7 @@ def test_new_schedule_moves_less_over_the_throttled_pair(live) -> None:
 
 
 def test_timeline_table_and_plot(live, tmp_path) -> None:
-    from runtime.live import format_timeline, plot_live
+    from runtime.scenarios.live import format_timeline, plot_live
 
     res, _ = live
     table = format_timeline(res)

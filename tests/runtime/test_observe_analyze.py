@@ -24,7 +24,7 @@ from runtime.observe import (
 from runtime.observe.bridge import inspector_samples
 from runtime.observe.evaluate import score_periods, score_sets
 from runtime.observe.synthetic import random_spec
-from runtime.profile import profile_from_dict
+from runtime.formats.profile import profile_from_dict
 
 
 def loaded(tmp_path, spec):
@@ -140,7 +140,7 @@ def test_sql_errors_are_observe_errors(tmp_path):
 
 def test_executor_coll_telemetry_gets_the_same_analyses(tmp_path):
     """loopcoll's own `coll` samples (global ranks, seq) run through the same views as Inspector records."""
-    from runtime.telemetry import parse_sample, write_jsonl
+    from runtime.formats.telemetry import parse_sample, write_jsonl
 
     rng = np.random.default_rng(0)
     samples = []

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime.observe import ObserveError, SyntheticSpec, connect, ingest, write_logs
-from runtime.telemetry import parse_sample, write_jsonl
+from runtime.formats.telemetry import parse_sample, write_jsonl
 
 ingest_mod = importlib.import_module("runtime.observe.ingest")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import ProfileError
-from runtime.profile import load_profile, profile_from_dict, profile_to_dict, write_profile
+from runtime.formats.profile import load_profile, profile_from_dict, profile_to_dict, write_profile
 from synth import load_topology
 
 

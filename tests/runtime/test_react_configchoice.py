@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.configchoice import ConfigChooser, contention_bucket
+from runtime.contention.configchoice import ConfigChooser, contention_bucket
 from runtime.errors import ProfileError, TelemetryError
-from runtime.react import detect_congestion, flows_from_transfers
-from runtime.transforms import double_tree
+from runtime.contention.react import detect_congestion, flows_from_transfers
+from runtime.contention.transforms import double_tree
 from synth.baselines import nccl_ring
 from synth.simulation import simulate_transfers
 from synth.simulation.contention import erratic, leaf_spine, nic_links, spine_links, sustained

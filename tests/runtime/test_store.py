@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import StoreError
-from runtime.store import STORE_FORMAT, VersionEntry, VersionStore
+from runtime.formats.store import STORE_FORMAT, VersionEntry, VersionStore
 from synth import load_topology, synthesize
 
 
@@ -73,8 +73,8 @@ def test_killed_publisher_keeps_previous_version_loadable(tmp_path: Path, ring: 
     e1 = store.publish("w", "allgather", [(1, None, res)], reason="first", topology=topo)
     script = textwrap.dedent(f"""
         import os, signal
-        from runtime.store import VersionStore
-        import runtime.store as st
+        from runtime.formats.store import VersionStore
+        import runtime.formats.store as st
         from synth import load_topology, synthesize
         topo = load_topology("ring:4")
         res = synthesize("allgather", topo)

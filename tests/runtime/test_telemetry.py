@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime.errors import TelemetryError
-from runtime.telemetry import FORMAT, SampleStore, parse_sample, read_jsonl, validate_samples, write_jsonl
+from runtime.formats.telemetry import FORMAT, SampleStore, parse_sample, read_jsonl, validate_samples, write_jsonl
 
 
 def _obj(**over: object) -> dict:

@@ -9,7 +9,7 @@ import pytest
 
 from loopcoll.cli import main
 from runtime.errors import ProfileError
-from runtime.timeline import format_table, plot_timeline, run_timeline, scenario_from_dict
+from runtime.scenarios.timeline import format_table, plot_timeline, run_timeline, scenario_from_dict
 
 TOPO = "hpn:1x2x4"
 

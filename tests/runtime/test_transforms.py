@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.transforms import (
+from runtime.contention.transforms import (
     Transform,
     TransformError,
     TransformKind,

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.daemon import resolve_store_file
+from runtime.service.daemon import resolve_store_file
 from runtime.errors import WireError
-from runtime.wire import CLIENT_TO_DAEMON, DAEMON_TO_CLIENT, MAX_MESSAGE_BYTES, LineFramer, decode, encode
+from runtime.service.wire import CLIENT_TO_DAEMON, DAEMON_TO_CLIENT, MAX_MESSAGE_BYTES, LineFramer, decode, encode
 
 _LINE = st.binary(min_size=1, max_size=40).map(lambda b: b.replace(b"\n", b"x").replace(b"\r", b"y")).filter(
     lambda b: b.strip())

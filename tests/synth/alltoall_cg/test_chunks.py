@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from msccl_xml import check, lower, parse, program_algbw_GBps, write
 from synth import synthesize
 from synth.alltoall_cg import synthesize_alltoall
-from synth.alltoall_cg._chunks import TARGET_LOSS, BlockPaths, choose_chunks, chunk_cap, exact_nchunks, mip_round
+from synth.alltoall_cg.chunks import TARGET_LOSS, BlockPaths, choose_chunks, chunk_cap, exact_nchunks, mip_round
 from synth.errors import SolverError
 from synth.result import Status
 from synth.routed import synthesize_routed_alltoall

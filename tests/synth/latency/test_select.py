@@ -54,7 +54,7 @@ def test_choice_is_the_least_predicted_time(fail2) -> None:
 
 def test_store_publishes_one_xml_per_band(fail2, tmp_path) -> None:
     from msccl_xml import read
-    from runtime.store import VersionStore
+    from runtime.formats.store import VersionStore
 
     topo, pts = fail2
     bands = choose_bands(pts, topo, [1 << 16, 1 << 30], "h200")
@@ -76,7 +76,7 @@ def test_store_publishes_one_xml_per_band(fail2, tmp_path) -> None:
 def test_executor_plans_pick_the_band_by_size(fail2, tmp_path) -> None:
     """The executor stages every band's XML as a plan and runs the first (by min_bytes) that accepts the size."""
     from runtime.executor import compile_program, load_programs
-    from runtime.store import VersionStore
+    from runtime.formats.store import VersionStore
 
     topo, pts = fail2
     sizes = [1 << 16, 1 << 30]

@@ -116,7 +116,7 @@ class DemandEstimator:
         return True
 
     def observe(self, samples: Iterable[Any]) -> int:
-        """Fold in the ``demand`` samples among ``samples`` (:class:`runtime.telemetry.Sample`); returns
+        """Fold in the ``demand`` samples among ``samples`` (:class:`runtime.formats.telemetry.Sample`); returns
         how many were used."""
         used = 0
         for s in samples:

@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runtime.errors import ProfileError
 from synth import COLLECTIVES, Topology
 from synth.fileio import write_text_atomic
-
-from runtime.errors import ProfileError
 
 __all__ = [
     "PROFILE_FORMAT",

@@ -47,6 +47,7 @@ from msccl_xml import check, lower
 from synth import LoopcollError
 from synth.paths import switch_path
 from synth.schedule import Hop, Route, RouteKind, Schedule
+from synth.simulation import simulate
 
 if TYPE_CHECKING:
     from synth.topologies.model import Topology
@@ -229,8 +230,6 @@ def candidates(schedule: Schedule, congested: Iterable[int], *, limit: int = 200
 
 
 def _time_s(schedule: Schedule, topo: Topology, nbytes: float) -> float:
-    from synth.simulation import simulate
-
     return simulate(schedule, topo, nbytes, check=False).time_s
 
 

@@ -1,6 +1,6 @@
 """One daemon connection (an asyncio protocol on the daemon's loop) and the store-file resolver behind ``get``.
 
-Private to :mod:`runtime.daemon`; ``docs/telemetry.md`` §4 documents the behaviour.
+Private to :mod:`runtime.service.daemon`; ``docs/telemetry.md`` §4 documents the behaviour.
 
 Examples
 --------
@@ -14,17 +14,66 @@ import asyncio
 import base64
 import hmac
 import os
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from runtime.errors import WireError
-from runtime.wire import CLIENT_TO_DAEMON, FILE_CHUNK_BYTES, MAX_MESSAGE_BYTES, PROTOCOL, LineFramer, decode, encode
+from runtime.service.wire import (
+    CLIENT_TO_DAEMON,
+    FILE_CHUNK_BYTES,
+    MAX_MESSAGE_BYTES,
+    PROTOCOL,
+    LineFramer,
+    decode,
+    encode,
+)
 
-if TYPE_CHECKING:
-    from runtime.daemon import _Daemon
+__all__ = ["Connection", "DaemonLimits", "DaemonState", "resolve_store_file", "version_message"]
 
-__all__ = ["Connection", "resolve_store_file", "version_message"]
+
+class DaemonLimits(Protocol):
+    """The daemon settings a connection enforces (:class:`runtime.service.daemon.DaemonConfig` has them)."""
+
+    @property
+    def max_clients(self) -> int: ...
+    @property
+    def hello_timeout_s(self) -> float: ...
+    @property
+    def client_write_limit_bytes(self) -> int: ...
+
+
+class DaemonState(Protocol):
+    """What a :class:`Connection` uses of the daemon's shared state (the daemon's ``_Daemon`` provides it).
+
+    A protocol here rather than an import of the daemon: the daemon imports this module.
+    """
+
+    @property
+    def ids(self) -> Iterator[int]: ...
+    @property
+    def token(self) -> bytes: ...
+    @property
+    def config(self) -> DaemonLimits: ...
+    @property
+    def store_dir(self) -> Path | None: ...
+    @property
+    def refuse_files(self) -> tuple[Path, ...]: ...
+    @property
+    def conns(self) -> dict[int, Connection]: ...
+    @property
+    def paused(self) -> dict[int, Connection]: ...
+    @property
+    def counters(self) -> Counter[str]: ...
+    @property
+    def latest(self) -> dict[tuple[str, str], dict[str, Any]]: ...
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def log(self, record: Mapping[str, Any]) -> None: ...
+    def enqueue_samples(self, conn: Connection, msg: dict[str, Any], nbytes: int) -> None: ...
+    def status_request(self, conn: Connection, msg: dict[str, Any]) -> None: ...
 
 
 def resolve_store_file(root: Path, relative: str, *, refuse: Iterable[Path] = ()) -> Path:
@@ -65,7 +114,7 @@ def resolve_store_file(root: Path, relative: str, *, refuse: Iterable[Path] = ()
 class Connection(asyncio.Protocol):
     """One client connection (lives on the loop thread)."""
 
-    def __init__(self, daemon: _Daemon) -> None:
+    def __init__(self, daemon: DaemonState) -> None:
         self.d = daemon
         self.id = next(daemon.ids)
         self.framer = LineFramer(MAX_MESSAGE_BYTES)

@@ -38,8 +38,12 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["DEFAULT_NCHUNKS", "MAX_AUTO_NCHUNKS", "MAX_CANDIDATES", "MIP_MAX_NODES", "MIP_MAX_PATHS", "ROUNDING_BUDGET_S", "TARGET_LOSS", "BlockPaths",
-           "Pick", "binding_note", "candidate_nchunks", "check_rounding_args", "choose_chunks", "chunk_cap", "exact_nchunks", "mip_round", "remainder_round"]
+from synth.errors import SolverError
+from synth.solvers.highs import quiet_highs
+
+__all__ = ["DEFAULT_NCHUNKS", "MAX_AUTO_NCHUNKS", "MAX_CANDIDATES", "MIP_MAX_NODES", "MIP_MAX_PATHS", "ROUNDING_BUDGET_S",
+           "TARGET_LOSS", "BlockPaths", "Pick", "binding_note", "candidate_nchunks", "check_rounding_args", "choose_chunks",
+           "chunk_cap", "exact_nchunks", "mip_round", "remainder_round"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -137,7 +141,6 @@ def check_rounding_args(max_nchunks: object, rounding_budget_s: object) -> None:
     Traceback (most recent call last):
     synth.errors.SolverError: max_nchunks must be None or an integer >= 1, got 0
     """
-    from synth.errors import SolverError
 
     if max_nchunks is not None and (isinstance(max_nchunks, bool) or not isinstance(max_nchunks, int)
                                     or max_nchunks < 1):
@@ -215,7 +218,6 @@ def mip_round(bp: BlockPaths, nchunks: int, budget_s: float, seed: IntArray | No
     """
     import highspy
 
-    from synth.solvers._highs import quiet_highs
 
     npaths = len(bp.block)
     used, link_row = np.unique(bp.links, return_inverse=True)

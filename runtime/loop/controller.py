@@ -1,16 +1,16 @@
 """``runtime.Controller``: telemetry in, schedule versions out (the in-process face of the daemon).
 
-The controller validates samples (:mod:`runtime.telemetry`), groups them per collective, folds them
-into the link estimator (:mod:`runtime.estimator`), runs the detector (:mod:`runtime.detector`) on
-every deployed schedule and lets the manager (:mod:`runtime.manager`) re-synthesize and publish
-versions into the store (:mod:`runtime.store`). ``ingest`` and ``status`` are cheap and thread-safe
+The controller validates samples (:mod:`runtime.formats.telemetry`), groups them per collective, folds them
+into the link estimator (:mod:`runtime.loop.estimator`), runs the detector (:mod:`runtime.loop.detector`) on
+every deployed schedule and lets the manager (:mod:`runtime.loop.manager`) re-synthesize and publish
+versions into the store (:mod:`runtime.formats.store`). ``ingest`` and ``status`` are cheap and thread-safe
 while ``poll`` (which may run a synthesis) runs in another thread.
 
 Examples
 --------
 >>> import tempfile
 >>> from synth import load_topology
->>> from runtime.profile import profile_from_dict
+>>> from runtime.formats.profile import profile_from_dict
 >>> topo = load_topology("hpn:1x2x4")
 >>> prof = profile_from_dict({"format": "loopcoll.profile/1", "topology": "hpn:1x2x4", "communicators": [
 ...     {"name": "world", "ranks": list(range(8)), "collectives": [{"collective": "allgather", "sizes": [1 << 24]}]}]})
@@ -36,21 +36,20 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from synth import Schedule, Topology
-
-from runtime.contention import GateConfig
-from runtime.detector import Verdict
+from runtime.contention.gate import GateConfig
 from runtime.errors import ProfileError, StoreError
-from runtime.demand import AllToAllvPlanner, DemandEstimator
-from runtime.estimator import LinkEstimator, ScheduleRouting
-from runtime.manager import ManagerConfig, ScheduleManager
-from runtime.profile import JobProfile
-from runtime.store import VersionEntry, VersionStore
-from runtime.telemetry import IngestReport, Sample, SampleStore, validate_samples
+from runtime.formats.profile import JobProfile
+from runtime.formats.store import VersionEntry, VersionStore
+from runtime.formats.telemetry import IngestReport, Sample, SampleStore, validate_samples
+from runtime.loop.demand import AllToAllvPlanner, DemandEstimator
+from runtime.loop.detector import Verdict
+from runtime.loop.estimator import LinkEstimator, ScheduleRouting
+from runtime.loop.manager import ManagerConfig, ScheduleManager
+from synth import Schedule, Topology
 
 __all__ = ["Controller", "ControllerConfig"]
 
-_LOG = logging.getLogger(__name__)
+_LOG = logging.getLogger("runtime.controller")  # the name users configure (the module moved)
 _REDUCING = ("allreduce", "reducescatter", "reduce")
 
 
@@ -77,7 +76,7 @@ class ControllerConfig:
     recovery_check_s
         How often (at most) the predicted-vs-optimal recovery check runs per schedule (``None``: never).
     slow_tolerance, pace_tolerance, snap
-        The estimator's tolerances (:class:`runtime.estimator.LinkEstimator`).
+        The estimator's tolerances (:class:`runtime.loop.estimator.LinkEstimator`).
     export_xml
         Export MSCCL XML per band into the store.
     max_samples_per_comm
@@ -87,7 +86,7 @@ class ControllerConfig:
     recent_verdicts
         How many recent verdicts ``status`` keeps.
     contention_gate
-        ``None`` (default): act on every flagged verdict. A dict of :class:`runtime.contention.GateConfig`
+        ``None`` (default): act on every flagged verdict. A dict of :class:`runtime.contention.gate.GateConfig`
         fields (``{}`` for the defaults): a flagged verdict starts a re-synthesis only when the SPRT gate
         on the predicted time per chunk (1 / x_min) says SUSTAINED (docs/contention.md).
     """
@@ -193,7 +192,7 @@ class Controller:
         self.manager = ScheduleManager(topology, profile, self.store, self.estimator, config.manager_config(),
                                        self._log)
         self._seed_estimates_from_store()
-        # AllToAllv: demand samples -> traffic matrix -> versions per (comm, alltoallv) (runtime.demand)
+        # AllToAllv: demand samples -> traffic matrix -> versions per (comm, alltoallv) (runtime.loop.demand)
         a2av = {c.name: c.ranks for c in profile.communicators if c.collective("alltoallv") is not None}
         self.demand = DemandEstimator(a2av, alpha=config.alpha, nranks=topology.nranks)
         self.alltoallv = AllToAllvPlanner(self.estimator.measured_topology, a2av, directory=self.store.directory,
@@ -346,8 +345,8 @@ class Controller:
                extra: Mapping[str, Any] | None = None) -> VersionEntry:
         """Publish a given schedule as the next version of ``(comm, collective)`` (docs/controller.md §6).
 
-        For decisions made outside the detector: a safe rank transform (:mod:`runtime.transforms`) or a
-        configuration choice (:mod:`runtime.configchoice`). Executors receive it like any version.
+        For decisions made outside the detector: a safe rank transform (:mod:`runtime.contention.transforms`) or a
+        configuration choice (:mod:`runtime.contention.configchoice`). Executors receive it like any version.
 
         Raises :class:`ProfileError` when the pair is not in the profile or the schedule is not valid on
         the communicator's (measured) topology.

@@ -34,12 +34,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from runtime.errors import ProfileError
+from runtime.formats.profile import profile_from_dict
+from runtime.loop.controller import Controller, ControllerConfig
 from synth import LoopcollError, Schedule, Topology, load_topology
 from synth.simulation import TransferTimes, simulate_transfers
-
-from runtime.controller import Controller, ControllerConfig
-from runtime.errors import ProfileError
-from runtime.profile import profile_from_dict
 
 __all__ = ["SCENARIO_FORMAT", "Change", "Scenario", "TimelineResult", "load_scenario", "run_timeline",
            "scenario_from_dict"]

@@ -31,14 +31,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from synth import Collective, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
-
-from runtime.contention import ContentionGate, GateConfig
-from runtime.detector import Verdict, detect
+from runtime.contention.gate import ContentionGate, GateConfig
 from runtime.errors import ProfileError, RuntimeStateError
-from runtime.estimator import LinkEstimate, LinkEstimator
-from runtime.profile import JobProfile
-from runtime.store import VersionEntry, VersionStore
+from runtime.formats.profile import JobProfile
+from runtime.formats.store import VersionEntry, VersionStore
+from runtime.loop.detector import Verdict, detect
+from runtime.loop.estimator import LinkEstimate, LinkEstimator
+from synth import Collective, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
 
 __all__ = ["Deployed", "Job", "ManagerConfig", "ScheduleManager", "flag_reason", "size_bands", "SYNTHESIZABLE"]
 
@@ -61,7 +60,7 @@ def flag_reason(verdict: Verdict, estimates: Sequence[LinkEstimate], *, snap: fl
     ``snap`` below nominal, lowest share first): a cut link is where the schedule feels a fault,
     not necessarily where it is.
 
-    >>> from runtime.detector import detect
+    >>> from runtime.loop.detector import detect
     >>> loads = {("gpu0", "tor0.0"): 2, ("gpu3", "tor0.1"): 2}
     >>> v = detect(loads, (("gpu3", "tor0.1", 0.0),), {("gpu0", "tor0.0"): 50.0, ("gpu3", "tor0.1"): 400.0},
     ...            gamma=0.1)
@@ -107,7 +106,7 @@ class ManagerConfig:
     min_gain: float = 0.02
     recovery_check_s: float | None = 5.0
     export_xml: bool = True
-    gate: GateConfig | None = None  # contention gate (runtime.contention): act on SUSTAINED verdicts only
+    gate: GateConfig | None = None  # contention gate (runtime.contention.gate): act on SUSTAINED verdicts only
 
 
 @dataclass

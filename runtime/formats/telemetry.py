@@ -32,9 +32,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from synth.fileio import write_text_atomic
-
 from runtime.errors import TelemetryError
+from synth.fileio import write_text_atomic
 
 __all__ = [
     "FORMAT",

@@ -9,7 +9,7 @@ thread to reap. Nothing slow runs on the loop:
 
 * ``samples`` batches go to a bounded **ingest queue** served by one ingest thread calling
   ``controller.ingest``. The queue is bounded in message bytes; past its bound the daemon stops reading from
-  the clients that push (TCP back-pressure; an executor's :class:`~runtime.client.Client` then drops and
+  the clients that push (TCP back-pressure; an executor's :class:`~runtime.service.client.Client` then drops and
   counts in its own bounded queue), so a flood cannot grow the daemon's memory.
 * ``controller.poll`` (detector + re-synthesis, possibly seconds) runs on a **poll thread** every
   ``poll_interval_s``; newly published versions are handed to the loop, which pushes them to subscribers.
@@ -56,9 +56,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from runtime._connection import Connection, resolve_store_file, version_message
 from runtime.errors import WireError
-from runtime.wire import json_safe
+from runtime.service._connection import Connection, resolve_store_file, version_message
+from runtime.service.wire import json_safe
 
 __all__ = ["ControllerLike", "DaemonConfig", "DaemonHandle", "json_log", "resolve_store_file", "serve"]
 

@@ -35,10 +35,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from msccl_xml import export
+from runtime.errors import StoreError
 from synth import LoopcollError, Schedule, SynthResult, Topology
 from synth.fileio import write_text_atomic
-
-from runtime.errors import StoreError
 
 __all__ = ["STORE_FORMAT", "Band", "VersionEntry", "VersionStore"]
 
@@ -363,8 +363,6 @@ class VersionStore:
 
     def _export(self, sched: Schedule, topology: Topology, rel: str, min_bytes: int = 0,
                 max_bytes: int = 0) -> tuple[str | None, str | None]:
-        from msccl_xml import export
-
         try:  # the band's range goes into <algo minBytes maxBytes>
             export(sched, topology, str(self.path(rel)), min_bytes=min_bytes, max_bytes=max_bytes)
         except LoopcollError as exc:

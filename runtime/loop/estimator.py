@@ -52,6 +52,7 @@ from typing import Any
 
 from synth import Link, Schedule, Topology
 from synth.errors import LoopcollError
+from synth.routing import pair_route
 
 __all__ = ["LinkEstimate", "LinkEstimator", "Measurement", "ScheduleRouting"]
 
@@ -65,8 +66,6 @@ def _route_path(topo: Topology, sched_paths: Mapping[tuple[int, int], set[tuple[
     """The path the executor uses for u→v: the pair's route (:func:`synth.routing.pair_route`);
     the schedule's own path only where the pair has no route (it cannot run then, but loads stay
     attributable)."""
-    from synth.routing import pair_route
-
     try:
         path = pair_route(topo, topo.gpu_id(u), topo.gpu_id(v))
     except LoopcollError:
