@@ -54,7 +54,7 @@ FABRICS: dict[str, Callable[[], Topology]] = {
     "mi250-4": lambda: mi250_like(4),
     "a100-two-ib-2x8": lambda: forestcoll_dgx_a100(2),
     "a100-two-ib-2x8-nvlink-half": lambda: _halved_nvlink(forestcoll_dgx_a100(2)),
-    "rail-2x8-nic-30pct": lambda: named_topology("dgx-a100:2").scaled("gpu0", "tor0.0", 0.3),
+    "rail-2x8-nic-30pct": lambda: named_topology("hpn:1x2x8").scaled("gpu0", "tor0.0", 0.3),
     "random-8g-3sw": lambda: random_fabric(8, 8, hosts=1),
     "random-6g-3sw": lambda: random_fabric(6, 6, hosts=1),
     "random-16": lambda: random_fabric(16, 16),
