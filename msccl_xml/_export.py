@@ -31,8 +31,9 @@ def export(
     hops take other paths (a ``routing="free"`` one on a fabric with several switch-only paths per
     pair) would run slower than its own algbw claims, so it is refused with the first such hop.
 
-    ``min_bytes`` / ``max_bytes`` become the ``<algo>`` selection range (``0``: unlimited), for one
-    file per size band.
+    ``min_bytes`` / ``max_bytes`` become the ``<algo>`` selection range (both inclusive, ``0``:
+    unlimited), for one file per size band, written as ``runtime`` reads it
+    (:func:`msccl_xml.limits.band_attrs`: exclusive upper end and ``2**59`` for msccl-legacy).
 
     Raises
     ------

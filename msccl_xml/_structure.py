@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from .limits import RuntimeLimits
+from .limits import RuntimeLimits, band_problems
 from .program import BufferKind, Gpu, Program, Step, StepType, Threadblock
 
 __all__ = ["rank_xml_nodes", "structural_problems"]
@@ -86,12 +86,10 @@ def _check_algo(p: Program, lim: RuntimeLimits, errors: list[str], warnings: lis
             errors.append(f"algo: {attr} must be 0 or 1, got {value}")
     if p.inplace == 0 and p.outofplace in (0, None) and "outofplace" in lim.required_algo_attrs:
         errors.append("algo: inplace=0 and outofplace=0: the algorithm can never be selected")
-    if p.min_bytes is not None and p.min_bytes < 0:
-        errors.append(f"algo: minBytes must be >= 0, got {p.min_bytes}")
-    if p.max_bytes is not None and p.max_bytes < 0:
-        errors.append(f"algo: maxBytes must be >= 0, got {p.max_bytes}")
-    if p.min_bytes is not None and p.max_bytes and p.max_bytes < p.min_bytes:
-        errors.append(f"algo: maxBytes {p.max_bytes} < minBytes {p.min_bytes}: never selected")
+    errors.extend(band_problems(p.min_bytes, p.max_bytes, lim))
+    if p.max_bytes is None and lim.missing_max_bytes is not None:
+        warnings.append(f"algo: no maxBytes: {lim.name} then selects the algorithm only below "
+                        f"{lim.missing_max_bytes} bytes")
     if p.name is not None and lim.max_name_len is not None and len(p.name) > lim.max_name_len:
         errors.append(f"algo: name longer than {lim.max_name_len} characters for {lim.name}")
     n_attrs = 10 - sum(not v for v in present.values()) + len(p.extra)

@@ -17,7 +17,7 @@ from synth.errors import XmlError, expect_type
 from .program import Program, StepType
 from .writer import ALGO_ATTRS
 
-__all__ = ["RUNTIMES", "RuntimeLimits", "runtime_limits", "size_problems"]
+__all__ = ["RUNTIMES", "RuntimeLimits", "band_attrs", "band_problems", "runtime_limits", "size_problems"]
 
 _EXECUTOR_COLLS = frozenset(
     {
@@ -81,6 +81,17 @@ class RuntimeLimits:
         Accepted step types.
     required_algo_attrs
         ``<algo>`` attributes the runtime requires.
+    band_upper_inclusive
+        How the runtime reads the size band: ``minBytes <= nBytes <= maxBytes`` (True) or
+        ``minBytes <= nBytes < maxBytes`` (False).
+    band_zero_unbounded
+        Whether ``maxBytes="0"`` means "no upper end" (otherwise it is a plain bound).
+    max_band_bytes
+        Largest ``maxBytes`` the runtime parses, which is also the value loopcoll writes for "no
+        upper end" where ``0`` does not mean that. The executor reads an int64; for msccl-legacy
+        the width is not known, so ``2**59`` is a conservative value.
+    missing_max_bytes
+        What a missing ``maxBytes`` means; ``None`` where the attribute is required.
     """
 
     name: str
@@ -99,6 +110,10 @@ class RuntimeLimits:
     collectives: frozenset[str]
     step_types: frozenset[StepType]
     required_algo_attrs: tuple[str, ...]
+    band_upper_inclusive: bool = True
+    band_zero_unbounded: bool = True
+    max_band_bytes: int = 2**63 - 1
+    missing_max_bytes: int | None = None
 
 
 _EXECUTOR = RuntimeLimits(
@@ -124,7 +139,11 @@ RUNTIMES: dict[str, RuntimeLimits] = {
     "msccl-executor-nccl": _EXECUTOR,
     # RCCL shares the executor's parser; it differs in thread blocks, channels and CUs.
     "rccl": replace(_EXECUTOR, name="rccl", max_tbs_per_gpu=64, max_channels=128, sm_count=304),
-    # microsoft/msccl: same parser limits, longer threadblocks, fewer of them, the old vocabulary.
+    # microsoft/msccl: same parser limits, longer threadblocks, fewer of them, the old vocabulary,
+    # and its own size band: minBytes <= nBytes < maxBytes, a missing maxBytes is 2^27, and 0 is a
+    # plain (empty) bound. The width it parses maxBytes with is not known here: 2^59 (512 PiB) is
+    # conservative, inside a signed 64-bit integer and within the 18 digits msccl_xml.parser reads
+    # (a 32-bit parse could not express a band above 2 GiB at all).
     "msccl-legacy": replace(
         _EXECUTOR,
         name="msccl-legacy",
@@ -134,9 +153,78 @@ RUNTIMES: dict[str, RuntimeLimits] = {
         collectives=_LEGACY_COLLS,
         step_types=frozenset(StepType),
         required_algo_attrs=_LEGACY_REQUIRED,
+        band_upper_inclusive=False,
+        band_zero_unbounded=False,
+        max_band_bytes=2**59,
+        missing_max_bytes=2**27,
     ),
 }
 """The runtimes: current NVIDIA executor, RCCL, and old microsoft/msccl."""
+
+
+def band_attrs(limits: RuntimeLimits, min_bytes: int, max_bytes: int) -> tuple[int, int]:
+    """``(minBytes, maxBytes)`` that make ``limits``' runtime select exactly loopcoll's band.
+
+    loopcoll's band is ``min_bytes <= S <= max_bytes`` with ``max_bytes=0`` for no upper end (the
+    current executor's reading, written unchanged); a runtime with an exclusive upper end gets
+    ``max_bytes + 1``, and one where ``0`` is a plain bound gets ``max_band_bytes`` for no upper end.
+
+    Raises
+    ------
+    XmlError
+        If ``max_bytes`` is beyond what the runtime parses.
+
+    Examples
+    --------
+    >>> band_attrs(runtime_limits("msccl-executor-nccl"), 0, 0)
+    (0, 0)
+    >>> band_attrs(runtime_limits("msccl-legacy"), 0, 0) == (0, 2**59)
+    True
+    >>> band_attrs(runtime_limits("msccl-legacy"), 1024, 4095)
+    (1024, 4096)
+    """
+    hi = max_bytes
+    if hi == 0 and not limits.band_zero_unbounded:
+        hi = limits.max_band_bytes
+    elif hi and not limits.band_upper_inclusive:
+        hi += 1
+    if hi > limits.max_band_bytes:
+        raise XmlError(f"max_bytes {max_bytes} is beyond the largest maxBytes {limits.max_band_bytes} "
+                       f"{limits.name} parses")
+    return min_bytes, hi
+
+
+def band_problems(min_bytes: int | None, max_bytes: int | None, limits: RuntimeLimits) -> list[str]:
+    """Errors of ``<algo minBytes maxBytes>`` as ``limits``' runtime reads them; empty when fine.
+
+    >>> band_problems(0, 0, runtime_limits("msccl-executor-nccl"))
+    []
+    >>> band_problems(0, 0, runtime_limits("msccl-legacy"))[0][:57]
+    'algo: maxBytes="0" selects no size on msccl-legacy, which'
+    """
+    out: list[str] = []
+    if min_bytes is not None and min_bytes < 0:
+        out.append(f"algo: minBytes must be >= 0, got {min_bytes}")
+    if max_bytes is not None and max_bytes < 0:
+        out.append(f"algo: maxBytes must be >= 0, got {max_bytes}")
+    if out:
+        return out
+    lo = min_bytes or 0
+    hi = limits.missing_max_bytes if max_bytes is None else max_bytes
+    if hi is None or (hi == 0 and limits.band_zero_unbounded):
+        return out
+    if hi > limits.max_band_bytes:
+        out.append(f"algo: maxBytes {hi} is beyond the largest value {limits.max_band_bytes} {limits.name} parses")
+    if limits.band_upper_inclusive and hi < lo:
+        out.append(f"algo: maxBytes {hi} < minBytes {lo}: never selected")
+    elif not limits.band_upper_inclusive and hi <= lo:
+        if hi == 0:
+            out.append(f'algo: maxBytes="0" selects no size on {limits.name}, which tests minBytes <= nBytes '
+                       f"< maxBytes (0 is not \"no upper end\" there; write maxBytes=\"{limits.max_band_bytes}\")")
+        else:
+            out.append(f"algo: maxBytes {hi} <= minBytes {lo}: never selected ({limits.name} tests "
+                       "minBytes <= nBytes < maxBytes)")
+    return out
 
 
 def runtime_limits(runtime: str) -> RuntimeLimits:

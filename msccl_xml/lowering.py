@@ -27,7 +27,7 @@ from ._lower_assign import assign_channels, build_threadblocks
 from ._lower_ops import build_ops
 from ._structure import rank_xml_nodes
 from .checker import check
-from .limits import runtime_limits
+from .limits import band_attrs, runtime_limits
 from .program import Gpu, Program, Protocol, Threadblock
 
 __all__ = ["lower"]
@@ -66,7 +66,8 @@ def lower(
     name
         ``<algo name>``; default ``loopcoll_<coll>_<N>r_<nchunks>c``.
     min_bytes, max_bytes
-        Selection range of the algorithm in bytes (``max_bytes=0``: unlimited).
+        Selection range of the algorithm in bytes, both inclusive (``max_bytes=0``: unlimited);
+        written as ``runtime`` reads it (:func:`msccl_xml.limits.band_attrs`).
     verify
         Run :func:`msccl_xml.checker.check` on the result (default). Callers that check the
         written XML themselves pass False to avoid checking twice.
@@ -116,6 +117,7 @@ def lower(
         )
     if min_bytes < 0 or max_bytes < 0:
         raise XmlError(f"min_bytes and max_bytes must be >= 0, got {min_bytes!r}, {max_bytes!r}")
+    min_bytes_attr, max_bytes_attr = band_attrs(limits, min_bytes, max_bytes)
     coll = schedule.collective
     if inplace and coll == "alltoall":
         raise XmlError("lowering: in-place alltoall is not supported; use inplace=False")
@@ -170,8 +172,8 @@ def lower(
         coll="reduce_scatter" if coll == "reducescatter" and runtime == "msccl-legacy" else coll,
         inplace=int(inplace),
         outofplace=int(not inplace),
-        min_bytes=min_bytes,
-        max_bytes=max_bytes,
+        min_bytes=min_bytes_attr,
+        max_bytes=max_bytes_attr,
         gpus=gpus,
     )
     if verify:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -103,3 +105,18 @@ def test_sizes_caps_the_unbounded_point_to_what_simulator_and_runtime_take(_cli,
              "--quiet")
     assert p.returncode == 0, p.stderr
     assert "D=inf" in p.stdout
+
+
+def test_sizes_bands_for_msccl_legacy_tile_every_size_with_exclusive_ends(_cli, tmp_path) -> None:
+    # microsoft/msccl selects minBytes <= nBytes < maxBytes, and maxBytes="0" selects nothing there.
+    p = _cli("synth", "allgather", "hpn:1x2x4", "--fail", "fail2", "--sizes", "64K,1G", "--depths", "2,3,inf",
+             "--chunks", "4", "--runtime", "msccl-legacy", "-o", str(tmp_path / "ag.xml"), "--json")
+    assert p.returncode == 0, p.stderr
+    bands = []
+    for path in json.loads(p.stdout)["written"]:
+        text = Path(path).read_text()
+        bands.append(tuple(int(re.search(rf'{a}="([0-9]+)"', text).group(1)) for a in ("minBytes", "maxBytes")))
+    assert len(bands) >= 2 and all(hi > lo for lo, hi in bands)
+    edges = [lo for lo, _ in bands[1:]]
+    for s in (0, 1, *edges, *(e - 1 for e in edges), 1 << 40):
+        assert sum(lo <= s < hi for lo, hi in bands) == 1, (s, bands)
