@@ -40,9 +40,6 @@ from synth.topologies.model import Topology
 
 __all__ = ["has_route_choice", "pair_route", "route_table"]
 
-#: Enumeration budget of :func:`has_route_choice` (paths visited); past it the answer is "yes",
-#: which only costs the routed synthesis where the free one would have done.
-_CHOICE_BUDGET = 200_000
 #: Shortest switch-only paths compared per pair at most (beyond, the first ones found in id order).
 _TIE_LIMIT = 4096
 
@@ -160,42 +157,87 @@ def _roles(topo: Topology) -> Mapping[NodeId, str]:
 def has_route_choice(topo: Topology) -> bool:
     """Whether some ordered GPU pair has two or more switch-only paths over live links.
 
-    Where none has (every named spec), the route of a pair is its only switch-only path, so every
-    schedule any synthesizer makes already runs as routed, and routed and free-routing optima
-    coincide: synthesis takes the free (ForestColl / AllToAll column generation) path. The check
-    enumerates simple switch-only paths from each GPU and stops at the first pair found twice.
+    A switch-only path is a simple path whose inner nodes are all switches. Where no pair has two
+    (every named spec), the route of a pair is its only switch-only path, so every schedule any
+    synthesizer makes already runs as routed, and routed and free-routing optima coincide:
+    synthesis takes the free (ForestColl / AllToAll column generation) path.
+
+    The answer is exact and enumerates no paths. Per source GPU, a breadth-first tree over the
+    switches it reaches (one sparse BFS) settles most fabrics: when every live link out of a reached
+    switch is a tree link or the reverse of one, the tree path is the only simple path to every node.
+    Otherwise each reached GPU is checked exactly by :func:`_has_two_paths`.
 
     >>> from synth.topologies import named_topology
     >>> has_route_choice(named_topology("dgx-a100:2")), has_route_choice(named_topology("torus:3x3"))
     (False, False)
     """
-    budget = _CHOICE_BUDGET
-    is_gpu = {n.id: n.is_gpu for n in topo.nodes}
-    out = {n.id: sorted(lk.dst for lk in topo.out_links(n.id) if lk.gbps > 0) for n in topo.nodes}
+    import numpy as np
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import breadth_first_order
+
+    index = {n.id: i for i, n in enumerate(topo.nodes)}
+    n = len(index)
+    root = n  # a virtual copy of the source: the only GPU whose out-links are followed
+    is_gpu = np.array([nd.is_gpu for nd in topo.nodes] + [False])
+    live = [lk for lk in topo.links if lk.gbps > 0]
+    src_idx = np.array([index[lk.src] for lk in live if not is_gpu[index[lk.src]]], dtype=np.int64)
+    dst_idx = np.array([index[lk.dst] for lk in live if not is_gpu[index[lk.src]]], dtype=np.int64)
+    order = np.lexsort((dst_idx, src_idx))
+    src_idx, dst_idx = src_idx[order], dst_idx[order]
+    base_ptr = np.searchsorted(src_idx, np.arange(n + 1))
+    gpu_out = {g.id: sorted(index[lk.dst] for lk in topo.out_links(g.id) if lk.gbps > 0) for g in topo.gpus}
     for g in topo.gpus:
-        src = g.id
-        found: set[NodeId] = set()
-        on_path = {src}
-        stack: list[tuple[NodeId, int]] = [(src, 0)]
-        while stack:
-            v, i = stack[-1]
-            nbrs = out[v]
-            if i >= len(nbrs):
-                stack.pop()
-                on_path.discard(v)
-                continue
-            stack[-1] = (v, i + 1)
-            w = nbrs[i]
-            if w in on_path:
-                continue
-            budget -= 1
-            if budget < 0:
-                return True
-            if is_gpu[w]:
-                if w in found:
-                    return True
-                found.add(w)
-                continue
-            on_path.add(w)
-            stack.append((w, 0))
+        s = index[g.id]
+        out_s = np.array([d for d in gpu_out[g.id] if d != s], dtype=np.int64)
+        indices = np.concatenate([dst_idx, out_s])
+        indptr = np.append(base_ptr, len(indices))
+        graph = csr_matrix((np.ones(len(indices), dtype=np.int8), indices, indptr), shape=(n + 1, n + 1))
+        _, pred = breadth_first_order(graph, root, directed=True, return_predecessors=True)
+        pred = np.asarray(pred, dtype=np.int64)
+        pred[root] = root
+        reached = pred >= 0
+        check = reached[src_idx] & (dst_idx != s)
+        a, b = src_idx[check], dst_idx[check]
+        if bool(np.all((pred[b] == a) | (pred[a] == b))):
+            continue  # the BFS tree holds every simple path from this source
+        if any(_has_two_paths(topo, g.id, t.id) for t in topo.gpus if t.id != g.id and reached[index[t.id]]):
+            return True
     return False
+
+
+def _has_two_paths(topo: Topology, src: NodeId, dst: NodeId) -> bool:
+    """Whether GPU ``src`` has two or more switch-only paths to GPU ``dst`` (exact, no enumeration).
+
+    Walks back from ``dst``: with the path's tail ``removed`` fixed, the node ``cur`` before it is
+    entered from every in-neighbour that ``src`` reaches avoiding ``removed`` and ``cur``; two such
+    in-neighbours give two paths, one continues the walk, none leaves no path.
+
+    >>> from synth.topologies import named_topology
+    >>> _has_two_paths(named_topology("nvswitch:3"), "gpu0", "gpu1")
+    False
+    """
+    removed = {dst}
+    cur = dst
+    while cur != src:
+        reach = _reach_avoiding(topo, src, removed | {cur})
+        preds = {lk.src for lk in topo.in_links(cur) if lk.gbps > 0 and lk.src in reach}
+        if len(preds) != 1:
+            return len(preds) > 1
+        cur = preds.pop()
+        removed.add(cur)
+    return False
+
+
+def _reach_avoiding(topo: Topology, src: NodeId, avoid: set[NodeId]) -> set[NodeId]:
+    """Nodes ``src`` reaches over live links through switches only, never entering ``avoid``,
+    that can continue a path (``src`` and switches; GPUs are ends of paths)."""
+    seen = {src}
+    stack = [src]
+    while stack:
+        u = stack.pop()
+        for lk in topo.out_links(u):
+            v = lk.dst
+            if lk.gbps > 0 and v not in seen and v not in avoid and not topo.node(v).is_gpu:
+                seen.add(v)
+                stack.append(v)
+    return seen

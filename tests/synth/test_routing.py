@@ -5,13 +5,18 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from synth.errors import TopologyError
 from synth.paths import switch_path
 from synth.routed.fabrics import forestcoll_dgx_a100, mi250_like, random_fabric
+from synth import routing
 from synth.routing import has_route_choice, pair_route, route_table
 from synth.topologies import Link, Node, NodeKind, Topology, named_topology
 from synth.topologies.io import topology_from_json, topology_to_dict, topology_to_json
+
+from tests.strategies import random_topologies, switch_fabrics
 
 
 def _cable(a: str, b: str, gbps: float) -> list[Link]:
@@ -105,3 +110,55 @@ def test_fabrics_of_the_issue_offer_several_switch_paths() -> None:
     assert pair_route(dgx, "gpu0", "gpu2") == ("gpu0", "nvs0", "gpu2")  # not over ib0
     assert pair_route(dgx, "gpu0", "gpu10") == ("gpu0", "ib0", "gpu10")
     assert pair_route(dgx, "gpu0", "gpu9") is None  # different IB switches: relayed by a GPU
+
+
+def _pairs_with_choice(t: Topology) -> set[tuple[str, str]]:
+    """Reference: every ordered GPU pair with two simple switch-only paths over live links, by exhaustive
+    enumeration of those paths (no budget; small fabrics only)."""
+    found: set[tuple[str, str]] = set()
+    for g in t.gpus:
+        ends: dict[str, int] = {}
+
+        def walk(v: str, on_path: frozenset[str], src: str = g.id, ends: dict[str, int] = ends) -> None:
+            for lk in t.out_links(v):
+                w = lk.dst
+                if lk.gbps <= 0 or w in on_path:
+                    continue
+                if t.node(w).is_gpu:
+                    ends[w] = ends.get(w, 0) + 1
+                else:
+                    walk(w, on_path | {w})
+
+        walk(g.id, frozenset({g.id}))
+        found |= {(g.id, dst) for dst, count in ends.items() if count > 1}
+    return found
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(switch_fabrics(max_hosts=3, max_gpus_per_host=3, max_leaves=3),
+                 random_topologies(min_gpus=2, max_gpus=5, max_switches=4),
+                 random_topologies(min_gpus=2, max_gpus=5, max_switches=4, symmetric=False)))
+def test_route_choice_equals_exhaustive_enumeration(t: Topology) -> None:
+    pairs = _pairs_with_choice(t)
+    assert has_route_choice(t) == bool(pairs)
+    for g in t.gpus:
+        for h in t.gpus:
+            if g.id != h.id:
+                assert routing._has_two_paths(t, g.id, h.id) == ((g.id, h.id) in pairs), (g.id, h.id)
+
+
+@pytest.mark.parametrize("spec", ["ring:5", "nvswitch:8", "hpn:2x2x4", "dgx-a100:2", "torus:3x4", "h200-proto"])
+def test_route_choice_of_named_specs_equals_exhaustive_enumeration(spec: str) -> None:
+    t = named_topology(spec)
+    assert has_route_choice(t) == bool(_pairs_with_choice(t)) is False
+
+
+def test_route_choice_is_exact_at_2048_gpus() -> None:
+    """main gave up after 200 000 enumerated paths from 1536 GPUs on and answered "yes" (issue 31)."""
+    big = named_topology("hpn:16x16x8")
+    assert len(big.gpus) == 2048 and not has_route_choice(big)
+    # a second cable from gpu0 to its ToR through an extra switch: gpu0 now has two paths to its ToR's GPUs
+    extra = [Node("nicx", NodeKind.SWITCH, role="nic")]
+    tor = next(lk.dst for lk in big.out_links("gpu0") if lk.dst.startswith("tor"))
+    links = _cable("gpu0", "nicx", 400.0) + _cable("nicx", tor, 400.0)
+    assert has_route_choice(Topology.create("hpn+nic", [*big.nodes, *extra], [*big.links, *links]))
