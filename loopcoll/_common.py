@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from typing import Any
@@ -89,21 +90,28 @@ def check_outputs(**paths: str | None) -> None:
         seen[real] = flag
 
 
+def positive_number(text: str, unit: str) -> float:
+    """A finite number > 0 from a command-line string, else an argparse error naming ``unit``.
+
+    >>> positive_number("400", "Gbit/s")
+    400.0
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of {unit} > 0, got {text[:40]!r}")
+    return value
+
+
 def positive_seconds(text: str) -> float:
     """argparse type of ``--time-limit``: a finite number of seconds > 0.
 
     >>> positive_seconds("2.5")
     2.5
     """
-    import math
-
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text[:40]!r}")
-    return value
+    return positive_number(text, "seconds")
 
 
 def xml_chunk_cap(runtime: str, nranks: int) -> int:

@@ -7,12 +7,11 @@ printing live here; parsing and building are :mod:`synth.topologies.probe`.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from loopcoll._common import check_outputs
+from loopcoll._common import check_outputs, positive_number
 from synth.errors import LoopcollError, TopologyError
 from synth.topologies import Topology, topology_to_json, write_topology
 from synth.topologies.probe import (
@@ -32,13 +31,7 @@ _INPUTS = ("nvidia_smi_topo", "ibstat", "ibv_devinfo", "gpu_list", "hostfile")
 
 
 def _gbps(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number of Gbit/s > 0, got {text[:40]!r}")
-    return value
+    return positive_number(text, "Gbit/s")
 
 
 def _count(text: str) -> int:
