@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from msccl_xml import Program, check, parse
+from msccl_xml import Program, check
 from runtime.executor.alltoallv import all_to_all_single_v
 from runtime.formats.telemetry import Sample
 
 from .engine import Timing, reducer, run_rank_plan
 from .errors import ExecutorError, StagingError, SwapTimeoutError
 from .plan import Plan, compile_program
-from .sources import load_programs
+from .sources import load_programs, program_from_bytes
 from .throttle import Throttle, emulation_from_env
 
 __all__ = ["Executor", "SwapReport", "StagedVersion"]
@@ -255,21 +255,13 @@ class Executor:
         client.on_version(on_version)
 
     def _stage_entry(self, client: Any, entry: dict) -> None:
-        import tempfile
-
         version = int(entry["version"])
         try:
             programs = []
             for band in entry["bands"]:
                 lo, hi = int(band["min_bytes"]), band.get("max_bytes")
-                if band.get("xml"):
-                    prog = parse(client.get(band["xml"]).decode(), source=band["xml"])
-                else:
-                    with tempfile.TemporaryDirectory() as tmp:
-                        path = os.path.join(tmp, "schedule.json")
-                        with open(path, "wb") as fh:
-                            fh.write(client.get(band["schedule"]))
-                        prog = load_programs(path)[0]
+                name = band.get("xml") or band["schedule"]  # the schedule JSON when a band has no XML
+                prog = program_from_bytes(client.get(name), name=name)
                 programs.append(dataclasses.replace(prog, min_bytes=lo, max_bytes=0 if hi is None else int(hi)))
             self._stage_now(programs, version)
         except Exception as exc:  # noqa: BLE001 - a bad push must not stop training
