@@ -37,7 +37,7 @@ from synth import synthesize
 from synth.errors import LoopcollError, RuntimeLimitError, ScheduleError
 from synth.result import SynthResult
 from synth.schedule import Schedule
-from synth.simulation.simulator import MAX_SLICE_TRANSFERS, slices_for_chunk
+from synth.simulation import simulator
 from synth.topologies.model import Topology
 
 from .targets import SizeBand, Target, target as target_named
@@ -259,12 +259,14 @@ def unbounded_chunk_cap(collective: str, nranks: int, sizes: Sequence[int],
     tgt = target_named(target) if isinstance(target, str) else target
     hops = (nranks - 1) * (2 if collective == "allreduce" else 1)
 
+    most = simulator.MAX_SLICE_TRANSFERS  # read at call time (tests lower it)
+
     def transfers(k: int) -> int:
-        return max(slices_for_chunk(s / (nranks * k)) for s in sizes) * k * nranks * hops
+        return max(simulator.slices_for_chunk(s / (nranks * k)) for s in sizes) * k * nranks * hops
 
     fixed = tgt.chunk_cap(collective, nranks)
-    cap = fixed if fixed is not None else max(1, MAX_SLICE_TRANSFERS // max(1, nranks * hops))
-    while cap > 1 and transfers(cap) > MAX_SLICE_TRANSFERS:
+    cap = fixed if fixed is not None else max(1, most // max(1, nranks * hops))
+    while cap > 1 and transfers(cap) > most:
         cap -= 1
     return max(cap, 1)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from .plan import Op, RankPlan, Region
 
-__all__ = ["Timing", "reducer", "run_rank_plan"]
+__all__ = ["Timing", "reducer", "reduction_fallback", "run_rank_plan"]
 
 
 @dataclass
@@ -177,3 +177,21 @@ def _post(dist: Any, p2p: list[Any], rnd: Any, throttle: Any, chunk_bytes: int) 
         works[j] = dist.isend(p2p[j].tensor, p2p[j].peer, p2p[j].group)
         sent[j] = time.perf_counter()
     return works, sent
+
+
+def reduction_fallback(ops: Any, op: Any, floating: bool) -> str | None:
+    """Why a reduction ``op`` (of ``torch.distributed.ReduceOp`` ``ops``) on a tensor (``floating``
+    point or not) goes to native torch.distributed; ``None`` when a program runs it.
+
+    >>> import torch.distributed as dist
+    >>> reduction_fallback(dist.ReduceOp, dist.ReduceOp.SUM, False) is None
+    True
+    >>> reduction_fallback(dist.ReduceOp, dist.ReduceOp.AVG, False)
+    'AVG on an integer tensor: native torch.distributed'
+    """
+    avg = getattr(ops, "AVG", None)
+    if op == avg and not floating:
+        return "AVG on an integer tensor: native torch.distributed"
+    if op not in (ops.SUM, ops.PRODUCT, ops.MAX, ops.MIN, ops.BAND, ops.BOR, ops.BXOR, avg):
+        return f"reduction {op}: native torch.distributed"
+    return None

@@ -11,8 +11,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from synth import LoopcollError, Schedule, read_schedule
 
 from .errors import StagingError
 
-__all__ = ["load_programs", "program_from_bytes"]
+__all__ = ["entry_programs", "load_programs", "program_from_bytes"]
 
 
 def load_programs(source: Any) -> list[Program]:
@@ -58,6 +59,25 @@ def load_programs(source: Any) -> list[Program]:
             out.extend(load_programs(item))
         return out
     raise StagingError(f"cannot stage a {type(source).__name__}: give a Program, Schedule, SynthResult or file path")
+
+
+def entry_programs(entry: Mapping[str, Any], fetch: Callable[[str], bytes]) -> list[Program]:
+    """One program per band of a pushed manifest entry (``VersionEntry.to_dict()``), in band order,
+    each selecting its band's sizes: the band's MSCCL XML, or its schedule JSON lowered when it has
+    none; ``fetch(path)`` returns a store file's bytes (``runtime.Client.get``). In memory only.
+
+    Raises
+    ------
+    StagingError, XmlError, ScheduleError
+        As :func:`program_from_bytes`; ``KeyError`` / ``ValueError`` for a malformed entry.
+    """
+    out: list[Program] = []
+    for band in entry["bands"]:
+        lo, hi = int(band["min_bytes"]), band.get("max_bytes")
+        name = band.get("xml") or band["schedule"]
+        prog = program_from_bytes(fetch(name), name=name)
+        out.append(dataclasses.replace(prog, min_bytes=lo, max_bytes=0 if hi is None else int(hi)))
+    return out
 
 
 def program_from_bytes(data: bytes, *, name: str) -> Program:
