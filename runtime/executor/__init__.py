@@ -3,8 +3,8 @@
 torch is imported lazily (when an :class:`Executor` is made); the plan compiler is pure Python. Owns the plan
 compiler and interpreter, staging (``sources``: what becomes a program, ``staging``: checked and compiled),
 the hot-swap agreement (``agreement``), telemetry samples and sinks (``telemetry``, ``sinks``), fault injection
-(``throttle``), launch helpers and the AllToAllv runner (``alltoallv``); ``executor`` is the public class. Of the runtime it may import :mod:`runtime.formats` (telemetry samples) and
-:mod:`runtime.errors`; it talks to the daemon only through the client object it is given.
+(``throttle``), launch helpers and the AllToAllv runner (``alltoallv``); ``executor`` is the public class.
+Of the runtime it may import :mod:`runtime.formats` (telemetry samples) and :mod:`runtime.errors`; it talks to the daemon only through the client object it is given.
 
 >>> from runtime.executor import compile_program, COLLECTIVES
 >>> COLLECTIVES
