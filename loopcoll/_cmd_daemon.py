@@ -48,7 +48,7 @@ def register(sub: Any) -> None:
     r.add_argument("--log-file", metavar="F", help="append the JSON log lines here instead of stderr")
     r.add_argument("--poll-interval-s", type=float, default=0.05, metavar="S",
                    help="seconds between controller polls (default: 0.05)")
-    r.add_argument("--max-clients", type=int, default=64, help="connections served at once (default: 64)")
+    r.add_argument("--max-clients", type=int, default=64, help="authenticated clients served at once (default: 64)")
     r.add_argument("--config", metavar="C.json", help="controller settings: a JSON object of ControllerConfig "
                    "fields (alpha, gamma, cooldown_s, time_limit_s, ...; docs/controller.md)")
     r.add_argument("--json", action="store_true", help="print the listening line as a JSON object")

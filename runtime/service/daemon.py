@@ -15,10 +15,15 @@ thread to reap. Nothing slow runs on the loop:
   ``poll_interval_s``; newly published versions are handed to the loop, which pushes them to subscribers.
 * ``status`` requests run on a small thread pool (``controller.status`` may wait for a lock ``poll`` holds).
 
-Memory bounds: at most ``max_clients`` connections (more are refused with an ``error``), each holding at most
-one message (1 MiB) of unparsed input plus one socket read, at most ``max_pending_requests`` requests in flight,
-and at most ``client_write_limit_bytes`` of unsent output (a client that does not read is dropped); the ingest
-queue holds at most ``ingest_queue_bytes`` of messages. Every connection event and decision is one structured
+Memory bounds: at most ``max_clients`` authenticated clients (more are refused with an ``error``) plus at most
+``max_unauthenticated`` connections still to send their ``hello`` (the oldest makes room for a new one), each
+holding at most one message (1 MiB) of unparsed input plus one socket read, at most ``max_pending_requests``
+requests in flight (past that the connection is not read, and what was read waits), and at most
+``client_write_limit_bytes`` of unsent output (a client that does not read is dropped); the ingest queue holds
+at most ``ingest_queue_bytes`` of messages. Time bounds: ``hello_timeout_s`` to authenticate,
+``idle_timeout_s`` without a message for an authenticated client (:class:`~runtime.service.client.Client`
+pings); failed tokens are rate-limited per host (``runtime.service._guard``). ``docs/controller.md`` §8 lists
+them all. Every connection event and decision is one structured
 log record (a dict handed to ``log``; the CLI writes JSON lines).
 
 Examples

@@ -33,7 +33,8 @@ class Daemon:
         self.records: list[dict[str, Any]] = []
         controller = Controller(load_topology("ring:4"), profile_from_dict(PROFILE), store,
                                 config=ControllerConfig(export_xml=False))
-        self.handle = serve(controller, token=token, store_dir=store, config=config, log=self.records.append)
+        self.handle = serve(controller, token=token, store_dir=store, config=config,
+                        log=lambda rec: self.records.append(dict(rec)))
         self.token = token
 
     def raw(self, *, hello: bool = False) -> socket.socket:
@@ -145,26 +146,27 @@ def test_a_pipelined_status_burst_is_bounded_per_connection(make_daemon: Any) ->
     replies = _lines(flood, n, timeout_s=30)
     flood.close()
     assert latency_s < 0.3, f"another client's status took {latency_s:.2f} s during the burst"
-    # At most max_pending_requests in flight, yet every request is answered once, in order.
-    assert [r["id"] for r in replies] == list(range(n))
+    # At most max_pending_requests in flight, yet every request is answered, once (two status threads: replies
+    # to requests in flight together may swap; the ids match them).
+    assert sorted(r["id"] for r in replies) == list(range(n))
     assert {r["type"] for r in replies} == {"status"}
 
 
 def test_auth_failures_are_rate_limited_with_one_log_line_per_window(make_daemon: Any) -> None:
-    d = make_daemon(auth_failures_per_window=5, auth_window_s=1.0)
+    d = make_daemon(auth_failures_per_window=5, auth_window_s=2.0)
     replies = []
     t0 = time.monotonic()
     for i in range(60):
         with socket.create_connection((d.handle.host, d.handle.port), timeout=5) as s:
             s.sendall(json.dumps({"type": "hello", "token": f"guess{i}"}).encode() + b"\n")
             replies += _closed_within(s, 3.0)
-    assert time.monotonic() - t0 < 1.0, "the guesses took longer than one window: slow machine"
+    assert time.monotonic() - t0 < 2.0, "the guesses took longer than one window: slow machine"
     assert len(replies) == 60 and all(r["type"] == "error" and r["fatal"] for r in replies)
     assert sum("wrong token" in r["message"] for r in replies) == 5
     assert sum("too many failed authentications" in r["message"] for r in replies) == 55
     with pytest.raises(WireError, match="too many failed"):  # the right token waits for the window too
         d.client()
-    time.sleep(1.2)
+    time.sleep(max(0.0, t0 + 2.2 - time.monotonic()))
     with d.client() as c:  # the window is over: served again
         c.status()
     auth_drops = [r for r in d.records if r["event"] == "drop" and r["reason"] in ("auth", "auth_rate")]
