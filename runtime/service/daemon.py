@@ -214,9 +214,12 @@ class _Daemon:
         with self.q_lock:
             if self.q_bytes > self.config.ingest_queue_bytes // 2:
                 return
-        for conn in list(self.paused.values()):
-            conn.resume("ingest")
+        # Taken out first: a resumed connection handles the messages it had read at once, and one of them may
+        # pause it (and list it here) again.
+        paused = list(self.paused.values())
         self.paused.clear()
+        for conn in paused:
+            conn.resume("ingest")
 
     def ingest_worker(self) -> None:
         while True:

@@ -152,6 +152,21 @@ def test_a_pipelined_status_burst_is_bounded_per_connection(make_daemon: Any) ->
     assert {r["type"] for r in replies} == {"status"}
 
 
+def test_a_pipelined_samples_burst_under_back_pressure_is_read_to_the_end(make_daemon: Any) -> None:
+    d = make_daemon(ingest_queue_bytes=8 << 10)  # a few messages fill it: the connection pauses and resumes often
+    sample = {"kind": "coll", "comm": "world", "src": 0, "bytes": 1, "busy_s": 1.0}
+    batch = json.dumps({"type": "samples", "samples": [sample] * 20}).encode() + b"\n"
+    n = 300
+    s = d.raw(hello=True)
+    s.sendall(batch * n + b'{"type": "samples", "samples": [], "id": "last"}\n')
+    reply = _lines(s, 1, timeout_s=20)  # messages read before a pause wait; none is lost, nothing stalls
+    s.close()
+    assert reply and reply[0]["id"] == "last", reply
+    counters = d.handle.status()["counters"]
+    assert counters["messages_samples"] == n + 1 and counters["samples_received"] == 20 * n
+    assert counters["ingest_pauses"] > 0
+
+
 def test_auth_failures_are_rate_limited_with_one_log_line_per_window(make_daemon: Any) -> None:
     d = make_daemon(auth_failures_per_window=5, auth_window_s=2.0)
     replies = []
