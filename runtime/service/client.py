@@ -63,7 +63,7 @@ def read_token(token: str | None = None, token_file: str | os.PathLike[str] | No
     """The shared token: ``token``, else the file ``token_file``, else ``$LOOPCOLL_TOKEN``.
 
     A token file holds the token on its first line, exactly (surrounding spaces belong to it; the line break
-    ending it does not), so a token written with its line break reads back the same.
+    ending it does not; blank lines may follow), so a token written with its line break reads back the same.
 
     >>> import tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "token"); _ = open(path, "w").write("  spaced token \\n")
@@ -81,9 +81,12 @@ def read_token(token: str | None = None, token_file: str | os.PathLike[str] | No
             raise WireError(f"{where}: cannot read: {exc.strerror}", reason="auth") from None
         except UnicodeDecodeError:
             raise WireError(f"{where}: not UTF-8 text", reason="auth") from None
-        line = text.removesuffix("\n").removesuffix("\r")
+        line, _, rest = text.partition("\n")
+        line = line.removesuffix("\r")
         if not line.strip():
             raise WireError(f"{where} is empty", reason="auth")
+        if rest.strip():
+            raise WireError(f"{where}: holds more than one line (the token is the first line alone)", reason="auth")
         return check_token(line, where)
     env = os.environ.get("LOOPCOLL_TOKEN", "")
     if not env:
