@@ -11,6 +11,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from runtime import Controller, ControllerConfig, profile_from_dict
 from runtime.scenarios.timeline import _samples
 from synth import Topology, load_topology
@@ -71,9 +73,14 @@ def _feed(ctl: Controller, batches: list[list[dict[str, Any]]]) -> list[Any]:
     return published
 
 
-def _nvlink_estimates(ctl: Controller, topo: Topology) -> dict[str, float]:
-    return {f"{a}->{b}": ctl.estimator.estimate_gbps((a, b)) for lk in topo.links if lk.gbps == 2880.0
+def _estimates(ctl: Controller, topo: Topology, *, gbps: float | None = None) -> dict[str, float]:
+    """Link estimates (Gbit/s) by name, of the links of nominal ``gbps`` (all by default)."""
+    return {f"{a}->{b}": ctl.estimator.estimate_gbps((a, b)) for lk in topo.links if gbps in (None, lk.gbps)
             for a, b in [lk.key]}
+
+
+def _nvlink_estimates(ctl: Controller, topo: Topology) -> dict[str, float]:
+    return _estimates(ctl, topo, gbps=2880.0)
 
 
 def test_a_restarted_job_at_seq_1_keeps_healthy_links_at_nominal(tmp_path: Path) -> None:
@@ -90,3 +97,90 @@ def test_a_restarted_job_at_seq_1_keeps_healthy_links_at_nominal(tmp_path: Path)
     fresh, _, _ = _controller(tmp_path / "b")
     _feed(fresh, second)
     assert _nvlink_estimates(fresh, topo) == est
+
+
+def _one_batch_per_rank(batches: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """The same samples, one batch per (collective, rank)."""
+    out = []
+    for rows in batches:
+        by_rank: dict[int, list[dict[str, Any]]] = {}
+        for s in rows:
+            by_rank.setdefault(s["src"], []).append(s)
+        out += [by_rank[r] for r in sorted(by_rank)]
+    return out
+
+
+def test_a_sample_with_a_huge_seq_closes_nothing(tmp_path: Path) -> None:
+    ctl, topo, sched = _controller(tmp_path / "a")
+    stream = _run(sched, topo, first_seq=1, n=30, incarnation="00000000000000aa")
+    hostile = {**stream[0][0], "seq": 10 ** 15}  # valid in every field, a collective 10^15 calls ahead
+    assert _feed(ctl, stream[:2] + [[hostile]] + stream[2:]) == []
+    assert ctl.estimator.groups == 30  # every collective folded whole, once
+    assert ctl.status()["counters"]["samples_pending"] == 1  # the hostile sample waits alone
+    clean, _, _ = _controller(tmp_path / "b")
+    _feed(clean, stream)
+    assert _nvlink_estimates(ctl, topo) == _nvlink_estimates(clean, topo)
+    # without an incarnation id too
+    legacy, _, _ = _controller(tmp_path / "c")
+    plain = _run(sched, topo, first_seq=1, n=30, incarnation=None)
+    _feed(legacy, plain[:2] + [[{**plain[0][0], "seq": 10 ** 15}]] + plain[2:])
+    assert legacy.estimator.groups == 30 and _nvlink_estimates(legacy, topo) == _nvlink_estimates(clean, topo)
+
+
+def test_interleaved_collectives_are_grouped_whole(tmp_path: Path) -> None:
+    # ranks report in their own order, but rank 0's second collective arrives before rank 7's first
+    ctl, topo, sched = _controller(tmp_path / "a")
+    one, two = (_one_batch_per_rank(_run(sched, topo, first_seq=q, n=1, incarnation="00000000000000aa"))
+                for q in (1, 2))
+    interleaved = [b for pair in zip(one, two) for b in pair]
+    assert _feed(ctl, interleaved) == []
+    assert ctl.estimator.groups == 2 and ctl.status()["counters"]["samples_pending"] == 0
+    in_order, _, _ = _controller(tmp_path / "b")
+    _feed(in_order, [[s for b in one for s in b], [s for b in two for s in b]])
+    assert in_order.estimator.groups == 2
+    assert _estimates(ctl, topo) == _estimates(in_order, topo)
+
+
+def test_a_group_missing_a_rank_closes_when_that_rank_moves_on(tmp_path: Path) -> None:
+    ctl, topo, sched = _controller(tmp_path)
+    one, two = (_run(sched, topo, first_seq=q, n=1, incarnation="00000000000000aa") for q in (1, 2))
+    lost = one[1][0]  # host 1's first sample of collective 1 never arrives
+    assert _feed(ctl, [one[0], one[1][1:]]) == []
+    assert ctl.estimator.groups == 0  # collective 1 waits for the lost flow
+    _feed(ctl, [two[0]])  # host 0 moved on, the rank that lost it did not: still waiting
+    assert ctl.estimator.groups == 0
+    _feed(ctl, [two[1]])  # that rank reported collective 2: what it skipped is lost; both fold
+    assert ctl.estimator.groups == 2 and ctl.status()["counters"]["samples_pending"] == 0
+    _feed(ctl, [[lost]])  # arriving late it is a collective of its own, never merged into a folded one
+    assert ctl.estimator.groups == 2 and ctl.status()["counters"]["samples_pending"] == 1
+
+
+def test_held_groups_are_bounded_and_time_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runtime.loop import controller as mod
+
+    topo = load_topology(TOPO)
+    now = [0.0]
+    prof = profile_from_dict({"format": "loopcoll.profile/1", "topology": TOPO, "communicators": [
+        {"name": "world", "ranks": list(range(8)), "collectives": [{"collective": "allgather", "sizes": [1 << 24]}]}]})
+    ctl = Controller(topo, prof, tmp_path, config=ControllerConfig(export_xml=False), clock=lambda: now[0])
+    ctl.bootstrap()
+    _, sched = ctl.deployed_schedule("world", "allgather")
+    monkeypatch.setattr(mod, "MAX_HELD_GROUPS", 3)
+    half = _run(sched, topo, first_seq=1, n=5, incarnation=None)[0::2]  # host 0 only
+    pending = []
+    for rows in half:  # host 1 is silent: nothing completes, the oldest past the bound are folded as they are
+        ctl.ingest(rows)
+        ctl.poll()
+        pending.append(ctl.status()["counters"]["samples_pending"])
+    assert pending == [len(half[0]) * k for k in (1, 2, 3, 3, 3)] and ctl.estimator.groups == 2
+    now[0] = mod.GROUP_TIMEOUT_S + 0.5  # held longer than the timeout: folded
+    ctl.poll()
+    assert ctl.estimator.groups == 5 and ctl.status()["counters"]["samples_pending"] == 0
+
+
+def test_a_duplicate_flow_is_skipped_and_counted(tmp_path: Path) -> None:
+    ctl, topo, sched = _controller(tmp_path)
+    (h0, h1) = _run(sched, topo, first_seq=1, n=1, incarnation="00000000000000aa")
+    _feed(ctl, [h0, [{**h0[0], "busy_s": 1.0}], h1])  # a second report of one flow, 1000x slower
+    assert ctl.estimator.groups == 1 and ctl.status()["counters"]["samples_skipped"] == {"duplicate_sample": 1}
+    assert all(g == 2880.0 for g in _nvlink_estimates(ctl, topo).values())
