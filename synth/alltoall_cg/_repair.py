@@ -29,7 +29,7 @@ Examples
 >>> from synth.topologies import load_topology
 >>> prev = synthesize_alltoall(load_topology("hpn:1x2x8"))
 >>> r = synthesize_alltoall(load_topology("hpn:1x2x8", ["fail2"]), warm_start=prev)
->>> r.stats["warm_mode"], r.stats["repaired_blocks"], round(r.optimal_algbw_GBps, 4)
+>>> r.figures.warm_mode, r.figures.repaired_blocks, round(r.optimal_algbw_GBps, 4)
 ('repair', 16, 89.0625)
 """
 

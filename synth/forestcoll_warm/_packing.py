@@ -34,6 +34,7 @@ import logging
 from collections import deque
 from dataclasses import dataclass, field
 
+from synth.figures import PackFigures
 from synth.maxflow import FlowNetwork
 
 __all__ = ["TreeClass", "pack", "pack_with_figures"]
@@ -76,11 +77,11 @@ def pack_with_figures(
     k: int,
     prefs: dict[int, list[list[tuple[int, int]]]] | None = None,
     initial: list[tuple[int, int]] | list[tuple[int, int, list[tuple[int, int]]]] | None = None,
-) -> tuple[list[TreeClass], dict[str, int]]:
+) -> tuple[list[TreeClass], PackFigures]:
     """Grow k spanning out-trees per root 0..n-1 within integer arc capacities ``arcs``.
 
     Returns the finished classes (multiplicities per root sum to k), deterministic for equal
-    input, and the packing's figures (``pack_maxflows``, ``pack_skipped``, ``tree_classes``). ``initial`` replaces the starting classes ``(root, multiplicity[, partial tree edges])``
+    input, and the packing's figures (:class:`~synth.figures.PackFigures`). ``initial`` replaces the starting classes ``(root, multiplicity[, partial tree edges])``
     (default: k per root with no edges), for a warm start whose other trees are already fixed;
     it must satisfy Lovász's condition. Raises :class:`PackingError` if a class cannot grow (the input violated Edmonds'
     condition).
@@ -257,4 +258,4 @@ def pack_with_figures(
         finished.append(c)
         if len(finished) % 64 == 0:
             log.info("phase 3: %d tree classes done, %d queued, %d max-flows", len(finished), len(queue) - head + len(clones), flows)
-    return finished, {"pack_maxflows": flows, "pack_skipped": skipped, "tree_classes": len(finished)}
+    return finished, PackFigures(maxflows=flows, skipped=skipped, tree_classes=len(finished))
