@@ -351,7 +351,7 @@ class AllToAllvFigures:
     lp_pivots: int
     columns: int
     paths: int
-    max_steps: int
+    max_steps: int | None  # None: no step bound
     warm_mode: str
     largest_remainder_completion_s: float
     greedy_remainder_completion_s: float

@@ -198,7 +198,7 @@ def format_status(status: Status, gap_pct: float, bound: str, name: str = "optim
         name = "proven bound"
     if status in (Status.FEASIBLE, Status.TIME_LIMIT):
         return f"{status.value} (gap {gap_pct:.2f} % vs {name} {bound})"
-    return status.value
+    return str(status.value)
 
 
 def _example(status: Status, algbw_GBps: float, optimal_GBps: float, gap: float) -> SynthResult:  # noqa: N803

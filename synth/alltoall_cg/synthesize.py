@@ -367,6 +367,7 @@ def _column_generation(topology: Topology, net: Network, warm_start: WarmStart, 
     optimal = lp_algbw if run.converged else bound_algbw
     status, gap_pct = judge(algbw, optimal) if run.converged else (Status.TIME_LIMIT, gap_pct_of(algbw, optimal))
     elapsed = time.perf_counter() - ask.start
+    assert cg.steps is not None  # synthesis always bounds the steps (only alltoall_lp_bound does not)
     figures = AllToAllFigures(
         lp_algbw_GBps=lp_algbw, lp_bound_algbw_GBps=bound_algbw, gap=gap_pct / 100.0, cg_iterations=run.iterations,
         lp_pivots=run.lp_pivots, columns=len(cg.trees), paths=len(cg.paths), max_steps=cg.steps,
