@@ -40,6 +40,11 @@ def _tried(tried: Tried) -> list[list[object]]:
     return [list(t) for t in tried]
 
 
+def _set(**figures: object) -> FigureDict:
+    """The figures that apply (not ``None``), in the order given."""
+    return {key: value for key, value in figures.items() if value is not None}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SplitFigures:
     """Phase 2 of ForestColl (switch splitting-off): max-flows, probes, bulk splits, the tier used."""
@@ -86,9 +91,7 @@ class WarmTreeFigures:
 
     def to_dict(self) -> FigureDict:
         """The figures under their JSON keys (``warm_check_maxflows``, ``warm_accept``, ...)."""
-        out: FigureDict = {}
-        if self.check_maxflows is not None:
-            out["warm_check_maxflows"] = self.check_maxflows
+        out = _set(warm_check_maxflows=self.check_maxflows)
         if self.accept is not None:
             out.update(warm_accept=self.accept, reused_edges_frac=self.reused_edges_frac,
                        reused_tree_units=self.reused_tree_units)
@@ -127,19 +130,15 @@ class TreeFigures:
 
     def to_dict(self) -> FigureDict:
         """The figures as one flat JSON object (``phase1_maxflows``, ..., ``kept_tree_units``)."""
-        out: FigureDict = {"phase1_maxflows": self.phase1_maxflows}
-        if self.fixed_k_maxflows is not None:
-            out["fixed_k_maxflows"] = self.fixed_k_maxflows
+        out = _set(phase1_maxflows=self.phase1_maxflows, fixed_k_maxflows=self.fixed_k_maxflows)
         out.update(phase1_s=self.phase1_s, phase2_s=self.phase2_s, **self.split.to_dict(),
                    logical_arcs=self.logical_arcs)
         out.update({} if self.warm is None else self.warm.to_dict())
         out.update({} if self.packing is None else self.packing.to_dict())
         out.update(phase3_s=self.phase3_s, mapback_s=self.mapback_s, k=self.k, trees=self.trees,
                    kept_tree_units=self.kept_tree_units)
-        if self.reused_edges_frac is not None:  # the whole schedule's share replaces the attempt's
-            out["reused_edges_frac"] = self.reused_edges_frac
-        if self.bound_attained is not None:
-            out["bound_attained"] = self.bound_attained
+        # The whole schedule's share of reused edges replaces the attempt's, in its place.
+        out.update(_set(reused_edges_frac=self.reused_edges_frac, bound_attained=self.bound_attained))
         return out
 
 
@@ -204,8 +203,7 @@ class AllToAllFigures:
             "paths": self.paths, "max_steps": self.max_steps, "hop_diameter": self.hop_diameter,
             "warm_mode": self.warm_mode, "trees_dropped": self.trees_dropped,
         }
-        if self.repaired_blocks is not None:
-            out["repaired_blocks"] = self.repaired_blocks
+        out.update(_set(repaired_blocks=self.repaired_blocks))
         out.update(dive_steps=self.dive_steps, dive_backtracks=self.dive_backtracks,
                    dive_columns_added=self.dive_columns_added, dive_lp_solves=self.dive_lp_solves, dived=self.dived,
                    setup_time_s=self.setup_time_s, cg_time_s=self.cg_time_s, lp_time_s=self.lp_time_s,
@@ -239,12 +237,7 @@ class RoutingFigures:
 
     def tail(self) -> FigureDict:
         """The keys it ends with (only those set)."""
-        out: FigureDict = {}
-        if self.free_optimal_algbw_GBps is not None:
-            out["free_optimal_algbw_GBps"] = self.free_optimal_algbw_GBps
-        if self.routing_gap_pct is not None:
-            out["routing_gap_pct"] = self.routing_gap_pct
-        return out
+        return _set(free_optimal_algbw_GBps=self.free_optimal_algbw_GBps, routing_gap_pct=self.routing_gap_pct)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
