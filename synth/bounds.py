@@ -33,6 +33,7 @@ from synth.bounds_allgather import allgather_rate_gbps
 from synth.bounds_alltoall import alltoall_rate_GBps
 from synth.errors import SolverError, expect_type, short_repr
 from synth.result import Status
+from synth.routing import has_route_choice
 from synth.topologies.capacity import certify_rate
 from synth.topologies.communicator import communicator
 from synth.topologies.model import Topology
@@ -148,8 +149,6 @@ def optimal_bound(
     bound = _free_bound(collective, topo, time_limit_s, ranks, relay)
     if not routed:
         return bound
-    from synth.routing import has_route_choice
-
     if ranks is not None:
         topo = communicator(topo, ranks, relay=relay)
     if not has_route_choice(topo):

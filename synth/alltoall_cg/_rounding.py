@@ -36,7 +36,7 @@ from synth.alltoall_cg._expanded import ExpandedGraph, Network
 from synth.alltoall_cg._pool import PathPool
 from synth.alltoall_cg._pricing import price_trees
 from synth.result import Status
-from synth.solvers import LpMethod
+from synth.solvers import LpMethod, lp_backend
 
 __all__ = ["DIVES", "ROUNDING_RETRY_GAP", "DiveResult", "PathLp", "Pricer", "balanced_remainder", "deep_dive",
            "disaggregate", "largest_remainder", "tree_pricer"]
@@ -173,8 +173,6 @@ class _DiveLp:
 
     def __init__(self, cg: PathLp, active_k: IntArray, residual: IntArray, fixed_load: FloatArray,
                  nchunks: int) -> None:
-        from synth.solvers import lp_backend
-
         self.cg = cg
         self.k_of_row = active_k
         self.row_of_k = np.full(cg.net.n_gpus**2, -1, dtype=np.int64)

@@ -20,7 +20,7 @@ from typing import Any
 from synth.errors import ScheduleError, SolverError
 from synth.forestcoll_warm._mapback import to_routes
 from synth.forestcoll_warm._optimum import IntGraph, Optimum, _dinkelbach, exact_optimum, fixed_k_optimum
-from synth.forestcoll_warm._packing import PackingError, TreeClass, pack_with_figures
+from synth.kernels.packing import PackingError, TreeClass, pack_with_figures
 from synth.forestcoll_warm._splitting import SplitStuck, split_switches
 from synth.forestcoll_warm.warm import accept_old_trees, hint_from_meta, hint_to_meta, old_trees
 from synth.result import Status, SynthResult, judge
