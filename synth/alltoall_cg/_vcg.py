@@ -33,7 +33,7 @@ from synth.alltoall_cg._expanded import ExpandedGraph, Network
 from synth.kernels.tree_master import TreeMaster, tree_columns
 from synth.alltoall_cg._pool import PathPool, TreePool
 from synth.alltoall_cg._schedule import RouteCache
-from synth.alltoall_cg._pricing import _condensed_shortest, _free_shortest, layered_shortest, price_trees
+from synth.alltoall_cg._pricing import condensed_shortest, free_shortest, layered_shortest, price_trees
 from synth.errors import SolverError
 from synth.result import Status
 from synth.solvers import LpMethod, LpSolution
@@ -56,9 +56,9 @@ def pair_distances(graph: ExpandedGraph, w: FloatArray) -> FloatArray:
         dist, _ = layered_shortest(graph, w, src_nodes, with_pred=False)
         d = dist[1:, net.gpu_node, :].min(axis=0)
     else:
-        full = _condensed_shortest(net, w, src_nodes)
+        full = condensed_shortest(net, w, src_nodes)
         if full is None:
-            full = _free_shortest(graph, w, src_nodes)
+            full = free_shortest(graph, w, src_nodes)
         d = full[net.gpu_node]
     d[np.arange(n), np.arange(n)] = 0.0
     if not np.isfinite(d).all():
