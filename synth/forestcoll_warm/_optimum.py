@@ -22,7 +22,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from synth.bounds_allgather import allgather_rate_gbps
+from synth.bounds.allgather import allgather_rate_gbps
 from synth.errors import TimeLimitError
 from synth.maxflow import FlowNetwork
 from synth.topologies.model import Topology
@@ -85,7 +85,7 @@ class Optimum:
 
 
 def exact_optimum(graph: IntGraph, topo: Topology | None = None, *, start_cut: frozenset[str] | None = None) -> Optimum:
-    """Exact ``(U, k)`` by Dinkelbach on min-ratio cuts (see :mod:`synth.bounds_allgather`).
+    """Exact ``(U, k)`` by Dinkelbach on min-ratio cuts (see :mod:`synth.bounds.allgather`).
 
     ``start_cut`` (a warm start's previous bottleneck) only tightens the first bracket; the result
     does not depend on it.

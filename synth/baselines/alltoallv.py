@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from synth.alltoallv_schedule import AllToAllvSchedule, check_demand
-from synth.baselines import gpu_hops, nccl_direct_alltoall
+from synth.baselines.nccl import gpu_hops, nccl_direct_alltoall
 from synth.topologies.structure import rail_layout
 from synth.schedule import Hop, Route, RouteKind
 from synth.topologies.communicator import communicator_meta
