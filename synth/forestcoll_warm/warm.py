@@ -23,7 +23,7 @@ from fractions import Fraction
 from typing import Any
 
 from synth.figures import WarmTreeFigures
-from synth.forestcoll_warm._packing import TreeClass
+from synth.kernels.packing import TreeClass
 from synth.forestcoll_warm._splitting import SplitHint
 from synth.maxflow import FlowNetwork
 from synth.schedule import RouteKind, Schedule

@@ -33,6 +33,7 @@ from synth.latency._lp import Column, LpOutcome, column_from_hops, load_matrix, 
 from synth.latency.depth import schedule_depth
 from synth.result import Status, SynthResult, gap_pct, judge
 from synth.schedule import Hop, Route, RouteKind, Schedule
+from synth.synthesis import synthesize
 from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology
 
@@ -241,8 +242,6 @@ def synthesize_depth_bounded(
 def _unbounded(collective: Collective, topo: Topology, chunks: int | None, warm_from: Schedule | SynthResult | None,
                time_limit_s: float | None, solver: str) -> SynthResult:
     """``max_depth=None``: today's synthesizer, unchanged, with its depth added to the figures."""
-    from synth.synthesis import synthesize
-
     res = synthesize(collective, topo, chunks=chunks, warm_from=warm_from, time_limit_s=time_limit_s, solver=solver)
     if res.schedule is None:
         return res
