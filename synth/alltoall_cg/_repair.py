@@ -263,7 +263,7 @@ class _Blocks:
 class _Certified:
     """A repair LP proven optimal for the full problem: its blocks, loads, solution and work."""
 
-    dive: _DiveLp
+    dive: DiveLp
     sol: LpSolution
     t_lp: float
     certificate: str  # "Farley bound" or "previous optimum"
