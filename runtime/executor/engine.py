@@ -12,9 +12,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import ExecutorError
 from .plan import Op, RankPlan, Region
 
-__all__ = ["Timing", "reducer", "reduction_fallback", "run_rank_plan"]
+__all__ = ["Timing", "reducer", "reduction_fallback", "run_rank_plan", "same_kind"]
 
 
 @dataclass
@@ -195,3 +196,14 @@ def reduction_fallback(ops: Any, op: Any, floating: bool) -> str | None:
     if op not in (ops.SUM, ops.PRODUCT, ops.MAX, ops.MIN, ops.BAND, ops.BOR, ops.BXOR, avg):
         return f"reduction {op}: native torch.distributed"
     return None
+
+
+def same_kind(comm: str, *tensors: Any) -> None:
+    """Raise :class:`ExecutorError` unless ``tensors`` share one dtype and device.
+
+    >>> import torch
+    >>> same_kind("w", torch.zeros(2), torch.ones(3))
+    """
+    kinds = {(t.dtype, t.device) for t in tensors}
+    if len(kinds) != 1:
+        raise ExecutorError(f"comm {comm!r}: tensors differ in dtype/device: {sorted(map(str, kinds))}")

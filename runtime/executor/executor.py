@@ -18,8 +18,9 @@ from runtime.executor.alltoallv import all_to_all_single_v
 from runtime.formats.telemetry import Sample
 
 from .agreement import StagedVersion, SwapReport, agreement_key, default_store, gather_arrivals, newest_common
-from .engine import Timing, reducer, reduction_fallback, run_rank_plan
+from .engine import Timing, reducer, reduction_fallback, run_rank_plan, same_kind
 from .errors import ExecutorError, StagingError
+from .incarnation import incarnation_id
 from .plan import Plan
 from .sources import entry_programs, load_programs
 from .staging import compile_programs
@@ -92,6 +93,8 @@ class Executor:
             ranks=self._peers, backend="gloo", timeout=timedelta(seconds=control_timeout_s))
         self._store = default_store(dist) if store is None else store
         self._key = agreement_key(self._store, comm, self._peers, self.global_rank)
+        #: This executor start's id, shared by its ranks; carried by every sample (runtime.executor.incarnation).
+        self.incarnation = incarnation_id(self._store, self._key, self.size)
         self.seq = 0
         self.sync_index = 0
         self.active: dict[str, int | None] = {}
@@ -293,7 +296,7 @@ class Executor:
         t_cpu = time.perf_counter()
         try:
             samples = collective_samples(timing, meta, comm=self.comm, me=self.global_rank, peers=self._peers,
-                                         hosts=self._hosts)
+                                         hosts=self._hosts, incarnation=self.incarnation)
             try:
                 sink(samples)
             except Exception as exc:  # noqa: BLE001 - telemetry must never stop training
@@ -304,16 +307,11 @@ class Executor:
     def _native(self, coll: str, seq: int) -> None:
         self.history.append((seq, coll, None))
 
-    def _check_same(self, *ts: Any) -> None:
-        d = {(t.dtype, t.device) for t in ts}
-        if len(d) != 1:
-            raise ExecutorError(f"comm {self.comm!r}: tensors differ in dtype/device: {sorted(map(str, d))}")
-
     # ------------------------------------------------------------------ collectives
     def all_gather_into_tensor(self, out: Any, inp: Any) -> None:
         """``out`` (N·n elements) = concatenation of every rank's ``inp`` (n elements), like torch's."""
         seq = self._begin()
-        self._check_same(out, inp)
+        same_kind(self.comm, out, inp)
         n, N = inp.numel(), self.size
         if out.numel() != N * n:
             raise ExecutorError(f"all_gather_into_tensor: output has {out.numel()} elements, expected {N}x{n}")
@@ -349,7 +347,7 @@ class Executor:
         """``out`` (n elements) = this rank's block of the reduction of every rank's ``inp`` (N·n)."""
         op = self._dist.ReduceOp.SUM if op is None else op
         seq = self._begin()
-        self._check_same(out, inp)
+        same_kind(self.comm, out, inp)
         n, N = out.numel(), self.size
         if inp.numel() != N * n:
             raise ExecutorError(f"reduce_scatter_tensor: input has {inp.numel()} elements, expected {N}x{n}")
@@ -418,7 +416,7 @@ class Executor:
         Split sizes are not run by programs yet: such calls go to the native collective.
         """
         seq = self._begin()
-        self._check_same(out, inp)
+        same_kind(self.comm, out, inp)
         N = self.size
         if output_split_sizes is not None or input_split_sizes is not None:
             self._alltoallv(out, inp, output_split_sizes, input_split_sizes, seq)
@@ -471,7 +469,7 @@ class Executor:
         if self.sink is not None:
             try:
                 self.sink([demand_sample(self.comm, seq, self.global_rank, ins, inp.element_size(), self._peers,
-                                         self._dist.get_world_size())])
+                                         self._dist.get_world_size(), self.incarnation)])
             except Exception as exc:  # noqa: BLE001 - telemetry must never stop training
                 self._say_once(f"telemetry sink failed: {exc!r}")
         sched = getattr(self, "alltoallv_schedule", None)

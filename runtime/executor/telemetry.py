@@ -16,10 +16,10 @@ __all__ = ["collective_samples", "default_hosts", "demand_sample"]
 
 
 def collective_samples(timing: Timing, meta: Mapping[str, Any], *, comm: str, me: int, peers: Sequence[int],
-                       hosts: Sequence[int]) -> list[Sample]:
+                       hosts: Sequence[int], incarnation: str | None = None) -> list[Sample]:
     """The samples of one collective of global rank ``me``: ``timing`` per group peer, ``meta`` its
     ``t_wall``, ``seq``, ``version`` and ``coll``; ``peers`` maps group ranks to global ranks, ``hosts``
-    global ranks to host ids."""
+    global ranks to host ids; ``incarnation`` the executor start's id (:mod:`runtime.executor.incarnation`)."""
     t_s = meta["t_wall"]
     samples = []
     inject_bytes = 0
@@ -29,7 +29,7 @@ def collective_samples(timing: Timing, meta: Mapping[str, Any], *, comm: str, me
         g = peers[peer]
         busy = timing.busy_s(peer)
         samples.append(Sample(t_s, comm, meta["seq"], meta["version"], "pair", me, g, timing.bytes_to[peer],
-                              busy, meta["coll"], "executor"))
+                              busy, meta["coll"], "executor", incarnation=incarnation))
         if hosts[g] == hosts[me]:
             inject_bytes += timing.bytes_to[peer]
             a, b = timing.first_post[peer], timing.last_done[peer]
@@ -46,12 +46,12 @@ def collective_samples(timing: Timing, meta: Mapping[str, Any], *, comm: str, me
             busy = max(sum(max(ends[p] for p in local if p in ends) - t0
                            for t0, ends in timing.paced_rounds if any(p in ends for p in local)), 1e-9)
         samples.append(Sample(t_s, comm, meta["seq"], meta["version"], "inject", me, None, inject_bytes,
-                              busy, meta["coll"], "executor"))
+                              busy, meta["coll"], "executor", incarnation=incarnation))
     return samples
 
 
 def demand_sample(comm: str, seq: int, me: int, in_splits: Sequence[int], element_size: int, peers: Sequence[int],
-                  world: int) -> Sample:
+                  world: int, incarnation: str | None = None) -> Sample:
     """The ``demand`` sample of one split-size all-to-all: bytes this rank sends to each global rank.
 
     >>> demand_sample("w", 3, 0, [2, 5], 4, [0, 1], 2).extra
@@ -61,7 +61,7 @@ def demand_sample(comm: str, seq: int, me: int, in_splits: Sequence[int], elemen
     for r, k in enumerate(in_splits):
         sends[peers[r]] = k * element_size
     return Sample(time.time(), comm, seq, None, "demand", me, None, sum(sends), 1e-9, "alltoallv", "executor",
-                  {"send_bytes": sends})
+                  {"send_bytes": sends}, incarnation)
 
 
 def default_hosts(world: int, local_world_size: int | None = None) -> list[int]:

@@ -40,6 +40,7 @@ from msccl_xml.limits import RUNTIMES
 from msccl_xml.targets import MscclTarget, TorchTarget
 from runtime.errors import StoreError
 from synth import LoopcollError, Schedule, SynthResult, Topology
+from synth.figures import warm_mode_of
 from synth.fileio import write_bytes_atomic, write_text_atomic
 
 __all__ = ["STORE_FORMAT", "Band", "VersionEntry", "VersionStore"]
@@ -157,7 +158,7 @@ class VersionEntry:
 
 
 def _check_name(value: str, what: str) -> str:
-    if not isinstance(value, str) or not _NAME_OK.match(value):
+    if not isinstance(value, str) or not _NAME_OK.fullmatch(value):
         raise StoreError(f"{what} {str(value)[:60]!r} cannot name a store directory "
                          "(letters, digits, '.', '_', '-'; at most 128 characters)")
     return value
@@ -309,7 +310,7 @@ class VersionStore:
             if nominal is not None:
                 nom = {f"{lk.src}->{lk.dst}": lk.gbps for lk in nominal.links}
                 caps = {k: v for k, v in caps.items() if nom.get(k) != v}
-            warm_mode = first.stats.get("warm_mode") if first is not None and first.stats else None
+            warm_mode = None if first is None else warm_mode_of(first.figures)
             entry = VersionEntry(
                 comm=comm, collective=collective, version=number, bands=bands,
                 topology_fingerprint=topology.fingerprint, capacities_gbps=MappingProxyType(dict(sorted(caps.items()))),
