@@ -51,6 +51,8 @@ FULL_RANGE: tuple[SizeBand, ...] = ((0, None),)
 
 Source = SynthResult | Schedule
 Resynthesize = Callable[[int], SynthResult]
+#: What a non-strict fit records in a band instead of raising.
+_RECORDED = (LoopcollError, OSError, ValueError, RecursionError)
 #: AllToAll's chunks per block before its automatic choice of K (docs/exactness.md).
 ALLTOALL_FALLBACK_CHUNKS = 10
 
@@ -179,21 +181,22 @@ def fit(
         If a program cannot be made (``strict``).
     """
     sched = _schedule_of(source, "the result to fit")
+    per_band = [(lo, hi, source) for lo, hi in bands]
     try:
-        return fit_bands([(lo, hi, source) for lo, hi in bands], topology, target, protocol=protocol)
+        return fit_bands(per_band, topology, target, protocol=protocol)
     except RuntimeLimitError as exc:
+        if resynthesize is None and strict:
+            raise
         if resynthesize is not None:
             try:
                 return _refit(sched, topology, target, bands, protocol, resynthesize, exc)
-            except LoopcollError:
+            except _RECORDED:
                 if strict:
                     raise
-        elif strict:
-            raise
-    except LoopcollError:
+    except _RECORDED:
         if strict:
             raise
-    return fit_bands([(lo, hi, source) for lo, hi in bands], topology, target, protocol=protocol, strict=False)
+    return fit_bands(per_band, topology, target, protocol=protocol, strict=False)
 
 
 def fit_bands(
@@ -311,14 +314,10 @@ def _render(sched: Schedule, topology: Topology, target: Target, band: SizeBand,
     """``(program, None)``, or ``(None, error)`` when not ``strict``."""
     try:
         return target.render(sched, topology, band, protocol), None
-    except LoopcollError as exc:
+    except _RECORDED as exc:
         if strict:
             raise
-        return None, str(exc)
-    except (OSError, ValueError, RecursionError) as exc:
-        if strict:
-            raise
-        return None, f"{type(exc).__name__}: {str(exc)[:400]}"
+        return None, str(exc) if isinstance(exc, LoopcollError) else f"{type(exc).__name__}: {str(exc)[:400]}"
 
 
 def _version(source: Source, bands: Sequence[DeployedBand], topology: Topology, target: Target) -> DeployableVersion:
