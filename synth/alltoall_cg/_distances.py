@@ -22,7 +22,7 @@ from scipy.sparse.csgraph import connected_components, csgraph_from_dense, dijks
 from synth.alltoall_cg._expanded import ExpandedGraph, Network
 from synth.errors import SolverError
 
-__all__ = ["CONDENSED_MAX", "layered_shortest"]
+__all__ = ["CONDENSED_MAX", "condensed_shortest", "free_shortest", "layered_shortest"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -79,7 +79,7 @@ def layered_shortest(graph: ExpandedGraph, wt: FloatArray, src_nodes: IntArray, 
     return dist, pred
 
 
-def _free_shortest(graph: ExpandedGraph, w: FloatArray, src_nodes: IntArray) -> FloatArray:
+def free_shortest(graph: ExpandedGraph, w: FloatArray, src_nodes: IntArray) -> FloatArray:
     """Distances (nodes × sources) without a step bound: Bellman-Ford rounds over all live links."""
     net = graph.net
     arcs = graph.all_arcs
@@ -99,7 +99,7 @@ def _free_shortest(graph: ExpandedGraph, w: FloatArray, src_nodes: IntArray) -> 
 CONDENSED_MAX = 2000  # components up to which the condensed graph's all-pairs distances are worth it
 
 
-def _condensed_shortest(net: Network, w: FloatArray, src_nodes: IntArray) -> FloatArray | None:
+def condensed_shortest(net: Network, w: FloatArray, src_nodes: IntArray) -> FloatArray | None:
     """Exact distances (nodes × sources) without a step bound, on the graph whose nodes are the
     strongly connected components of the zero-weight live links (free to move inside one).
 

@@ -29,12 +29,12 @@ import numpy as np
 import numpy.typing as npt
 from scipy.sparse.csgraph import dijkstra
 
-from synth.alltoall_cg._distances import _condensed_shortest, _free_shortest, layered_shortest
+from synth.alltoall_cg._distances import condensed_shortest, free_shortest, layered_shortest
 from synth.alltoall_cg._expanded import ExpandedGraph, Network
 from synth.errors import SolverError
 
-__all__ = ["PairPaths", "TreeSet", "layered_shortest", "path_hashes", "price_pairs", "price_trees", "reversed_network",
-           "tree_costs"]
+__all__ = ["PairPaths", "TreeSet", "condensed_shortest", "free_shortest", "layered_shortest", "path_hashes",
+           "price_pairs", "price_trees", "reversed_network", "tree_costs"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -223,9 +223,9 @@ def tree_costs(graph: ExpandedGraph, link_weight: FloatArray, *, sources: IntArr
         dist, _ = layered_shortest(graph, w, src_nodes, with_pred=False)
         d = dist[1:, net.gpu_node, :].min(axis=0)  # (destinations, sources)
     else:
-        d = _condensed_shortest(net, w, src_nodes)
+        d = condensed_shortest(net, w, src_nodes)
         if d is None:
-            d = _free_shortest(graph, w, src_nodes)
+            d = free_shortest(graph, w, src_nodes)
         d = d[net.gpu_node]
     d[sources, np.arange(len(sources))] = 0.0
     if not np.isfinite(d).all():

@@ -36,7 +36,7 @@ from synth.alltoall_cg._expanded import ExpandedGraph, Network
 from synth.alltoall_cg._pool import PathPool
 from synth.alltoall_cg._pricing import price_trees
 from synth.result import Status
-from synth.solvers import LpMethod, LpSolution
+from synth.solvers import LpMethod, LpSolution, lp_backend
 
 __all__ = ["DIVES", "ROUNDING_RETRY_GAP", "DiveResult", "PathLp", "Pricer", "balanced_remainder", "deep_dive",
            "disaggregate", "largest_remainder", "tree_pricer"]
@@ -168,13 +168,11 @@ def balanced_remainder(cg: PathLp, pids: IntArray, y: FloatArray, nchunks: int, 
     return DiveResult(pids[keep], chunks[keep], 0, 0, 0, 0, False)
 
 
-class _DiveLp:
+class DiveLp:
     """The residual path LP of the dive (rows: active commodities, then links)."""
 
     def __init__(self, cg: PathLp, active_k: IntArray, residual: IntArray, fixed_load: FloatArray,
                  nchunks: int) -> None:
-        from synth.solvers import lp_backend
-
         self.cg = cg
         self.k_of_row = active_k
         self.row_of_k = np.full(cg.net.n_gpus**2, -1, dtype=np.int64)
@@ -299,7 +297,7 @@ def deep_dive(
 
 
 def _start_dive(cg: PathLp, pids: IntArray, y: FloatArray,
-                nchunks: int) -> tuple[IntArray, IntArray, _DiveLp | None]:
+                nchunks: int) -> tuple[IntArray, IntArray, DiveLp | None]:
     """The whole chunks of ``y`` (fixed) and the dive LP over the commodities' remainders (None if none)."""
     net = cg.net
     n = net.n_gpus
@@ -315,14 +313,14 @@ def _start_dive(cg: PathLp, pids: IntArray, y: FloatArray,
     starts, links = cg.paths.link_csr(fixed_pids)
     fixed_load = np.bincount(links, weights=np.repeat(fixed_chunks / nchunks, np.diff(starts)),
                              minlength=net.n_links).astype(np.float64)
-    dive = _DiveLp(cg, active_k, residual_all[active_k], fixed_load, nchunks)
+    dive = DiveLp(cg, active_k, residual_all[active_k], fixed_load, nchunks)
     frac_pids = pids[(y - base > INT_TOL) & (residual_all[k_all] > 0)]
     dive.add(frac_pids)
     log.info("alltoall_cg: rounding %d fractional commodities (%d columns)", len(active_k), len(frac_pids))
     return fixed_pids, fixed_chunks, dive
 
 
-def _solve_and_price(dive: _DiveLp, pricer: Pricer, nchunks: int, deadline: float | None, method: LpMethod,
+def _solve_and_price(dive: DiveLp, pricer: Pricer, nchunks: int, deadline: float | None, method: LpMethod,
                      max_pricing_rounds: int) -> tuple[LpSolution | None, int, int]:
     """Re-solve the dive LP, pricing paths for commodities that still have room: (last solution, solves,
     columns added); the first solve uses ``method``, the others primal simplex."""
@@ -354,7 +352,7 @@ def _solve_and_price(dive: _DiveLp, pricer: Pricer, nchunks: int, deadline: floa
     return sol, solves, added_total
 
 
-def _pick(dive: _DiveLp, frac: FloatArray, fractional: npt.NDArray[np.bool_], tabu: set[int],
+def _pick(dive: DiveLp, frac: FloatArray, fractional: npt.NDArray[np.bool_], tabu: set[int],
           batch: float) -> list[int]:
     """The columns to round up next: the most fractional ones not tabu (all again once every one is), at
     most one per commodity, ``batch`` of the candidates (at least one)."""
@@ -377,7 +375,7 @@ def _pick(dive: _DiveLp, frac: FloatArray, fractional: npt.NDArray[np.bool_], ta
     return chosen
 
 
-def _finish(cg: PathLp, fixed_pids: IntArray, fixed_chunks: IntArray, dive: _DiveLp, u: FloatArray,
+def _finish(cg: PathLp, fixed_pids: IntArray, fixed_chunks: IntArray, dive: DiveLp, u: FloatArray,
             nchunks: int, steps: int, backtracks: int, added: int, solves: int, *, fallback: bool) -> DiveResult:
     dive_pids = np.array(dive.col_pid, dtype=np.int64)
     if fallback:
