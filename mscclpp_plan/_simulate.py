@@ -27,6 +27,8 @@ import math
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
+from synth.collective import COLLECTIVES
+
 from .limits import PACKET_OPS
 from .model import BufferRef, Op, Plan
 from ._structure import Resolved, canonical_collective, resolve
@@ -541,7 +543,7 @@ def _loc_name(st: _State, loc: Loc) -> str:
 def _postcondition(st: _State) -> None:
     plan, L, coll = st.plan, st.L, st.coll
     n = plan.nranks
-    if coll not in ("allgather", "reducescatter", "allreduce", "alltoall"):
+    if coll not in COLLECTIVES:
         st.warnings.append(f"plan: no postcondition is checked for collective {plan.collective!r}")
         return
     bad = 0

@@ -37,7 +37,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
-from synth._types import COLLECTIVES, Collective, NodeId, Rank
+from synth._types import Collective, NodeId, Rank
 from synth.errors import ScheduleError, expect_type, short_repr
 from synth.topologies.model import Topology
 
@@ -96,6 +96,32 @@ class CutLink:
     dst: NodeId
     base_slack: float
 
+    def to_dict(self) -> dict[str, Any]:
+        """The link as JSON data (schedule ``bottleneck`` and store manifest ``cut`` entries).
+
+        >>> CutLink.from_dict(CutLink("gpu0", "tor0.0", 0.25).to_dict())
+        CutLink(src='gpu0', dst='tor0.0', base_slack=0.25)
+        """
+        return {"src": self.src, "dst": self.dst, "base_slack": self.base_slack}
+
+    @classmethod
+    def from_dict(cls, doc: object, *, source: str = "<dict>") -> CutLink:
+        """Read :meth:`to_dict`'s form back; :class:`ScheduleError` naming ``source`` and the field otherwise.
+
+        >>> CutLink.from_dict({"src": "a", "dst": "b"}, source="s.json")
+        Traceback (most recent call last):
+        ...
+        synth.errors.ScheduleError: s.json: bottleneck entry a->b needs a numeric 'base_slack', got None
+        """
+        if not isinstance(doc, Mapping):
+            raise ScheduleError(f"{source}: bottleneck entries must be objects")
+        src, dst, slack = doc.get("src"), doc.get("dst"), doc.get("base_slack")
+        if not isinstance(src, str) or not isinstance(dst, str):
+            raise ScheduleError(f"{source}: bottleneck entry {short_repr(doc)} needs string 'src' and 'dst'")
+        if isinstance(slack, bool) or not isinstance(slack, (int, float)):
+            raise ScheduleError(f"{source}: bottleneck entry {src}->{dst} needs a numeric 'base_slack', got {short_repr(slack)}")
+        return cls(src, dst, float(slack))
+
 
 def _freeze(meta: Mapping[str, Any] | None) -> Mapping[str, Any]:
     try:
@@ -121,8 +147,7 @@ class Schedule:
     meta: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
-        if self.collective not in COLLECTIVES:
-            raise ScheduleError(f"unknown collective {self.collective!r}; known: {', '.join(COLLECTIVES)}")
+        object.__setattr__(self, "collective", Collective.parse(self.collective, error=ScheduleError))
         if isinstance(self.nranks, bool) or not isinstance(self.nranks, int) or self.nranks < 2:
             raise ScheduleError(f"schedule nranks must be an integer >= 2, got {self.nranks!r}")
         if isinstance(self.nchunks, bool) or not isinstance(self.nchunks, int) or self.nchunks < 1:
@@ -215,8 +240,7 @@ class Schedule:
 
     def busbw_GBps(self, topo: Topology) -> float:  # noqa: N802
         """busbw = algbw × (N−1)/N (AllReduce: × 2(N−1)/N)."""
-        factor = 2 if self.collective == "allreduce" else 1
-        return self.algbw_GBps(topo) * factor * (self.nranks - 1) / self.nranks
+        return self.algbw_GBps(topo) * self.collective.busbw_multiplier * (self.nranks - 1) / self.nranks
 
     def time_s(self, topo: Topology, nbytes: float) -> float:
         """Bandwidth-term completion time for an algbw numerator of ``nbytes`` bytes."""
@@ -283,7 +307,7 @@ class Schedule:
             "nranks": self.nranks,
             "nchunks": self.nchunks,
             "routes": routes,
-            "bottleneck": [{"src": c.src, "dst": c.dst, "base_slack": c.base_slack} for c in self.bottleneck],
+            "bottleneck": [c.to_dict() for c in self.bottleneck],
             "topology_fingerprint": self.topology_fingerprint,
             "meta": dict(self.meta),
         }

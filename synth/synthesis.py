@@ -42,8 +42,6 @@ def _routed(collective: Collective, topo: Topology, chunks: int | None, warm_fro
     from synth.bounds import optimal_bound
     from synth.routed import synthesize_routed
 
-    if collective not in ("allgather", "reducescatter", "allreduce", "alltoall"):
-        raise SolverError(f"unknown collective {collective!r}")
     result = synthesize_routed(collective, topo, chunks=chunks, warm_from=warm_from, solver=solver,
                                time_limit_s=time_limit_s)
     free = optimal_bound(collective, topo).algbw_GBps
@@ -56,21 +54,21 @@ def _routed(collective: Collective, topo: Topology, chunks: int | None, warm_fro
 
 
 @overload
-def synthesize(collective: Literal["alltoallv"], topo: Topology, *, chunks: int | None = None,
+def synthesize(collective: Literal["alltoallv"], topo: Topology, *, chunks: int | None = None,  # type: ignore[overload-overlap]
                warm_from: Any = None, max_steps: int | None = None, solver: str = "highs",
                time_limit_s: float | None = None, ranks: Sequence[Rank] | None = None, relay: bool = False,
                demand: Any = None, routing: str = "auto") -> AllToAllvResult: ...
 
 
 @overload
-def synthesize(collective: Collective, topo: Topology, *, chunks: int | None = None,
+def synthesize(collective: Collective | str, topo: Topology, *, chunks: int | None = None,
                warm_from: Any = None, max_steps: int | None = None,
                solver: str = "highs", time_limit_s: float | None = None, ranks: Sequence[Rank] | None = None,
                relay: bool = False, demand: Any = None, routing: str = "auto") -> SynthResult: ...
 
 
-def synthesize(  # type: ignore[misc]
-    collective: Collective | Literal["alltoallv"],
+def synthesize(
+    collective: Collective | str,
     topo: Topology,
     *,
     chunks: int | None = None,
@@ -135,6 +133,7 @@ def synthesize(  # type: ignore[misc]
                                     warm_start=cast("AllToAllvResult | None", warm_from))
     if demand is not None:
         raise SolverError(f"demand= is for alltoallv only, not {collective!r}")
+    kind = Collective.parse(collective)
     if isinstance(warm_from, Schedule):
         _check_warm_schedule(warm_from, topo)
     elif warm_from is not None and not isinstance(warm_from, SynthResult):
@@ -142,8 +141,8 @@ def synthesize(  # type: ignore[misc]
     if routing not in ROUTINGS:
         raise SolverError(f"routing must be one of {', '.join(ROUTINGS)}, got {short_repr(routing)}")
     if routing == "routed" or (routing == "auto" and has_route_choice(topo)):
-        return _certified(topo, _routed(collective, topo, chunks, warm_from, solver, time_limit_s))  # type: ignore[arg-type]
-    if collective == "alltoall":
+        return _certified(topo, _routed(kind, topo, chunks, warm_from, solver, time_limit_s))
+    if kind is Collective.ALLTOALL:
         from synth.alltoall_cg import synthesize_alltoall
 
         return _certified(topo, synthesize_alltoall(
@@ -157,12 +156,10 @@ def synthesize(  # type: ignore[misc]
     from synth import forestcoll_warm
 
     fn = {
-        "allgather": forestcoll_warm.synthesize_allgather,
-        "reducescatter": forestcoll_warm.synthesize_reducescatter,
-        "allreduce": forestcoll_warm.synthesize_allreduce,
-    }.get(collective)
-    if fn is None:
-        raise SolverError(f"unknown collective {collective!r}")
+        Collective.ALLGATHER: forestcoll_warm.synthesize_allgather,
+        Collective.REDUCESCATTER: forestcoll_warm.synthesize_reducescatter,
+        Collective.ALLREDUCE: forestcoll_warm.synthesize_allreduce,
+    }[kind]
     warm_schedule = warm_from.schedule if isinstance(warm_from, SynthResult) else warm_from
     start = time.perf_counter()
     try:

@@ -29,7 +29,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from runtime.contention.gate import ContentionGate, GateConfig
 from runtime.errors import ProfileError, RuntimeStateError
@@ -37,12 +37,12 @@ from runtime.formats.profile import JobProfile
 from runtime.formats.store import VersionEntry, VersionStore
 from runtime.loop.detector import Verdict, detect
 from runtime.loop.estimator import LinkEstimate, LinkEstimator
-from synth import Collective, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
+from synth import COLLECTIVES, Collective, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
 
 __all__ = ["Deployed", "Job", "ManagerConfig", "ScheduleManager", "flag_reason", "size_bands", "SYNTHESIZABLE"]
 
 #: Collectives the controller synthesizes (AllToAllv needs a demand matrix: not handled yet).
-SYNTHESIZABLE = ("allgather", "reducescatter", "allreduce", "alltoall")
+SYNTHESIZABLE = COLLECTIVES
 
 
 #: Links a flag reason names per list (bottleneck cut, degraded links); the rest are counted.
@@ -215,18 +215,18 @@ class ScheduleManager:
         return topo if ranks is None else topo.communicator(ranks, relay=relay)
 
     def _synthesize(self, key: tuple[str, str], topo: Topology, warm: SynthResult | Schedule | None) -> SynthResult:
-        collective = key[1]
+        collective = Collective.parse(key[1])
         ranks, relay = self.members[key[0]]
-        chunks = self.config.alltoall_chunks if collective == "alltoall" else self.config.chunks
+        chunks = self.config.alltoall_chunks if collective is Collective.ALLTOALL else self.config.chunks
         try:
-            return synthesize(cast(Collective, collective), topo, chunks=chunks, warm_from=warm,
+            return synthesize(collective, topo, chunks=chunks, warm_from=warm,
                               solver=self.config.solver, time_limit_s=self.config.time_limit_s,
                               ranks=ranks, relay=relay)
         except LoopcollError as exc:
             if warm is None:
                 raise
             self._log({"event": "warm_failed", "collective": collective, "error": str(exc)[:300]})
-            return synthesize(cast(Collective, collective), topo, chunks=chunks,
+            return synthesize(collective, topo, chunks=chunks,
                               solver=self.config.solver, time_limit_s=self.config.time_limit_s,
                               ranks=ranks, relay=relay)
 

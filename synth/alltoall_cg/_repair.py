@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from synth.collective import Collective
 from synth.alltoall_cg._cg import tie_break
 from synth.alltoall_cg._expanded import ExpandedGraph, Network
 from synth.alltoall_cg._pool import PathPool
@@ -310,7 +311,7 @@ def repair(topology: Topology, net: Network, paths: PathPool, rounded: RoundedSt
     cuts = _Cuts.of(block, new_block, active_k)
     routes = tuple(chain.from_iterable(cuts.pieces(rounded.schedule.routes, new_routes)))
     lp_algbw = n / t_lp
-    schedule = Schedule("alltoall", n, k, routes, bottleneck=cut, topology_fingerprint=topology.fingerprint,
+    schedule = Schedule(Collective.ALLTOALL, n, k, routes, bottleneck=cut, topology_fingerprint=topology.fingerprint,
                         meta={**meta, "lp_algbw_GBps": lp_algbw, "optimal_algbw_GBps": lp_algbw})
     state = RoundedState(new.copy(), k, schedule, np.concatenate(cuts.pieces(pid, new_pid)),
                          np.concatenate(cuts.pieces(chunks, new_chunks)), loads,

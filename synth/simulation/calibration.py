@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from synth.baselines import nccl_direct_alltoall, nccl_ring
+from synth.collective import COLLECTIVES, TREE_COLLECTIVES, Collective
 from synth.errors import LoopcollError
 from synth.latency.depth import schedule_depth
 from synth.schedule import Hop, Route, RouteKind, Schedule
@@ -83,7 +84,9 @@ __all__ = [
 ]
 
 SHAPES = ("ring", "tree", "direct")
-_COLLECTIVES = ("allgather", "alltoall", "allreduce", "reducescatter")
+#: The order calibrate's messages list the collectives in (its ``--collective`` shows the same).
+_HINT_ORDER = "|".join(c.value for c in (Collective.ALLGATHER, Collective.ALLTOALL, Collective.ALLREDUCE,
+                                          Collective.REDUCESCATTER))
 
 
 class CalibrationError(LoopcollError):
@@ -111,7 +114,7 @@ class Observation:
     def __post_init__(self) -> None:
         if not (math.isfinite(self.weight) and self.weight > 0):
             raise CalibrationError(f"{self.source or 'observation'}: weight must be > 0, got {self.weight!r}")
-        if self.collective not in _COLLECTIVES:
+        if self.collective not in COLLECTIVES:
             raise CalibrationError(f"{self.source or 'observation'}: unknown collective {self.collective!r}")
         if self.executor not in EXECUTORS:
             raise CalibrationError(f"{self.source or 'observation'}: unknown executor {self.executor!r}; choose from {', '.join(EXECUTORS)}")
@@ -198,7 +201,7 @@ def direct_allgather(topo: Topology) -> Schedule:
     """
     n = topo.nranks
     routes = tuple(Route(RouteKind.OUT_TREE, r, 1, tuple(_hop(topo, r, d) for d in range(n) if d != r)) for r in range(n))
-    return Schedule("allgather", n, 1, routes, meta={"synthesizer": "direct"})
+    return Schedule(Collective.ALLGATHER, n, 1, routes, meta={"synthesizer": "direct"})
 
 
 def tree_schedule(collective: str, topo: Topology) -> Schedule:
@@ -211,19 +214,20 @@ def tree_schedule(collective: str, topo: Topology) -> Schedule:
     >>> s.validate(named_topology("nvswitch:8")); schedule_depth(s)
     3
     """
-    if collective not in ("allgather", "reducescatter", "allreduce"):
+    if collective not in TREE_COLLECTIVES:
         raise CalibrationError(f"tree schedules exist for allgather, reducescatter, allreduce, not {collective!r}")
+    kind = Collective(collective)
     n = topo.nranks
     routes: list[Route] = []
     for root in range(n):
         order = [(root + i) % n for i in range(n)]
         down = tuple(_hop(topo, order[(i - 1) // 2], order[i]) for i in range(1, n))  # parent before child
-        if collective in ("reducescatter", "allreduce"):
+        if kind.in_trees:
             up = tuple(_hop(topo, h.dst, h.src) for h in reversed(down))  # children before parents
             routes.append(Route(RouteKind.IN_TREE, root, 1, up))
-        if collective in ("allgather", "allreduce"):
+        if kind.out_trees:
             routes.append(Route(RouteKind.OUT_TREE, root, 1, down))
-    return Schedule(collective, n, 1, tuple(routes), meta={"synthesizer": "nccl-tree"})  # type: ignore[arg-type]
+    return Schedule(kind, n, 1, tuple(routes), meta={"synthesizer": "nccl-tree"})
 
 
 @lru_cache(maxsize=256)
@@ -557,8 +561,6 @@ def fit_profile(
 
 _NCCL_TESTS_NAMES = {"all_gather": "allgather", "alltoall": "alltoall", "all_reduce": "allreduce",
                      "reduce_scatter": "reducescatter"}
-_BUSBW = {"allgather": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n, "reducescatter": lambda n: (n - 1) / n,
-          "allreduce": lambda n: 2 * (n - 1) / n}
 
 
 def _num(tok: str) -> float | None:
@@ -619,7 +621,7 @@ def parse_nccl_tests(text: str, *, where: str = "nccl-tests output", collective:
         rows.append(row)
     if coll is None:
         raise CalibrationError(f"{where}: no nccl-tests header naming the collective (a '# Collective test starting: "
-                               f"<name>_perf' line); pass --collective {'|'.join(_COLLECTIVES)} (collective= in Python)")
+                               f"<name>_perf' line); pass --collective {_HINT_ORDER} (collective= in Python)")
     if not rows:
         raise CalibrationError(f"{where}: no result rows")
     return {"collective": coll, "nranks": nranks or None, "rows": rows}
@@ -633,7 +635,7 @@ def format_nccl_tests(collective: str, nranks: int, rows: Sequence[tuple[int, fl
     """
     prog = {v: k for k, v in _NCCL_TESTS_NAMES.items()}[collective]
     op = "sum" if collective in ("allreduce", "reducescatter") else "none"
-    factor = _BUSBW[collective](nranks)
+    factor = Collective(collective).busbw_factor(nranks)
     out = [
         f"# nccl-tests version {version} nccl-headers=22809 nccl-library=22809",
         f"# Collective test starting: {prog}_perf",
@@ -719,7 +721,7 @@ def parse_inspector(
                 continue
             if t <= 0:
                 continue
-            s = msg * n if coll in ("allgather", "reducescatter") else msg
+            s = Collective(coll).message_bytes(msg, n)
             times[(coll, s)].append(t)
             ranks[(coll, s)] = n
     if not times:
@@ -745,7 +747,7 @@ def parse_telemetry(paths: Sequence[str | Path]) -> dict[tuple[str, int, bool], 
             if not isinstance(rec, dict) or rec.get("format") != "loopcoll.telemetry/1" or rec.get("kind") != "coll":
                 continue
             coll, nbytes, busy = rec.get("collective"), rec.get("bytes"), rec.get("busy_s")
-            if coll not in _COLLECTIVES or not isinstance(nbytes, int) or nbytes <= 0:
+            if coll not in COLLECTIVES or not isinstance(nbytes, int) or nbytes <= 0:
                 continue
             if not isinstance(busy, (int, float)) or not busy > 0:
                 continue
