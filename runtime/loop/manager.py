@@ -37,7 +37,7 @@ from runtime.formats.profile import JobProfile
 from runtime.formats.store import VersionEntry, VersionStore
 from runtime.loop.detector import Verdict, detect
 from runtime.loop.estimator import LinkEstimate, LinkEstimator
-from synth import COLLECTIVES, Collective, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
+from synth import COLLECTIVES, Collective, CutLink, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
 
 __all__ = ["Deployed", "Job", "ManagerConfig", "ScheduleManager", "flag_reason", "size_bands", "SYNTHESIZABLE"]
 
@@ -62,7 +62,7 @@ def flag_reason(verdict: Verdict, estimates: Sequence[LinkEstimate], *, snap: fl
 
     >>> from runtime.loop.detector import detect
     >>> loads = {("gpu0", "tor0.0"): 2, ("gpu3", "tor0.1"): 2}
-    >>> v = detect(loads, (("gpu3", "tor0.1", 0.0),), {("gpu0", "tor0.0"): 50.0, ("gpu3", "tor0.1"): 400.0},
+    >>> v = detect(loads, (CutLink("gpu3", "tor0.1", 0.0),), {("gpu0", "tor0.0"): 50.0, ("gpu3", "tor0.1"): 400.0},
     ...            gamma=0.1)
     >>> est = [LinkEstimate("gpu0", "tor0.0", 400.0, 50.0, 9, 50.0, 1.0)]
     >>> print(flag_reason(v, est))
@@ -116,7 +116,7 @@ class Deployed:
     entry: VersionEntry
     schedule: Schedule
     result: SynthResult | None
-    cut: tuple[tuple[str, str, float], ...]
+    cut: tuple[CutLink, ...]
     swapped_t_s: float
     last_recovery_check_t_s: float = -math.inf
     deferred_logged: bool = False
@@ -419,7 +419,7 @@ class ScheduleManager:
         if new_GBps <= old_GBps * (1.0 + self.config.min_gain):
             self.counters.no_gain += 1
             try:
-                d.cut = tuple((c.src, c.dst, c.base_slack) for c in d.schedule.bottleneck_for(measured))
+                d.cut = d.schedule.bottleneck_for(measured)
             except LoopcollError:
                 pass
             self._rebase(measured, now)
