@@ -458,7 +458,7 @@ class ScheduleManager:
         try:
             pred = d.schedule.algbw_GBps(measured)
             ranks, relay = self.members[key[0]]
-            opt = optimal_bound(key[1], measured, ranks=ranks, relay=relay).algbw_GBps  # type: ignore[arg-type]
+            opt = optimal_bound(key[1], measured, ranks=ranks, relay=relay).algbw_GBps
         except LoopcollError:
             return None
         made = d.entry.algbw_GBps / d.entry.optimal_algbw_GBps if d.entry.optimal_algbw_GBps > 0 else 1.0

@@ -246,7 +246,7 @@ def reference_schedule(collective: str, spec: str, shape: str) -> Schedule:
     if shape == "ring":
         if collective == "alltoall":
             raise CalibrationError("alltoall has no ring schedule here; use shape 'direct'")
-        return nccl_ring(collective, topo)  # type: ignore[arg-type]
+        return nccl_ring(collective, topo)
     if shape == "tree":
         return tree_schedule(collective, topo)
     if collective == "alltoall":
