@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._report import markdown_table, write_results  # noqa: E402
 from runtime.loop.demand import matrix_shift  # noqa: E402
 from synth.alltoall_cg import AllToAllvResult, synthesize_alltoallv  # noqa: E402
-from synth.baselines_alltoallv import direct_alltoallv, two_phase_alltoallv  # noqa: E402
+from synth.baselines.alltoallv import direct_alltoallv, two_phase_alltoallv  # noqa: E402
 from synth.topologies import load_topology  # noqa: E402
 
 SIZES = ("1x2x8", "1x4x8", "1x8x8", "1x16x8", "2x16x8")

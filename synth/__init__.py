@@ -11,7 +11,7 @@ Examples
 
 from __future__ import annotations
 
-from synth._schedule_io import read_schedule, write_schedule
+from synth.schedule.io import read_schedule, write_schedule
 from synth._types import COLLECTIVES, Collective
 from synth.bounds import Bound, busbw_GBps, optimal_bound
 from synth.errors import LoopcollError, ScheduleError, SolverError, TopologyError, XmlError

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from synth._types import Collective, Rank
 from synth._deadline import check_time_limit, solving
+from synth.bounds import optimal_bound
 from synth.errors import ScheduleError, SolverError, TimeLimitError, expect_type, short_repr
 from synth.result import Status, SynthResult, gap_pct
 from synth.schedule import Schedule
@@ -39,7 +40,6 @@ ROUTINGS: tuple[str, ...] = ("auto", "free", "routed")
 def _routed(collective: Collective, topo: Topology, chunks: int | None, warm_from: Schedule | SynthResult | None,
             solver: str, time_limit_s: float | None) -> SynthResult:
     """Routed synthesis, with the free-routing optimum and the executor's loss in ``stats``."""
-    from synth.bounds import optimal_bound
     from synth.routed import synthesize_routed
 
     result = synthesize_routed(collective, topo, chunks=chunks, warm_from=warm_from, solver=solver,
@@ -190,8 +190,6 @@ def _certified(topo: Topology, result: SynthResult) -> SynthResult:
 
 def _warm_fallback(collective: str, topo: Topology, warm: Schedule | None) -> tuple[Schedule, float, float] | None:
     """(the warm schedule, its algbw on ``topo``, a proven upper bound) when it is valid on ``topo``."""
-    from synth.bounds import optimal_bound
-
     if warm is None or warm.collective != collective or warm.nranks != topo.nranks:
         return None
     try:

@@ -156,7 +156,7 @@ class VersionEntry:
 
 
 def _check_name(value: str, what: str) -> str:
-    if not isinstance(value, str) or not _NAME_OK.match(value):
+    if not isinstance(value, str) or not _NAME_OK.fullmatch(value):
         raise StoreError(f"{what} {str(value)[:60]!r} cannot name a store directory "
                          "(letters, digits, '.', '_', '-'; at most 128 characters)")
     return value

@@ -33,8 +33,8 @@ from scipy.sparse.csgraph import connected_components, csgraph_from_dense, dijks
 from synth.alltoall_cg._expanded import ExpandedGraph, Network
 from synth.errors import SolverError
 
-__all__ = ["PairPaths", "TreeSet", "layered_shortest", "path_hashes", "price_pairs", "price_trees", "reversed_network",
-           "tree_costs"]
+__all__ = ["PairPaths", "TreeSet", "condensed_shortest", "free_shortest", "layered_shortest", "path_hashes",
+           "price_pairs", "price_trees", "reversed_network", "tree_costs"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -237,7 +237,7 @@ def layered_shortest(graph: ExpandedGraph, wt: FloatArray, src_nodes: IntArray, 
     return dist, pred
 
 
-def _free_shortest(graph: ExpandedGraph, w: FloatArray, src_nodes: IntArray) -> FloatArray:
+def free_shortest(graph: ExpandedGraph, w: FloatArray, src_nodes: IntArray) -> FloatArray:
     """Distances (nodes × sources) without a step bound: Bellman-Ford rounds over all live links."""
     net = graph.net
     arcs = graph.all_arcs
@@ -257,7 +257,7 @@ def _free_shortest(graph: ExpandedGraph, w: FloatArray, src_nodes: IntArray) -> 
 CONDENSED_MAX = 2000  # components up to which the condensed graph's all-pairs distances are worth it
 
 
-def _condensed_shortest(net: Network, w: FloatArray, src_nodes: IntArray) -> FloatArray | None:
+def condensed_shortest(net: Network, w: FloatArray, src_nodes: IntArray) -> FloatArray | None:
     """Exact distances (nodes × sources) without a step bound, on the graph whose nodes are the
     strongly connected components of the zero-weight live links (free to move inside one).
 
@@ -298,9 +298,9 @@ def tree_costs(graph: ExpandedGraph, link_weight: FloatArray, *, sources: IntArr
         dist, _ = layered_shortest(graph, w, src_nodes, with_pred=False)
         d = dist[1:, net.gpu_node, :].min(axis=0)  # (destinations, sources)
     else:
-        d = _condensed_shortest(net, w, src_nodes)
+        d = condensed_shortest(net, w, src_nodes)
         if d is None:
-            d = _free_shortest(graph, w, src_nodes)
+            d = free_shortest(graph, w, src_nodes)
         d = d[net.gpu_node]
     d[sources, np.arange(len(sources))] = 0.0
     if not np.isfinite(d).all():

@@ -57,7 +57,7 @@ from synth.alltoall_cg._rounding import (
     ROUNDING_RETRY_GAP,
     DiveResult,
     Pricer,
-    _DiveLp,
+    DiveLp,
     balanced_remainder,
     deep_dive,
 )
@@ -148,7 +148,7 @@ def pair_pricer(ctx: _Context) -> Pricer:
     return price
 
 
-def _crash(dive: _DiveLp, seeds: IntArray, fixed_unit: FloatArray) -> None:
+def _crash(dive: DiveLp, seeds: IntArray, fixed_unit: FloatArray) -> None:
     """Start the repair LP from a feasible basis: one seed path per block carries it whole, T sits
     at the busiest link's ratio (that link's row is tight), every other link's slack is basic."""
     net = dive.cg.net
@@ -164,9 +164,9 @@ def _crash(dive: _DiveLp, seeds: IntArray, fixed_unit: FloatArray) -> None:
 
 def _repair_lp(ctx: _Context, pricer: Pricer, moved_pids: IntArray, m_starts: IntArray, m_links: IntArray,
                active_k: IntArray, fixed: FloatArray, k: int,
-               deadline: float | None) -> tuple[_DiveLp, LpSolution, int, int]:
+               deadline: float | None) -> tuple[DiveLp, LpSolution, int, int]:
     """The repair LP of the ``active_k`` blocks around ``fixed`` loads, solved and priced out."""
-    dive = _DiveLp(ctx, active_k, np.full(len(active_k), k, dtype=np.int64), fixed / k, k)
+    dive = DiveLp(ctx, active_k, np.full(len(active_k), k, dtype=np.int64), fixed / k, k)
     # Seeds: the old paths that are still alive, and a capacity-aware shortest path per block.
     new = ctx.net.caps_GBps
     live = new > 0
@@ -181,7 +181,7 @@ def _repair_lp(ctx: _Context, pricer: Pricer, moved_pids: IntArray, m_starts: In
     return dive, sol, rounds, pivots
 
 
-def _solve_priced(dive: _DiveLp, pricer: Pricer, nchunks: int, deadline: float | None) -> tuple[LpSolution, int, int]:
+def _solve_priced(dive: DiveLp, pricer: Pricer, nchunks: int, deadline: float | None) -> tuple[LpSolution, int, int]:
     """Re-solve and price until no path improves: (solution, rounds, pivots)."""
     method: LpMethod = "primal"
     pivots = 0

@@ -36,7 +36,7 @@ from synth.alltoall_cg._expanded import ExpandedGraph, Network
 from synth.alltoall_cg._pool import PathPool
 from synth.alltoall_cg._pricing import price_trees
 from synth.result import Status
-from synth.solvers import LpMethod
+from synth.solvers import LpMethod, lp_backend
 
 __all__ = ["DIVES", "ROUNDING_RETRY_GAP", "DiveResult", "PathLp", "Pricer", "balanced_remainder", "deep_dive",
            "disaggregate", "largest_remainder", "tree_pricer"]
@@ -168,13 +168,11 @@ def balanced_remainder(cg: PathLp, pids: IntArray, y: FloatArray, nchunks: int, 
     return DiveResult(pids[keep], chunks[keep], 0, 0, 0, 0, False)
 
 
-class _DiveLp:
+class DiveLp:
     """The residual path LP of the dive (rows: active commodities, then links)."""
 
     def __init__(self, cg: PathLp, active_k: IntArray, residual: IntArray, fixed_load: FloatArray,
                  nchunks: int) -> None:
-        from synth.solvers import lp_backend
-
         self.cg = cg
         self.k_of_row = active_k
         self.row_of_k = np.full(cg.net.n_gpus**2, -1, dtype=np.int64)
@@ -256,7 +254,7 @@ def deep_dive(
     starts, links = cg.paths.link_csr(fixed_pids)
     fixed_load = np.bincount(links, weights=np.repeat(fixed_chunks / nchunks, np.diff(starts)),
                              minlength=net.n_links).astype(np.float64)
-    dive = _DiveLp(cg, active_k, residual_all[active_k], fixed_load, nchunks)
+    dive = DiveLp(cg, active_k, residual_all[active_k], fixed_load, nchunks)
     frac_pids = pids[(y - base > INT_TOL) & (residual_all[k_all] > 0)]
     dive.add(frac_pids)
     log.info("alltoall_cg: rounding %d fractional commodities (%d columns)", len(active_k), len(frac_pids))
@@ -349,7 +347,7 @@ def deep_dive(
         log.info("alltoall_cg: dive step %d rounded up %d columns (LP value before: %.9g)", steps, len(cols), t_now)
 
 
-def _finish(cg: PathLp, fixed_pids: IntArray, fixed_chunks: IntArray, dive: _DiveLp, u: FloatArray,
+def _finish(cg: PathLp, fixed_pids: IntArray, fixed_chunks: IntArray, dive: DiveLp, u: FloatArray,
             nchunks: int, steps: int, backtracks: int, added: int, solves: int, *, fallback: bool) -> DiveResult:
     dive_pids = np.array(dive.col_pid, dtype=np.int64)
     if fallback:

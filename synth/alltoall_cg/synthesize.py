@@ -457,7 +457,7 @@ def alltoall_lp_bound(topology: Topology, *, solver: str = "highs", time_limit_s
     """AllToAll LP optimum (maximum concurrent flow, GPUs relay) by column generation.
 
     Without a step bound, pricing runs on the physical graph, so the result equals the compact LP
-    of :func:`synth.bounds_alltoall.alltoall_rate_GBps`. On a time limit, ``algbw_GBps`` is the best
+    of :func:`synth.bounds.alltoall.alltoall_rate_GBps`. On a time limit, ``algbw_GBps`` is the best
     proven upper bound (Farley) and ``optimal`` is False.
     """
     _validate_args(topology, 1, None, solver, time_limit_s, None)

@@ -19,8 +19,8 @@ from typing import Any
 
 from synth.errors import ScheduleError, SolverError
 from synth.forestcoll_warm._mapback import to_routes
-from synth.forestcoll_warm._optimum import IntGraph, Optimum, _dinkelbach, exact_optimum, fixed_k_optimum
-from synth.forestcoll_warm._packing import PackingError, TreeClass, pack_with_figures
+from synth.forestcoll_warm._optimum import IntGraph, Optimum, dinkelbach, exact_optimum, fixed_k_optimum
+from synth.kernels.packing import PackingError, TreeClass, pack_with_figures
 from synth.forestcoll_warm._splitting import SplitStuck, split_switches
 from synth.forestcoll_warm.warm import accept_old_trees, hint_from_meta, hint_to_meta, old_trees
 from synth.result import Status, SynthResult, judge
@@ -125,7 +125,7 @@ def solve_out_trees(
     graph = IntGraph.from_topology(topo)
     split_hint = hint_from_meta(hint_doc) if isinstance(hint_doc, dict) else None
     if split_hint is not None and isinstance(hint_doc, dict):
-        opt = _dinkelbach(graph, frozenset(str(v) for v in hint_doc.get("cut", [])))
+        opt = dinkelbach(graph, frozenset(str(v) for v in hint_doc.get("cut", [])))
     else:
         opt = exact_optimum(graph, topo)
     bound = opt.rate_units * graph.unit_gbps

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from synth.forestcoll_warm._packing import TreeClass
+from synth.kernels.packing import TreeClass
 from synth.forestcoll_warm._splitting import SplitHint
 from synth.maxflow import FlowNetwork
 from synth.schedule import RouteKind, Schedule

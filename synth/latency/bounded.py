@@ -32,6 +32,7 @@ from synth.latency._lp import Column, LpOutcome, column_from_hops, load_matrix, 
 from synth.latency.depth import schedule_depth
 from synth.result import Status, SynthResult, gap_pct, judge
 from synth.schedule import Hop, Route, RouteKind, Schedule
+from synth.synthesis import synthesize
 from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology
 
@@ -195,8 +196,6 @@ def synthesize_depth_bounded(
     start = time.perf_counter()
     warm = warm_from.schedule if isinstance(warm_from, SynthResult) else warm_from
     if max_depth is None:
-        from synth.synthesis import synthesize
-
         res = synthesize(collective, topo, chunks=chunks, warm_from=warm_from, time_limit_s=time_limit_s, solver=solver)
         if res.schedule is None:
             return res

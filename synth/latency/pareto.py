@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from synth._types import Collective
 from synth.errors import SolverError, short_repr
 from synth.latency.bounded import synthesize_depth_bounded
+from synth.latency.depth import schedule_depth
 from synth.result import SynthResult
 from synth.schedule import Schedule
+from synth.synthesis import synthesize
 from synth.topologies.model import Topology
 
 __all__ = ["DEFAULT_DEPTHS", "ParetoPoint", "pareto_set"]
@@ -113,9 +115,6 @@ def pareto_set(
 def _alltoall_set(topo: Topology, steps: list[int | None], chunks: int | None,
                   time_limit_s: float | None) -> list[ParetoPoint]:
     """AllToAll: the step bound is column generation's ``max_steps`` (GPU hops per path)."""
-    from synth.latency.depth import schedule_depth
-    from synth.synthesis import synthesize
-
     points: list[ParetoPoint] = []
     for s in steps:
         try:

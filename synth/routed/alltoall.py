@@ -1,7 +1,7 @@
 """Routed AllToAll: maximum concurrent flow over routed hops, by column generation on the logical graph.
 
 Columns are per-source path sets (one GPU path per destination, each hop a routed arc); the
-master is the T-form LP of :class:`synth.alltoall_cg._master.TreeMaster` with a route's links as
+master is the T-form LP of :class:`synth.kernels.tree_master.TreeMaster` with a route's links as
 an arc's load. Pricing is exact: under link duals w an arc costs the sum of w over its route, and
 the cheapest path set of a source is its shortest-path tree on the logical graph (Dijkstra, all
 sources at once), relaying through GPUs where that is cheaper than a direct route. The Lagrangian
@@ -43,7 +43,7 @@ from synth.alltoall_cg.chunks import (
     choose_chunks,
     chunk_cap,
 )
-from synth.alltoall_cg._master import TreeMaster
+from synth.kernels.tree_master import TreeMaster
 from synth.errors import ScheduleError, SolverError
 from synth.result import Status, SynthResult, gap_pct, judge
 from synth.routed._logical import Logical

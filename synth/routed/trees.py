@@ -32,7 +32,7 @@ from synth.collective import TREE_COLLECTIVES, Collective
 from synth.errors import ScheduleError, SolverError
 from synth.result import Status, SynthResult, gap_pct, judge
 from synth.routed._logical import Logical
-from synth.forestcoll_warm._packing import PackingError, TreeClass
+from synth.kernels.packing import PackingError, TreeClass
 from synth.routed._lovasz import integral_capacities, pack_trees
 from synth.routed._cutlp import cut_lp
 from synth.routed._treelp import TreeLp, solve_tree_lp, tree_arcs

@@ -49,6 +49,7 @@ from synth.baselines import nccl_direct_alltoall, nccl_ring
 from synth.collective import COLLECTIVES, TREE_COLLECTIVES, Collective
 from synth.errors import LoopcollError
 from synth.latency.depth import schedule_depth
+from synth.routing import pair_route
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.simulation.costmodel import (
     EXECUTORS,
@@ -58,6 +59,7 @@ from synth.simulation.costmodel import (
     link_classes,
 )
 from synth.simulation.simulator import auto_slices, simulate
+from synth.topologies import load_topology
 
 if TYPE_CHECKING:
     from synth.topologies.model import Topology
@@ -184,8 +186,6 @@ class Calibration:
 # -- reference schedules ---------------------------------------------------------------------------
 
 def _hop(topo: Topology, a: int, b: int) -> Hop:
-    from synth.routing import pair_route
-
     path = pair_route(topo, topo.gpu_id(a), topo.gpu_id(b))
     if path is None:
         raise CalibrationError(f"rank {a} cannot reach rank {b} through switches on {topo.name!r}")
@@ -233,8 +233,6 @@ def tree_schedule(collective: str, topo: Topology) -> Schedule:
 @lru_cache(maxsize=256)
 def _topology(spec: str) -> Topology:
     """``SPEC`` or ``SPEC@FAILURE`` (a failure scenario of :mod:`synth.topologies`, ``+``-joined)."""
-    from synth.topologies import load_topology
-
     base, _, failure = spec.partition("@")
     return load_topology(base, [failure] if failure else [])
 

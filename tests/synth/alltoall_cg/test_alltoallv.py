@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from synth import load_topology, synthesize
 from synth.alltoall_cg import alltoallv_lp_bound, synthesize_alltoallv
 from synth.alltoallv_schedule import AllToAllvSchedule, check_demand, read_demand
-from synth.baselines_alltoallv import direct_alltoallv, two_phase_alltoallv
-from synth.bounds_alltoallv import alltoallv_compact_time_s
+from synth.baselines.alltoallv import direct_alltoallv, two_phase_alltoallv
+from synth.bounds.alltoallv import alltoallv_compact_time_s
 from synth.errors import ScheduleError, SolverError
 from synth.topologies import Topology
 from tests.strategies import random_topologies

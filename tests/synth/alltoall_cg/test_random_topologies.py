@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 
 from synth.alltoall_cg import alltoall_lp_bound, synthesize_alltoall
-from synth.bounds_alltoall import alltoall_rate_GBps
+from synth.bounds.alltoall import alltoall_rate_GBps
 from synth.topologies import Topology
 from tests.strategies import random_topologies
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from synth.alltoall_cg import synthesize_alltoall
 from synth.alltoall_cg._expanded import ExpandedGraph, Network
-from synth.alltoall_cg._pricing import _condensed_shortest, _free_shortest, price_pairs, price_trees, reversed_network
+from synth.alltoall_cg._pricing import condensed_shortest, free_shortest, price_pairs, price_trees, reversed_network
 from synth.alltoall_cg._repair import _Cuts
 from synth.errors import SolverError, TopologyError
 from synth.topologies import Topology, load_topology
@@ -186,9 +186,9 @@ def test_condensed_distances_equal_bellman_ford(topo: Topology, seed: int, spars
     net = Network.from_topology(topo)
     rng = np.random.default_rng(seed)
     w = rng.random(net.n_links) * (rng.random(net.n_links) < (0.2 if sparse else 1.0))
-    got = _condensed_shortest(net, w, net.gpu_node)
+    got = condensed_shortest(net, w, net.gpu_node)
     assert got is not None
-    want = _free_shortest(ExpandedGraph.build(net, None), w, net.gpu_node)
+    want = free_shortest(ExpandedGraph.build(net, None), w, net.gpu_node)
     assert np.array_equal(np.isinf(got), np.isinf(want))
     assert np.allclose(got[np.isfinite(want)], want[np.isfinite(want)], rtol=1e-12, atol=0)
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from synth.alltoall_cg import synthesize_alltoall
-from synth.bounds_alltoall import alltoall_rate_GBps
+from synth.bounds.alltoall import alltoall_rate_GBps
 from synth.errors import SolverError
 from synth.result import Status
 from synth.topologies import load_topology, named_topology

@@ -13,9 +13,10 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings
 
-from synth.forestcoll_warm import _packing, _splitting, synthesize_allgather
+from synth.forestcoll_warm import _splitting, synthesize_allgather
+from synth.kernels import packing
 from synth.forestcoll_warm._optimum import IntGraph, exact_optimum
-from synth.forestcoll_warm._packing import pack
+from synth.kernels.packing import pack
 from synth.forestcoll_warm._splitting import SplitHint, split_switches
 from synth.forestcoll_warm.warm import _lovasz_ok, accept_old_trees
 from synth.maxflow import FlowNetwork
@@ -110,7 +111,7 @@ def test_random_topologies_every_split_tier_is_valid(topo: Topology) -> None:
 
 @pytest.mark.parametrize("spec", ["hpn:1x2x8", "dgx-a100:2", "torus:4x4", "hpn:2x2x4", "h200-proto"])
 def test_packing_shortcuts_agree_with_the_max_flow(spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_packing, "VERIFY_SHORTCUTS", True)
+    monkeypatch.setattr(packing, "VERIFY_SHORTCUTS", True)
     topo = load_topology(spec)
     res = synthesize_allgather(topo)
     assert_exact_optimal(res, topo)
@@ -120,12 +121,12 @@ def test_packing_shortcuts_agree_with_the_max_flow(spec: str, monkeypatch: pytes
 @settings(max_examples=60, deadline=None)
 @given(eulerian_topologies())
 def test_random_topologies_packing_shortcuts_agree(topo: Topology) -> None:
-    old = _packing.VERIFY_SHORTCUTS
-    _packing.VERIFY_SHORTCUTS = True
+    old = packing.VERIFY_SHORTCUTS
+    packing.VERIFY_SHORTCUTS = True
     try:
         assert_exact_optimal(synthesize_allgather(topo), topo)
     finally:
-        _packing.VERIFY_SHORTCUTS = old
+        packing.VERIFY_SHORTCUTS = old
 
 
 def test_pack_grows_partial_initial_classes() -> None:

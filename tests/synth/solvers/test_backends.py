@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from synth.alltoall_cg import alltoall_lp_bound, synthesize_alltoall
-from synth.bounds_alltoall import alltoall_rate_GBps
+from synth.bounds.alltoall import alltoall_rate_GBps
 from synth.errors import SolverError
 from synth.result import Status
 from synth.solvers import LP_SOLVERS, lp_backend, status_from_highs, status_from_mathopt
