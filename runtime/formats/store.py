@@ -38,6 +38,7 @@ from typing import Any
 from msccl_xml import export
 from runtime.errors import StoreError
 from synth import CutLink, LoopcollError, Schedule, ScheduleError, SynthResult, Topology
+from synth.figures import warm_mode_of
 from synth.fileio import write_text_atomic
 
 __all__ = ["STORE_FORMAT", "Band", "VersionEntry", "VersionStore"]
@@ -336,7 +337,7 @@ class VersionStore:
             assert sched0 is not None
             if isinstance(first, SynthResult):
                 algbw, optimal = first.algbw_GBps, first.optimal_algbw_GBps
-                warm_mode = first.stats.get("warm_mode") if first.stats else None
+                warm_mode = warm_mode_of(first.figures)
                 synth_s, status = first.solve_time_s, first.status.value
             else:
                 algbw = sched0.algbw_GBps(topology)

@@ -46,12 +46,12 @@ Examples
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 
+from synth.figures import SplitFigures
 from synth.forestcoll_warm._optimum import IntGraph, Optimum
 from synth._resources import require_memory
 from synth.maxflow import FlowNetwork
@@ -89,7 +89,7 @@ class SplitResult:
     record: dict[str, list[tuple[str, str, Fraction]]]  # per switch: (u, t, gbps) split amounts
     incident: dict[str, list[tuple[str, str, Fraction]]]
     order: list[str]
-    stats: Mapping[str, object] = field(default_factory=dict)  # figures of the splitting, its tier included
+    figures: SplitFigures  # figures of the splitting, its tier included
 
 
 VIRTUAL = "$virtual"
@@ -467,7 +467,7 @@ def split_switches(graph: IntGraph, opt: Optimum, hint: SplitHint | None = None)
                 raise
             res = None
         if res is not None:
-            return replace(res, stats={**res.stats, "split_mode": mode})
+            return res
         log.info("phase 2: %s splitting failed its check; falling back", mode)
     raise AssertionError("the checked splitting always returns")
 
@@ -506,6 +506,6 @@ def _split(graph: IntGraph, opt: Optimum, hint: SplitHint | None, mode: str) -> 
             arcs[(a, b)] = st.cap[idx]
             pools[(a, b)] = st.pools[(a, b)]
             assert sum(p[1] for p in pools[(a, b)]) == st.cap[idx]
-    stats: dict[str, object] = {"split_maxflows": st.maxflows, "split_probes": st.probes, "switches_same_incident": reused,
-             "split_bulk": st.bulk}
-    return SplitResult(arcs, pools, record, incident, [graph.names[w] for w in order], stats)
+    figures = SplitFigures(maxflows=st.maxflows, probes=st.probes, switches_same_incident=reused, bulk=st.bulk,
+                           mode=mode)
+    return SplitResult(arcs, pools, record, incident, [graph.names[w] for w in order], figures)
