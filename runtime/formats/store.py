@@ -37,7 +37,7 @@ from typing import Any
 
 from msccl_xml import export
 from runtime.errors import StoreError
-from synth import LoopcollError, Schedule, SynthResult, Topology
+from synth import CutLink, LoopcollError, Schedule, ScheduleError, SynthResult, Topology
 from synth.figures import warm_mode_of
 from synth.fileio import write_text_atomic
 
@@ -81,7 +81,7 @@ class VersionEntry:
     bands: tuple[Band, ...]
     topology_fingerprint: str
     capacities_gbps: Mapping[str, float]
-    cut: tuple[tuple[str, str, float], ...]
+    cut: tuple[CutLink, ...]
     algbw_GBps: float  # noqa: N815
     optimal_algbw_GBps: float  # noqa: N815
     reason: str
@@ -107,7 +107,7 @@ class VersionEntry:
             "bands": [b.to_dict() for b in self.bands],
             "topology_fingerprint": self.topology_fingerprint,
             "capacities_gbps": dict(sorted(self.capacities_gbps.items())),
-            "cut": [{"src": a, "dst": b, "base_slack": s} for a, b, s in self.cut],
+            "cut": [c.to_dict() for c in self.cut],
             "algbw_GBps": self.algbw_GBps, "optimal_algbw_GBps": self.optimal_algbw_GBps,
             "reason": self.reason, "verdict": None if self.verdict is None else dict(self.verdict),
             "trigger_samples": self.trigger_samples, "created_t_s": self.created_t_s,
@@ -126,7 +126,7 @@ class VersionEntry:
                      str(b["schedule"]), None if b.get("xml") is None else str(b["xml"]),
                      None if b.get("xml_error") is None else str(b["xml_error"]))
                 for b in doc["bands"])
-            cut = tuple((str(c["src"]), str(c["dst"]), float(c["base_slack"])) for c in doc.get("cut", ()))
+            cut = tuple(CutLink.from_dict(c, source=f"{where}: cut") for c in doc.get("cut", ()))
             verdict = doc.get("verdict")
             entry = cls(
                 comm=str(doc["comm"]), collective=str(doc["collective"]), version=int(doc["version"]),
@@ -140,6 +140,8 @@ class VersionEntry:
                 synth_time_s=float(doc.get("synth_time_s", 0.0)), status=str(doc.get("status", "optimal")),
                 extra=MappingProxyType(dict(doc.get("extra") or {})),
             )
+        except ScheduleError as exc:
+            raise StoreError(str(exc)) from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StoreError(f"{where}: malformed ({type(exc).__name__}: {str(exc)[:120]})") from None
         if not bands:
@@ -348,7 +350,7 @@ class VersionStore:
             entry = VersionEntry(
                 comm=comm, collective=collective, version=version, bands=tuple(bands),
                 topology_fingerprint=topology.fingerprint, capacities_gbps=MappingProxyType(dict(sorted(caps.items()))),
-                cut=tuple((c.src, c.dst, c.base_slack) for c in sched0.bottleneck),
+                cut=sched0.bottleneck,
                 algbw_GBps=_finite(algbw), optimal_algbw_GBps=_finite(optimal), reason=str(reason),
                 verdict=None if verdict is None else MappingProxyType(json.loads(json.dumps(dict(verdict)))),
                 trigger_samples=int(trigger_samples), created_t_s=float(created_t_s),
