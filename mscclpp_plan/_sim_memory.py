@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 
+from synth.collective import COLLECTIVES
+
 from .limits import PACKET_OPS
 from .model import BufferRef, Op, Plan
 from ._structure import Resolved
@@ -282,7 +284,7 @@ def _loc_name(st: _State, loc: Loc) -> str:
 def _postcondition(st: _State) -> None:
     plan, L, coll = st.plan, st.L, st.coll
     n = plan.nranks
-    if coll not in ("allgather", "reducescatter", "allreduce", "alltoall"):
+    if coll not in COLLECTIVES:
         st.warnings.append(f"plan: no postcondition is checked for collective {plan.collective!r}")
         return
     bad = 0

@@ -4,7 +4,8 @@ torch is imported lazily (when an :class:`Executor` is made); the plan compiler 
 compiler and interpreter, staging (``sources``: what becomes a program, ``staging``: checked and compiled),
 the hot-swap agreement (``agreement``), telemetry samples and sinks (``telemetry``, ``sinks``), fault injection
 (``throttle``), launch helpers and the AllToAllv runner (``alltoallv``); ``executor`` is the public class.
-Of the runtime it may import :mod:`runtime.formats` (telemetry samples) and :mod:`runtime.errors`; it talks to the daemon only through the client object it is given.
+Of the runtime it may import :mod:`runtime.formats` (telemetry samples, the store's version entries) and
+:mod:`runtime.errors`; it talks to the daemon only through the client object it is given.
 
 >>> from runtime.executor import compile_program, COLLECTIVES
 >>> COLLECTIVES

@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from runtime.executor.alltoallv import all_to_all_single_v
+from runtime.formats.store import VersionEntry
 from runtime.formats.telemetry import Sample
 
 from .agreement import StagedVersion, SwapReport, agreement_key, default_store, gather_arrivals, newest_common
@@ -166,21 +167,21 @@ class Executor:
         if telemetry and self.sink is None:
             self.sink = client.send_samples
 
-        def on_version(entry: dict) -> None:
-            if entry.get("comm") == self.comm:
+        def on_version(entry: VersionEntry) -> None:
+            if entry.comm == self.comm:
                 threading.Thread(target=self._stage_entry, args=(client, entry), daemon=True,
-                                 name=f"loopcoll-fetch-v{entry.get('version')}").start()
+                                 name=f"loopcoll-fetch-v{entry.version}").start()
 
         client.on_version(on_version)
 
-    def _stage_entry(self, client: Any, entry: dict) -> None:
-        version = int(entry["version"])
+    def _stage_entry(self, client: Any, entry: VersionEntry) -> None:
+        version = entry.version
         try:
             self._stage_now(entry_programs(entry, client.get), version)
         except Exception as exc:  # noqa: BLE001 - a bad push must not stop training
             with self._lock:
                 self.refused[version] = str(exc)
-            log.error("comm %r: pushed version %s of %s refused: %s", self.comm, version, entry.get("collective"), exc)
+            log.error("comm %r: pushed version %s of %s refused: %s", self.comm, version, entry.collective, exc)
 
     def load(self, source: Any, *, version: int = 1) -> SwapReport:
         """Stage ``source`` now and agree to run it (a collective call: every rank must make it)."""

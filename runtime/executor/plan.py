@@ -38,13 +38,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from msccl_xml import Program, StepType
+from synth import COLLECTIVES as SYNTH_COLLECTIVES
 
 from .errors import ExecutorError
 
 __all__ = ["COLLECTIVES", "Message", "Op", "Plan", "RankPlan", "Round", "compile_program", "canonical_collective"]
 
 #: Collectives the executor runs (MSCCL ``coll`` names after canonicalisation).
-COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall")
+COLLECTIVES = SYNTH_COLLECTIVES
 
 #: ``(buffer, chunk offset, chunk count)``; buffer ``i``/``o``/``s`` as in MSCCL, ``t`` the temp area.
 Region = tuple[str, int, int]

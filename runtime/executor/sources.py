@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from msccl_xml import Program, lower, parse, read
+from runtime.formats.store import VersionEntry
 from synth import LoopcollError, Schedule, read_schedule
 
 from .errors import StagingError
@@ -61,22 +62,22 @@ def load_programs(source: Any) -> list[Program]:
     raise StagingError(f"cannot stage a {type(source).__name__}: give a Program, Schedule, SynthResult or file path")
 
 
-def entry_programs(entry: Mapping[str, Any], fetch: Callable[[str], bytes]) -> list[Program]:
-    """One program per band of a pushed manifest entry (``VersionEntry.to_dict()``), in band order,
-    each selecting its band's sizes: the band's MSCCL XML, or its schedule JSON lowered when it has
-    none; ``fetch(path)`` returns a store file's bytes (``runtime.Client.get``). In memory only.
+def entry_programs(entry: VersionEntry, fetch: Callable[[str], bytes]) -> list[Program]:
+    """One program per band of a pushed manifest entry, in band order, each selecting its band's sizes:
+    the band's MSCCL XML, or its schedule JSON lowered when it has none; ``fetch(path)`` returns a store
+    file's bytes (``runtime.Client.get``). In memory only.
 
     Raises
     ------
     StagingError, XmlError, ScheduleError
-        As :func:`program_from_bytes`; ``KeyError`` / ``ValueError`` for a malformed entry.
+        As :func:`program_from_bytes`.
     """
     out: list[Program] = []
-    for band in entry["bands"]:
-        lo, hi = int(band["min_bytes"]), band.get("max_bytes")
-        name = band.get("xml") or band["schedule"]
+    for band in entry.bands:
+        name = band.xml or band.schedule
         prog = program_from_bytes(fetch(name), name=name)
-        out.append(dataclasses.replace(prog, min_bytes=lo, max_bytes=0 if hi is None else int(hi)))
+        out.append(dataclasses.replace(prog, min_bytes=band.min_bytes,
+                                       max_bytes=0 if band.max_bytes is None else band.max_bytes))
     return out
 
 

@@ -39,7 +39,7 @@ from msccl_xml.deploy import DeployableVersion, fit_bands
 from msccl_xml.limits import RUNTIMES
 from msccl_xml.targets import MscclTarget, TorchTarget
 from runtime.errors import StoreError
-from synth import LoopcollError, Schedule, SynthResult, Topology
+from synth import CutLink, LoopcollError, Schedule, ScheduleError, SynthResult, Topology
 from synth.figures import warm_mode_of
 from synth.fileio import write_bytes_atomic, write_text_atomic
 
@@ -84,7 +84,7 @@ class VersionEntry:
     bands: tuple[Band, ...]
     topology_fingerprint: str
     capacities_gbps: Mapping[str, float]
-    cut: tuple[tuple[str, str, float], ...]
+    cut: tuple[CutLink, ...]
     algbw_GBps: float  # noqa: N815
     optimal_algbw_GBps: float  # noqa: N815
     reason: str
@@ -110,7 +110,7 @@ class VersionEntry:
             "bands": [b.to_dict() for b in self.bands],
             "topology_fingerprint": self.topology_fingerprint,
             "capacities_gbps": dict(sorted(self.capacities_gbps.items())),
-            "cut": [{"src": a, "dst": b, "base_slack": s} for a, b, s in self.cut],
+            "cut": [c.to_dict() for c in self.cut],
             "algbw_GBps": self.algbw_GBps, "optimal_algbw_GBps": self.optimal_algbw_GBps,
             "reason": self.reason, "verdict": None if self.verdict is None else dict(self.verdict),
             "trigger_samples": self.trigger_samples, "created_t_s": self.created_t_s,
@@ -129,7 +129,7 @@ class VersionEntry:
                      str(b["schedule"]), None if b.get("xml") is None else str(b["xml"]),
                      None if b.get("xml_error") is None else str(b["xml_error"]))
                 for b in doc["bands"])
-            cut = tuple((str(c["src"]), str(c["dst"]), float(c["base_slack"])) for c in doc.get("cut", ()))
+            cut = tuple(CutLink.from_dict(c, source=f"{where}: cut") for c in doc.get("cut", ()))
             verdict = doc.get("verdict")
             entry = cls(
                 comm=str(doc["comm"]), collective=str(doc["collective"]), version=int(doc["version"]),
@@ -143,6 +143,8 @@ class VersionEntry:
                 synth_time_s=float(doc.get("synth_time_s", 0.0)), status=str(doc.get("status", "optimal")),
                 extra=MappingProxyType(dict(doc.get("extra") or {})),
             )
+        except ScheduleError as exc:
+            raise StoreError(str(exc)) from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StoreError(f"{where}: malformed ({type(exc).__name__}: {str(exc)[:120]})") from None
         if not bands:
@@ -314,7 +316,7 @@ class VersionStore:
             entry = VersionEntry(
                 comm=comm, collective=collective, version=number, bands=bands,
                 topology_fingerprint=topology.fingerprint, capacities_gbps=MappingProxyType(dict(sorted(caps.items()))),
-                cut=tuple((c.src, c.dst, c.base_slack) for c in version.schedule.bottleneck),
+                cut=version.schedule.bottleneck,
                 algbw_GBps=_finite(version.algbw_GBps), optimal_algbw_GBps=_finite(version.optimal_algbw_GBps),
                 reason=str(reason),
                 verdict=None if verdict is None else MappingProxyType(json.loads(json.dumps(dict(verdict)))),

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from synth.baselines import nccl_direct_alltoall, nccl_ring
+from synth.collective import TREE_COLLECTIVES, Collective
 from synth.latency.depth import schedule_depth
 from synth.routing import pair_route
 from synth.schedule import Hop, Route, RouteKind, Schedule
@@ -103,7 +104,7 @@ def direct_allgather(topo: Topology) -> Schedule:
     """
     n = topo.nranks
     routes = tuple(Route(RouteKind.OUT_TREE, r, 1, tuple(_hop(topo, r, d) for d in range(n) if d != r)) for r in range(n))
-    return Schedule("allgather", n, 1, routes, meta={"synthesizer": "direct"})
+    return Schedule(Collective.ALLGATHER, n, 1, routes, meta={"synthesizer": "direct"})
 
 
 def tree_schedule(collective: str, topo: Topology) -> Schedule:
@@ -116,19 +117,20 @@ def tree_schedule(collective: str, topo: Topology) -> Schedule:
     >>> s.validate(named_topology("nvswitch:8")); schedule_depth(s)
     3
     """
-    if collective not in ("allgather", "reducescatter", "allreduce"):
+    if collective not in TREE_COLLECTIVES:
         raise CalibrationError(f"tree schedules exist for allgather, reducescatter, allreduce, not {collective!r}")
+    kind = Collective(collective)
     n = topo.nranks
     routes: list[Route] = []
     for root in range(n):
         order = [(root + i) % n for i in range(n)]
         down = tuple(_hop(topo, order[(i - 1) // 2], order[i]) for i in range(1, n))  # parent before child
-        if collective in ("reducescatter", "allreduce"):
+        if kind.in_trees:
             up = tuple(_hop(topo, h.dst, h.src) for h in reversed(down))  # children before parents
             routes.append(Route(RouteKind.IN_TREE, root, 1, up))
-        if collective in ("allgather", "allreduce"):
+        if kind.out_trees:
             routes.append(Route(RouteKind.OUT_TREE, root, 1, down))
-    return Schedule(collective, n, 1, tuple(routes), meta={"synthesizer": "nccl-tree"})  # type: ignore[arg-type]
+    return Schedule(kind, n, 1, tuple(routes), meta={"synthesizer": "nccl-tree"})
 
 
 @lru_cache(maxsize=256)
@@ -145,7 +147,7 @@ def reference_schedule(collective: str, spec: str, shape: str) -> Schedule:
     if shape == "ring":
         if collective == "alltoall":
             raise CalibrationError("alltoall has no ring schedule here; use shape 'direct'")
-        return nccl_ring(collective, topo)  # type: ignore[arg-type]
+        return nccl_ring(collective, topo)
     if shape == "tree":
         return tree_schedule(collective, topo)
     if collective == "alltoall":

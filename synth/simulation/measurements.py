@@ -17,15 +17,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from synth.simulation.observations import _COLLECTIVES, CalibrationError
+from synth.collective import COLLECTIVES, Collective
+from synth.simulation.observations import HINT_ORDER, CalibrationError
 
 __all__ = ["format_nccl_tests", "parse_inspector", "parse_nccl_tests", "parse_telemetry"]
 
 
 _NCCL_TESTS_NAMES = {"all_gather": "allgather", "alltoall": "alltoall", "all_reduce": "allreduce",
                      "reduce_scatter": "reducescatter"}
-_BUSBW = {"allgather": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n, "reducescatter": lambda n: (n - 1) / n,
-          "allreduce": lambda n: 2 * (n - 1) / n}
 
 
 def _num(tok: str) -> float | None:
@@ -86,7 +85,7 @@ def parse_nccl_tests(text: str, *, where: str = "nccl-tests output", collective:
         rows.append(row)
     if coll is None:
         raise CalibrationError(f"{where}: no nccl-tests header naming the collective (a '# Collective test starting: "
-                               f"<name>_perf' line); pass --collective {'|'.join(_COLLECTIVES)} (collective= in Python)")
+                               f"<name>_perf' line); pass --collective {HINT_ORDER} (collective= in Python)")
     if not rows:
         raise CalibrationError(f"{where}: no result rows")
     return {"collective": coll, "nranks": nranks or None, "rows": rows}
@@ -100,7 +99,7 @@ def format_nccl_tests(collective: str, nranks: int, rows: Sequence[tuple[int, fl
     """
     prog = {v: k for k, v in _NCCL_TESTS_NAMES.items()}[collective]
     op = "sum" if collective in ("allreduce", "reducescatter") else "none"
-    factor = _BUSBW[collective](nranks)
+    factor = Collective(collective).busbw_factor(nranks)
     out = [
         f"# nccl-tests version {version} nccl-headers=22809 nccl-library=22809",
         f"# Collective test starting: {prog}_perf",
@@ -186,7 +185,7 @@ def parse_inspector(
                 continue
             if t <= 0:
                 continue
-            s = msg * n if coll in ("allgather", "reducescatter") else msg
+            s = Collective(coll).message_bytes(msg, n)
             times[(coll, s)].append(t)
             ranks[(coll, s)] = n
     if not times:
@@ -212,7 +211,7 @@ def parse_telemetry(paths: Sequence[str | Path]) -> dict[tuple[str, int, bool], 
             if not isinstance(rec, dict) or rec.get("format") != "loopcoll.telemetry/1" or rec.get("kind") != "coll":
                 continue
             coll, nbytes, busy = rec.get("collective"), rec.get("bytes"), rec.get("busy_s")
-            if coll not in _COLLECTIVES or not isinstance(nbytes, int) or nbytes <= 0:
+            if coll not in COLLECTIVES or not isinstance(nbytes, int) or nbytes <= 0:
                 continue
             if not isinstance(busy, (int, float)) or not busy > 0:
                 continue

@@ -14,13 +14,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from synth.collective import COLLECTIVES, Collective
 from synth.errors import LoopcollError
 from synth.simulation.costmodel import EXECUTORS, CostProfile
 
-__all__ = ["SHAPES", "Calibration", "CalibrationError", "FittedParam", "Observation", "PointFit"]
+__all__ = ["HINT_ORDER", "SHAPES", "Calibration", "CalibrationError", "FittedParam", "Observation", "PointFit"]
 
 SHAPES = ("ring", "tree", "direct")
-_COLLECTIVES = ("allgather", "alltoall", "allreduce", "reducescatter")
+#: The order calibrate's messages list the collectives in (its ``--collective`` shows the same).
+HINT_ORDER = "|".join(c.value for c in (Collective.ALLGATHER, Collective.ALLTOALL, Collective.ALLREDUCE,
+                                         Collective.REDUCESCATTER))
 
 
 class CalibrationError(LoopcollError):
@@ -48,7 +51,7 @@ class Observation:
     def __post_init__(self) -> None:
         if not (math.isfinite(self.weight) and self.weight > 0):
             raise CalibrationError(f"{self.source or 'observation'}: weight must be > 0, got {self.weight!r}")
-        if self.collective not in _COLLECTIVES:
+        if self.collective not in COLLECTIVES:
             raise CalibrationError(f"{self.source or 'observation'}: unknown collective {self.collective!r}")
         if self.executor not in EXECUTORS:
             raise CalibrationError(f"{self.source or 'observation'}: unknown executor {self.executor!r}; choose from {', '.join(EXECUTORS)}")

@@ -32,13 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from synth._atomic import write_text_atomic
+from synth.collective import COLLECTIVES
 from synth.errors import LoopcollError
 
 __all__ = ["COLLECTIVE_KINDS", "WORKLOAD_FORMAT", "Communicator", "Op", "Workload", "WorkloadError", "read_workload",
            "write_workload"]
 
 WORKLOAD_FORMAT = "loopcoll.workload/1"
-COLLECTIVE_KINDS = ("allgather", "reducescatter", "allreduce", "alltoall")
+#: The collective kinds an op may have (every :class:`~synth.collective.Collective`).
+COLLECTIVE_KINDS = COLLECTIVES
 
 
 class WorkloadError(LoopcollError):

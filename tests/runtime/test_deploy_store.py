@@ -30,7 +30,7 @@ def test_store_writes_a_versions_bytes_and_the_executor_reads_them_in_memory(tmp
     # Staging a pushed entry builds its programs from the fetched bytes, never through a file.
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-dir"))
     for entry in (e, plain):
-        progs = entry_programs(entry.to_dict(), lambda rel: store.path(rel).read_bytes())
+        progs = entry_programs(entry, lambda rel: store.path(rel).read_bytes())
         assert [(p.min_bytes, p.max_bytes) for p in progs] == [(0, 999), (1000, 0)]
         assert all(p.ngpus == 4 and p.coll == "allgather" for p in progs)
     assert not (tmp_path / "no-such-dir").exists()
