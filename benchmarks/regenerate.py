@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
@@ -96,7 +97,7 @@ ITEMS: tuple[Item, ...] = (
              "--steps", "2"),)),
     Item("simulator_speed", ("simulator_speed.json",), (_b("simulator_speed.py", "--repeats", "3"),),
          (_b("simulator_speed.py", "--quick", "--no-real", "--repeats", "1"),)),
-    Item("mccl_fig9", ("mccl_fig9.json",), (_b("mccl_fig9.py"),), (_b("mccl_fig9.py", "--quick"),)),
+    Item("mccl_fig9", ("mccl_fig9.json",), (_b("mccl_fig9.py"),), (_b("mccl_fig9.py", "--quick", "--profiles", "ideal"),)),
     Item("calibration", ("calibration.json",), (_b("calibration.py"),), (_b("calibration.py", "--quick"),)),
     Item("closed_loop", ("closed_loop.json",), (_b("closed_loop.py"),), (_b("closed_loop.py", "--quick"),)),
     Item("live_loop", ("live_loop.json",), (_b("live_loop.py", "--runs", "5"),),
@@ -114,7 +115,7 @@ ITEMS: tuple[Item, ...] = (
          (_b("executor.py", "--nprocs", "8", "--sizes", "1M", "4M", "16M", "64M", "--iters", "3", "--swaps", "5",
              "--out", "executor_full8"),), regenerable=False, why=_GPU, measured=True),
     Item("observe", ("observe.json",), (_b("observe.py", "--seeds", "10"),),
-         (_b("observe.py", "--seeds", "1", "--ranks", "16", "--ncolls", "40", "--repeats", "1"),)),
+         (_b("observe.py", "--seeds", "1", "--ranks", "32", "--repeats", "1"),)),
     Item("contention", ("contention.json",), (_b("contention.py"),), (_b("contention.py", "--seeds", "1"),)),
     Item("latency", ("latency.json", "latency_pareto.json"), _latency_full("latency", ["hpn:1x4x8"]),
          (_b("latency.py", "--specs", "hpn:1x2x8", "--scenarios", "healthy", "fail2", "--mb", "1", "16",
@@ -197,7 +198,8 @@ class Rule:
     followed by a time unit (``0.123 s``, ``12ms``, ``+32.94s``, ``3 min``), every ISO date-time and every
     absolute path of a tree or temporary directory is replaced. In documented command output, numbers with 3
     or more decimals not followed by a non-time unit are timings too (tests/test_readme.py's convention).
-    Images are not compared (their pixels carry timings); every other file is compared byte for byte.
+    JSON must keep its key order and number types. Images are not compared (their pixels carry timings);
+    files other than JSON, markdown and text are compared byte for byte (XML, schedules).
     """
 
     key_suffixes: tuple[str, ...] = ("_s", "_ms", "_us", "_ns", "time", "times", "speedup", "per_min", "elapsed")
@@ -255,7 +257,7 @@ def normalise_json(doc: Any, measured: bool = False) -> Any:
     {'cold_s': '<t>', 'algbw_GBps': 7.5, 'warm_s': None, 'note': 'in <t>'}
     """
     if isinstance(doc, dict):
-        return {k: ("<t>" if v is not None and RULE.is_timing_key(str(k)) and not isinstance(v, (dict, list))
+        return {k: ("<t>" if v is not None and RULE.is_timing_key(str(k)) and not isinstance(v, dict)
                     else normalise_json(v, measured)) for k, v in doc.items()}
     if isinstance(doc, list):
         return [normalise_json(v, measured) for v in doc]
@@ -286,6 +288,8 @@ def first_json_difference(a: Any, b: Any, path: str = "") -> str | None:
             if d:
                 return d
         return None if len(a) == len(b) else f"{path}: {len(a)} != {len(b)} entries"
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return None
     if a != b or type(a) is not type(b):
         return f"{path}: {str(a)[:60]} != {str(b)[:60]}"
     return None
@@ -510,7 +514,7 @@ def _run_all(items: Sequence[Item], trees: dict[str, Path], quick: bool, timeout
         runs = {}
         for side in sides:
             print(f"[{n}/{len(items)}] {item.name} ({side}) ...", end=" ", flush=True)
-            runs[side] = run_item(item, trees[side], quick, timeout_s, out / side / item.name.replace("/", "_"))
+            runs[side] = run_item(item, trees[side], quick, timeout_s, out / side / re.sub(r"[^\w.-]", "_", item.name))
             print(f"{runs[side].status}, {runs[side].seconds:.1f} s", flush=True)
         if len(sides) == 2:
             verdict = compare_runs(item, runs["before"], runs["after"])

@@ -108,3 +108,15 @@ def test_select_and_write_guard() -> None:
         rg.select(rg.ITEMS, "nope")
     with pytest.raises(SystemExit):
         rg.main(["--write", "--only", "bounds"])  # --write with the quick variant is refused
+
+
+def test_timing_lists_nan_and_number_types() -> None:
+    assert rg.normalise_json({"times": [0.1, 0.2]}) == {"times": "<t>"}
+    assert rg.first_json_difference(float("nan"), float("nan")) is None
+    assert rg.first_json_difference({"chunks": 1}, {"chunks": 1.0}) is not None
+
+
+def test_module_doctests() -> None:
+    import doctest
+
+    assert doctest.testmod(rg).failed == 0  # benchmarks/ is outside pytest's doctest paths
