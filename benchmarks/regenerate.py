@@ -52,8 +52,7 @@ class Item:
 
     ``full`` / ``quick`` are argument lists after ``python`` (several for a multi-process benchmark);
     ``quick`` runs the same code path at small sizes. ``regenerable`` is False (with ``why``) for results
-    that need a GPU or many hours; ``measured`` marks benchmarks whose every number is a wall-clock
-    measurement (only keys, strings and shapes are compared).
+    that need a GPU or many hours.
     """
 
     name: str
@@ -62,7 +61,6 @@ class Item:
     quick: tuple[tuple[str, ...], ...] = ()
     regenerable: bool = True
     why: str = ""
-    measured: bool = False
     kind: str = "benchmark"  # "benchmark" or "doc"
     script: str = ""  # doc items of kind "sh"/"python": the block's text
     always: tuple[str, ...] = ()  # tree-relative files kept even if the item did not rewrite them
@@ -102,18 +100,18 @@ ITEMS: tuple[Item, ...] = (
     Item("closed_loop", ("closed_loop.json",), (_b("closed_loop.py"),), (_b("closed_loop.py", "--quick"),)),
     Item("live_loop", ("live_loop.json",), (_b("live_loop.py", "--runs", "5"),),
          (_b("live_loop.py", "--runs", "1", "--steps", "120", "--fault-at", "40", "--clear-at", "90"),),
-         measured=True),
-    Item("daemon", ("daemon.json",), (_b("daemon.py"),), (_b("daemon.py", "--repeats", "1"),), measured=True),
+         ),
+    Item("daemon", ("daemon.json",), (_b("daemon.py"),), (_b("daemon.py", "--repeats", "1"),)),
     Item("executor", ("executor.json",),
          (_b("executor.py", "--nprocs", "4", "8", "--sizes", "1M", "16M", "--iters", "5", "--swaps", "5"),),
          (_b("executor.py", "--nprocs", "4", "--sizes", "1M", "--collectives", "allgather", "--iters", "1",
-             "--swaps", "1"),), measured=True),
+             "--swaps", "1"),)),
     Item("executor_full4", ("executor_full4.json",),
          (_b("executor.py", "--nprocs", "4", "--full", "--iters", "3", "--swaps", "5", "--out", "executor_full4"),),
-         regenerable=False, why=_GPU, measured=True),
+         regenerable=False, why=_GPU),
     Item("executor_full8", ("executor_full8.json",),
          (_b("executor.py", "--nprocs", "8", "--sizes", "1M", "4M", "16M", "64M", "--iters", "3", "--swaps", "5",
-             "--out", "executor_full8"),), regenerable=False, why=_GPU, measured=True),
+             "--out", "executor_full8"),), regenerable=False, why=_GPU),
     Item("observe", ("observe.json",), (_b("observe.py", "--seeds", "10"),),
          (_b("observe.py", "--seeds", "1", "--ranks", "32", "--repeats", "1"),)),
     Item("contention", ("contention.json",), (_b("contention.py"),), (_b("contention.py", "--seeds", "1"),)),
@@ -198,7 +196,11 @@ class Rule:
     followed by a time unit (``0.123 s``, ``12ms``, ``+32.94s``, ``3 min``), every ISO date-time and every
     absolute path of a tree or temporary directory is replaced. In documented command output, numbers with 3
     or more decimals not followed by a non-time unit are timings too (tests/test_readme.py's convention).
-    JSON must keep its key order and number types. Images are not compared (their pixels carry timings);
+    Items in ``measured_items`` measure every number they report (wall clock on gloo): there only keys, strings
+    and shapes are compared. Items in ``rounded_items`` average a number of simulated collectives that depends on
+    the measured synthesis time (the timeline advances by it), so equal rows add up in a different order: their
+    floats are compared to that many significant digits. JSON must keep its key order and number types. Images
+    are not compared (their pixels carry timings);
     files other than JSON, markdown and text are compared byte for byte (XML, schedules).
     """
 
@@ -207,7 +209,18 @@ class Rule:
     unit_re: str = r"[+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?\s?(?:s|ms|us|µs|ns|min|sec|seconds)\b"
     date_re: str = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
     doc_decimals_re: str = r"\d+\.\d{3,}(?!\d|\s*(?:GB|MB|KB|Gbit|x\b|%))"
+    text_res: tuple[str, ...] = (r"load average \d+(?:\.\d+)?",)
     skipped_suffixes: tuple[str, ...] = (".png", ".svg", ".pdf")
+    measured_items: frozenset[str] = frozenset({"daemon", "executor", "executor_full4", "executor_full8", "live_loop"})
+    rounded_items: tuple[tuple[str, int], ...] = (("closed_loop", 12),)
+
+    def digits(self, item: str) -> int | None:
+        """How an item's numbers are compared: None exactly, 0 not at all, else to that many significant digits.
+
+        >>> RULE.digits("bounds"), RULE.digits("daemon"), RULE.digits("closed_loop")
+        (None, 0, 12)
+        """
+        return 0 if item in self.measured_items else dict(self.rounded_items).get(item)
 
     def is_timing_key(self, key: str) -> bool:
         """``True`` for a key whose value is a measurement.
@@ -229,6 +242,8 @@ def normalise_text(text: str, doc: bool = False) -> str:
         text = text.replace(p, "<tree>")
     text = re.sub(RULE.date_re, "<date>", text)
     text = re.sub(RULE.unit_re, "<t>", text)
+    for extra in RULE.text_res:
+        text = re.sub(extra, "<t>", text)
     if doc:
         text = re.sub(RULE.doc_decimals_re, "<t>", text)
     return _normalise_tables(text)
@@ -239,7 +254,7 @@ def _normalise_tables(text: str) -> str:
     lines = text.split("\n")
     for i, line in enumerate(lines):
         if line.startswith("|") and i + 1 < len(lines) and re.match(r"^\|(\s*:?-+:?\s*\|)+\s*$", lines[i + 1]):
-            header = [c.strip().strip("`") for c in line.strip().strip("|").split("|")]
+            header = [c.strip().strip("`").replace(" ", "_") for c in line.strip().strip("|").split("|")]
         elif not line.startswith("|"):
             header = None
         elif header and not re.match(r"^\|(\s*:?-+:?\s*\|)+\s*$", line):
@@ -250,21 +265,25 @@ def _normalise_tables(text: str) -> str:
     return "\n".join(out)
 
 
-def normalise_json(doc: Any, measured: bool = False) -> Any:
-    """``doc`` with timing values replaced by ``"<t>"`` (every number when ``measured``).
+def normalise_json(doc: Any, digits: int | None = None) -> Any:
+    """``doc`` with timing values replaced by ``"<t>"``, numbers kept to ``digits`` (see :meth:`Rule.digits`).
 
     >>> normalise_json({"cold_s": 0.2, "algbw_GBps": 7.5, "warm_s": None, "note": "in 3 s"})
     {'cold_s': '<t>', 'algbw_GBps': 7.5, 'warm_s': None, 'note': 'in <t>'}
+    >>> normalise_json([1.23456, 7], digits=3), normalise_json([1.5, True], digits=0)
+    ([1.23, 7], ['<n>', True])
     """
     if isinstance(doc, dict):
         return {k: ("<t>" if v is not None and RULE.is_timing_key(str(k)) and not isinstance(v, dict)
-                    else normalise_json(v, measured)) for k, v in doc.items()}
+                    else normalise_json(v, digits)) for k, v in doc.items()}
     if isinstance(doc, list):
-        return [normalise_json(v, measured) for v in doc]
+        return [normalise_json(v, digits) for v in doc]
     if isinstance(doc, str):
         return normalise_text(doc)
-    if measured and isinstance(doc, (int, float)) and not isinstance(doc, bool):
+    if digits == 0 and isinstance(doc, (int, float)) and not isinstance(doc, bool):
         return "<n>"
+    if digits and isinstance(doc, float) and math.isfinite(doc):
+        return float(f"{doc:.{digits}g}")
     return doc
 
 
@@ -295,7 +314,7 @@ def first_json_difference(a: Any, b: Any, path: str = "") -> str | None:
     return None
 
 
-def compare_file(rel: str, before: bytes, after: bytes, doc: bool = False, measured: bool = False) -> str | None:
+def compare_file(rel: str, before: bytes, after: bytes, doc: bool = False, digits: int | None = None) -> str | None:
     """None when the two versions of ``rel`` are equal under :data:`RULE`, else the first difference."""
     if rel.endswith(RULE.skipped_suffixes):
         return None
@@ -305,10 +324,12 @@ def compare_file(rel: str, before: bytes, after: bytes, doc: bool = False, measu
         except ValueError:
             pass
         else:
-            return _prefix(rel, first_json_difference(normalise_json(a, measured), normalise_json(b, measured)))
+            return _prefix(rel, first_json_difference(normalise_json(a, digits), normalise_json(b, digits)))
     if rel.endswith((".md", ".txt")):
-        la = normalise_text(before.decode(), doc).splitlines()
-        lb = normalise_text(after.decode(), doc).splitlines()
+        ta, tb = (normalise_text(t.decode(), doc) for t in (before, after))
+        if digits == 0:
+            ta, tb = (re.sub(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?", "<n>", t) for t in (ta, tb))
+        la, lb = ta.splitlines(), tb.splitlines()
         for n, (x, y) in enumerate(zip(la, lb), 1):
             if x != y:
                 return f"{rel}:{n}: {x.strip()[:50]!r} != {y.strip()[:50]!r}"
@@ -412,7 +433,7 @@ def compare_runs(item: Item, a: Run, b: Run) -> str:
         return f"differs: files written only on one side: {', '.join(only)[:80]}"
     doc = item.kind != "benchmark"
     for rel in sorted(a.files):
-        d = compare_file(rel, a.files[rel], b.files[rel], doc=doc, measured=item.measured)
+        d = compare_file(rel, a.files[rel], b.files[rel], doc=doc, digits=RULE.digits(item.name))
         if d:
             return f"differs: {d}"
     return "identical"
