@@ -200,7 +200,8 @@ class Rule:
     Items in ``measured_items`` measure every number they report (wall clock on gloo): there only keys, strings
     and shapes are compared. Items in ``rounded_items`` average a number of simulated collectives that depends on
     the measured synthesis time (the timeline advances by it), so equal rows add up in a different order: their
-    floats are compared to that many significant digits. JSON must keep its key order and number types. Images
+    floats are compared to that many significant digits. Of a file in ``generated_parts`` only the generated
+    part is compared (the prose around it may change). JSON must keep its key order and number types. Images
     are not compared (their pixels carry timings);
     files other than JSON, markdown and text are compared byte for byte (XML, schedules).
     """
@@ -215,6 +216,10 @@ class Rule:
     skipped_suffixes: tuple[str, ...] = (".png", ".svg", ".pdf")
     measured_items: frozenset[str] = frozenset({"daemon", "executor", "executor_full4", "executor_full8", "live_loop"})
     rounded_items: tuple[tuple[str, int], ...] = (("closed_loop", 12),)
+    #: Hand-written files with a generated part: only the part between the markers is compared.
+    generated_parts: tuple[tuple[str, str, str], ...] = (
+        ("benchmarks/README.md", "<!-- mccl_fig9:begin -->", "<!-- mccl_fig9:end -->"),
+        ("docs/cli.md", "<!-- cli:begin", "<!-- cli:end -->"))
 
     def digits(self, item: str) -> int | None:
         """How an item's numbers are compared: None exactly, 0 not at all, else to that many significant digits.
@@ -317,7 +322,14 @@ def first_json_difference(a: Any, b: Any, path: str = "") -> str | None:
 
 
 def compare_file(rel: str, before: bytes, after: bytes, doc: bool = False, digits: int | None = None) -> str | None:
-    """None when the two versions of ``rel`` are equal under :data:`RULE`, else the first difference."""
+    """None when the two versions of ``rel`` are equal under :data:`RULE`, else the first difference.
+
+    >>> compare_file("a.json", b'{"cold_s": 1, "N": 16}', b'{"cold_s": 2, "N": 32}')
+    'a.json: N: 16 != 32'
+    """
+    for name, begin, end in RULE.generated_parts:
+        if rel.endswith(name):
+            before, after = (_part(t, begin.encode(), end.encode()) for t in (before, after))
     if rel.endswith(RULE.skipped_suffixes):
         return None
     if rel.endswith(".json"):
@@ -337,6 +349,13 @@ def compare_file(rel: str, before: bytes, after: bytes, doc: bool = False, digit
                 return f"{rel}:{n}: {x.strip()[:50]!r} != {y.strip()[:50]!r}"
         return None if len(la) == len(lb) else f"{rel}: {len(la)} != {len(lb)} lines"
     return None if before == after else f"{rel}: bytes differ"
+
+
+def _part(text: bytes, begin: bytes, end: bytes) -> bytes:
+    """The lines from ``begin`` to ``end`` (the whole text when a marker is missing)."""
+    i = text.find(begin)
+    j = text.find(end, max(i, 0))
+    return text if i < 0 or j < 0 else text[i:j + len(end)]
 
 
 def _prefix(rel: str, diff: str | None) -> str | None:

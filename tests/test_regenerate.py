@@ -132,3 +132,10 @@ def test_spaced_headers_load_average_and_measured_markdown() -> None:
     assert rg.compare_file("d.md", measured.encode(), other) is not None
     assert rg.compare_file("d.md", measured.encode(), other, digits=0) is None
     assert rg.normalise_json({"stale_GBps": 119.40590877005936}, 12) == rg.normalise_json({"stale_GBps": 119.40590877005928}, 12)
+
+
+def test_only_the_generated_part_of_a_hand_written_file_counts() -> None:
+    readme = "# Benchmarks\n{prose}\n<!-- mccl_fig9:begin -->\n| a | b |\n|---|---|\n| 1 | {cell} |\n<!-- mccl_fig9:end -->\n"
+    before = readme.format(prose="old", cell=2).encode()
+    assert rg.compare_file("tree/benchmarks/README.md", before, readme.format(prose="new", cell=2).encode()) is None
+    assert rg.compare_file("tree/benchmarks/README.md", before, readme.format(prose="old", cell=3).encode())
