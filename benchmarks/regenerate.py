@@ -221,6 +221,16 @@ class Rule:
         ("benchmarks/README.md", "<!-- mccl_fig9:begin -->", "<!-- mccl_fig9:end -->"),
         ("docs/cli.md", "<!-- cli:begin", "<!-- cli:end -->"))
 
+    #: Nondeterminism found by this script and not fixed yet: (item, pattern masked in its text, where and why).
+    known_nondeterminism: tuple[tuple[str, str, str], ...] = (
+        ("README.md:115", r'(?:\b(?:accepted|samples_accepted|samples_received|messages_samples)|"reduction_phase":) \d+',
+         "the last telemetry samples are lost at exit: examples/executor_training.py never closes its Client and "
+         "Executor.close() flushes into the client's queue, not out of it (runtime/executor/executor.py close)"),)
+
+    def masks(self, item: str) -> list[tuple[str, str]]:
+        """The (pattern, reason) pairs of :attr:`known_nondeterminism` that apply to ``item``."""
+        return [(pattern, why) for name, pattern, why in self.known_nondeterminism if name == item]
+
     def digits(self, item: str) -> int | None:
         """How an item's numbers are compared: None exactly, 0 not at all, else to that many significant digits.
 
@@ -321,7 +331,8 @@ def first_json_difference(a: Any, b: Any, path: str = "") -> str | None:
     return None
 
 
-def compare_file(rel: str, before: bytes, after: bytes, doc: bool = False, digits: int | None = None) -> str | None:
+def compare_file(rel: str, before: bytes, after: bytes, doc: bool = False, digits: int | None = None,
+                 masks: Sequence[str] = ()) -> str | None:
     """None when the two versions of ``rel`` are equal under :data:`RULE`, else the first difference.
 
     >>> compare_file("a.json", b'{"cold_s": 1, "N": 16}', b'{"cold_s": 2, "N": 32}')
@@ -342,7 +353,9 @@ def compare_file(rel: str, before: bytes, after: bytes, doc: bool = False, digit
     if rel.endswith((".md", ".txt")):
         ta, tb = (normalise_text(t.decode(), doc) for t in (before, after))
         if digits == 0:
-            ta, tb = (re.sub(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?", "<n>", t) for t in (ta, tb))
+            ta, tb = (re.sub(r"[+-]?\d+(?:\.\d+)?(?:e[+-]?\d+)?", "<n>", t) for t in (ta, tb))
+        for pattern in masks:
+            ta, tb = (re.sub(pattern, "<masked>", t) for t in (ta, tb))
         la, lb = ta.splitlines(), tb.splitlines()
         for n, (x, y) in enumerate(zip(la, lb), 1):
             if x != y:
@@ -455,10 +468,12 @@ def compare_runs(item: Item, a: Run, b: Run) -> str:
         return f"differs: files written only on one side: {', '.join(only)[:80]}"
     doc = item.kind != "benchmark"
     for rel in sorted(a.files):
-        d = compare_file(rel, a.files[rel], b.files[rel], doc=doc, digits=RULE.digits(item.name))
+        masks = [pattern for pattern, _ in RULE.masks(item.name)]
+        d = compare_file(rel, a.files[rel], b.files[rel], doc=doc, digits=RULE.digits(item.name), masks=masks)
         if d:
             return f"differs: {d}"
-    return "identical"
+    known = "; ".join(why for _, why in RULE.masks(item.name))
+    return f"identical (masked known nondeterminism: {known})" if known else "identical"
 
 
 def copy_worktree(src: Path, dest: Path) -> None:

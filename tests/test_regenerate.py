@@ -139,3 +139,12 @@ def test_only_the_generated_part_of_a_hand_written_file_counts() -> None:
     before = readme.format(prose="old", cell=2).encode()
     assert rg.compare_file("tree/benchmarks/README.md", before, readme.format(prose="new", cell=2).encode()) is None
     assert rg.compare_file("tree/benchmarks/README.md", before, readme.format(prose="old", cell=3).encode())
+
+
+def test_known_nondeterminism_is_masked_and_named() -> None:
+    item = next(i for i in rg.doc_items(ROOT) if i.name == "README.md:115")
+    line = 'counters: accepted {n}, bootstrap 1, samples_skipped {{"reduction_phase": {n}}}, syntheses {s}\n'
+    runs = [rg.Run("ok", 1.0, {"stdout.txt": line.format(n=n, s=s).encode()}) for n, s in ((120, 1), (116, 1), (120, 2))]
+    assert rg.compare_runs(item, runs[0], runs[1]).startswith("identical (masked known nondeterminism: ")
+    assert rg.compare_runs(item, runs[0], runs[2]).startswith("differs")
+    assert rg.compare_file("e.md", b"| a |\n|---|\n| 5 |\n", b"| a |\n|---|\n| -5 |\n", digits=0) is None
