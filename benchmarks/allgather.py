@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from synth.figures import TreeFigures  # noqa: E402
 from synth.forestcoll_warm import synthesize_allgather  # noqa: E402
+from synth.result import SynthResult  # noqa: E402
 from synth.schedule import Schedule  # noqa: E402
 from synth.topologies import load_topology  # noqa: E402
 
@@ -27,6 +29,11 @@ QUICK = ["hpn:1x2x8", "hpn:1x4x8", "hpn:1x8x8", "dgx-a100:2", "dgx-a100:4"]
 SCENARIOS = ["healthy", "fail1", "fail2", "fail3"]
 COLUMNS = ["topology", "scenario", "N", "k", "trees", "cold_s", "warm_s", "speedup", "reused_edges_frac",
            "algbw", "optimal", "ratio"]
+
+
+def _reused_edges_frac(res: SynthResult) -> float:
+    assert isinstance(res.figures, TreeFigures), res.message
+    return res.figures.reused_edges_frac or 0.0
 
 
 def _timed(fn, repeats: int):  # type: ignore[no-untyped-def]
@@ -60,7 +67,7 @@ def run(specs: list[str], repeats: int) -> list[dict[str, object]]:
                 "trees": len(res.schedule.routes), "cold_s": round(c_s, 4),
                 "warm_s": None if w_s is None else round(w_s, 4),
                 "speedup": None if w_s is None else round(c_s / w_s, 2),
-                "reused_edges_frac": None if warm is None else round(warm.stats.get("reused_edges_frac", 0.0), 4),
+                "reused_edges_frac": None if warm is None else round(_reused_edges_frac(warm), 4),
                 "algbw": round(res.algbw_GBps, 3), "optimal": round(res.optimal_algbw_GBps, 3),
                 "ratio": round(res.algbw_GBps / res.optimal_algbw_GBps, 6),
             })

@@ -29,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from synth.alltoall_cg import synthesize_alltoall  # noqa: E402
+from synth.figures import AllToAllFigures  # noqa: E402
 from synth.result import Status, SynthResult  # noqa: E402
 from synth.topologies import load_topology  # noqa: E402
 
@@ -45,6 +46,11 @@ def _timed(fn: Any, repeats: int) -> tuple[float, SynthResult]:
         times.append(time.perf_counter() - t0)
     assert res is not None
     return statistics.median(times), res
+
+
+def _figures(res: SynthResult) -> AllToAllFigures:
+    assert isinstance(res.figures, AllToAllFigures), res.message
+    return res.figures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,20 +85,21 @@ def main(argv: list[str] | None = None) -> int:
                                                                   warm_start=healthy), reps)
                 full_s, full = _timed(lambda: synthesize_alltoall(topo, solver=solver, time_limit_s=limit,
                                                                   warm_start=healthy, local_repair=False), reps)
+                c, w, f = _figures(cold), _figures(warm), _figures(full)
                 row = {
                     "topology": spec, "gpus": n, "failure": failure, "solver": solver, "repeats": reps,
                     "cold_s": cold_s, "warm_s": warm_s, "speedup": cold_s / warm_s,
-                    "warm_mode": warm.stats["warm_mode"], "repaired_blocks": warm.stats.get("repaired_blocks", 0),
+                    "warm_mode": w.warm_mode, "repaired_blocks": w.repaired_blocks or 0,
                     "full_warm_s": full_s, "full_speedup": cold_s / full_s,
-                    "full_warm_lp_algbw_GBps": full.stats["lp_algbw_GBps"],
-                    "lp_rel_diff": max(abs(x.stats["lp_algbw_GBps"] / cold.stats["lp_algbw_GBps"] - 1) for x in (warm, full)),
-                    "cold_cg_s": cold.stats["cg_time_s"], "warm_cg_s": warm.stats["cg_time_s"] + warm.stats["setup_time_s"],
-                    "cold_iterations": cold.stats["cg_iterations"], "warm_iterations": warm.stats["cg_iterations"],
-                    "cold_pivots": cold.stats["lp_pivots"], "warm_pivots": warm.stats["lp_pivots"],
-                    "lp_algbw_GBps": cold.stats["lp_algbw_GBps"], "warm_lp_algbw_GBps": warm.stats["lp_algbw_GBps"],
+                    "full_warm_lp_algbw_GBps": f.lp_algbw_GBps,
+                    "lp_rel_diff": max(abs(x.lp_algbw_GBps / c.lp_algbw_GBps - 1) for x in (w, f)),
+                    "cold_cg_s": c.cg_time_s, "warm_cg_s": w.cg_time_s + w.setup_time_s,
+                    "cold_iterations": c.cg_iterations, "warm_iterations": w.cg_iterations,
+                    "cold_pivots": c.lp_pivots, "warm_pivots": w.lp_pivots,
+                    "lp_algbw_GBps": c.lp_algbw_GBps, "warm_lp_algbw_GBps": w.lp_algbw_GBps,
                     "rounded_algbw_GBps": cold.algbw_GBps, "warm_rounded_algbw_GBps": warm.algbw_GBps,
-                    "gap_pct": 100 * cold.stats["gap"], "warm_gap_pct": 100 * warm.stats["gap"],
-                    "max_steps": cold.stats["max_steps"], "status": cold.status.value, "warm_status": warm.status.value,
+                    "gap_pct": 100 * c.gap, "warm_gap_pct": 100 * w.gap,
+                    "max_steps": c.max_steps, "status": cold.status.value, "warm_status": warm.status.value,
                 }
                 if Status.TIME_LIMIT in (cold.status, warm.status):
                     row["note"] = f"did not finish within {limit:g} s"

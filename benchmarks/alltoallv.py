@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._report import markdown_table, write_results  # noqa: E402
 from runtime.loop.demand import matrix_shift  # noqa: E402
 from synth.alltoall_cg import AllToAllvResult, synthesize_alltoallv  # noqa: E402
-from synth.baselines_alltoallv import direct_alltoallv, two_phase_alltoallv  # noqa: E402
+from synth.baselines.alltoallv import direct_alltoallv, two_phase_alltoallv  # noqa: E402
 from synth.topologies import load_topology  # noqa: E402
 
 SIZES = ("1x2x8", "1x4x8", "1x8x8", "1x16x8", "2x16x8")
@@ -130,8 +130,8 @@ def _cell(spec: str, fail: str | None, skew: float, args: argparse.Namespace) ->
         warm_times.append(time.perf_counter() - t0)
         warm_cpu.append(time.process_time() - c0)
         shifts.append(matrix_shift(m_prev, m))
-        iters.append(res.stats["cg_iterations"])
-        pivots.append(res.stats["lp_pivots"])
+        iters.append(res.figures.cg_iterations)
+        pivots.append(res.figures.lp_pivots)
         gaps.append(res.gap_pct)
         if step == 0:
             ref = synthesize_alltoallv(topo, m)
@@ -143,7 +143,7 @@ def _cell(spec: str, fail: str | None, skew: float, args: argparse.Namespace) ->
         "direct_ms": 1e3 * direct, "two_phase_ms": 1e3 * two,
         "vs_direct": direct / cold.completion_time_s, "vs_two_phase": two / cold.completion_time_s,
         "cold_s": cold_s, "cold_cpu_s": cold_cpu, "warm_cpu_s": statistics.median(warm_cpu),
-        "cold_iters": cold.stats["cg_iterations"], "cold_pivots": cold.stats["lp_pivots"],
+        "cold_iters": cold.figures.cg_iterations, "cold_pivots": cold.figures.lp_pivots,
         "warm_s": statistics.median(warm_times), "warm_max_s": max(warm_times),
         "shift_pct": 100 * statistics.median(shifts), "warm_iters": statistics.median(iters),
         "warm_pivots": statistics.median(pivots), "warm_gap_pct": max(gaps),
@@ -157,8 +157,8 @@ def _work(args: argparse.Namespace) -> list[dict[str, Any]]:
     router = Router(topo.nranks, 1.0, seed=args.seed, tokens=args.tokens, token_bytes=args.token_bytes)
     m0 = router.matrix(seed=0)
     cold_s, cold_cpu, cold = _med(lambda: synthesize_alltoallv(topo, m0), args.repeats)
-    rows = [{"change": "cold (reference)", "shift_pct": None, "time_s": cold_s, "cpu_s": cold_cpu, "iters": cold.stats["cg_iterations"],
-             "pivots": cold.stats["lp_pivots"], "gap_pct": cold.gap_pct, "lp_rel_diff": 0.0}]
+    rows = [{"change": "cold (reference)", "shift_pct": None, "time_s": cold_s, "cpu_s": cold_cpu, "iters": cold.figures.cg_iterations,
+             "pivots": cold.figures.lp_pivots, "gap_pct": cold.gap_pct, "lp_rel_diff": 0.0}]
     cases: list[tuple[str, np.ndarray]] = []
     for target in (0.01, 0.05, 0.10, 0.20, 0.50):
         sigma = _sigma_for(router, target, args.seed)
@@ -174,7 +174,7 @@ def _work(args: argparse.Namespace) -> list[dict[str, Any]]:
         ref_cpu = time.process_time() - c0
         rows.append({"change": name, "shift_pct": 100 * matrix_shift(m0, m), "time_s": t, "cpu_s": c,
                      "cold_cpu_s": ref_cpu,
-                     "iters": res.stats["cg_iterations"], "pivots": res.stats["lp_pivots"], "gap_pct": res.gap_pct,
+                     "iters": res.figures.cg_iterations, "pivots": res.figures.lp_pivots, "gap_pct": res.gap_pct,
                      "lp_rel_diff": abs(res.optimal_time_s / ref.optimal_time_s - 1), "cold_s": ref.solve_time_s})
     return rows
 

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _report import RESULTS, markdown_table, write_results  # noqa: E402
 
 from synth import SynthResult, load_topology  # noqa: E402
+from synth.figures import DepthFigures  # noqa: E402
 from synth.result import judge  # noqa: E402
 from synth.fileio import write_text_atomic  # noqa: E402
 from synth.baselines import nccl_ring  # noqa: E402
@@ -33,6 +34,11 @@ from synth.latency.select import choose_bands  # noqa: E402
 from synth.simulation import auto_slices, simulate  # noqa: E402
 
 MB = 1 << 20
+
+
+def _depth_figures(res: SynthResult) -> DepthFigures:
+    assert isinstance(res.figures, DepthFigures), res.message
+    return res.figures
 
 
 def _sim(sched, topo, nbytes: float, profile: str) -> float:
@@ -51,14 +57,15 @@ def run_case(spec: str, scenario: str, per_rank_mb: list[int], profile: str, chu
     fc = next((p for p in points if p.max_depth is None), None)
     if fc is None:  # dominated by a bounded point, so not in the set: today's schedule all the same
         res = synthesize_depth_bounded("allgather", topo, None, chunks=optimal_chunks)
-        fc = ParetoPoint(None, int(res.stats["depth"]), res.algbw_GBps, res)
+        assert isinstance(res.figures, DepthFigures), res.message
+        fc = ParetoPoint(None, res.figures.depth, res.algbw_GBps, res)
     optimal = fc
     ring = nccl_ring("allgather", topo)
     ring_bw = ring.algbw_GBps(topo)
     ring_status, ring_gap = judge(ring_bw, fc.result.optimal_algbw_GBps)  # held to the same optimum as fc
-    ring_point = ParetoPoint(None, n - 1, ring_bw, SynthResult(ring_status, "NCCL-like ring", ring, ring_bw,
-                                                                fc.result.optimal_algbw_GBps, ring_gap, 0.0),
-                             name="ring")
+    ring_result = SynthResult(status=ring_status, message="NCCL-like ring", schedule=ring, algbw_GBps=ring_bw,
+                              optimal_algbw_GBps=fc.result.optimal_algbw_GBps, gap_pct=ring_gap, solve_time_s=0.0)
+    ring_point = ParetoPoint(None, n - 1, ring_bw, ring_result, name="ring")
     # candidates of the size-aware choice: the Pareto set, today's optimum, and the NCCL-like ring
     # (NCCL itself switches kernels by size)
     candidates = list(points) + ([] if any(p is fc for p in points) else [fc]) + [ring_point]
@@ -93,8 +100,8 @@ def run_case(spec: str, scenario: str, per_rank_mb: list[int], profile: str, chu
                         "gap_pct": optimal.result.gap_pct},
             "points": [{"label": p.label, "depth": p.depth, "algbw_GBps": p.algbw_GBps, "nchunks": p.schedule.nchunks,
                         "gap_pct": p.result.gap_pct,
-                        "lp_gap_pct": p.result.stats.get("lp_gap_pct"),
-                        "depth_bound_algbw_GBps": p.result.stats.get("depth_bound_algbw_GBps")} for p in points],
+                        "lp_gap_pct": _depth_figures(p.result).lp_gap_pct,
+                        "depth_bound_algbw_GBps": _depth_figures(p.result).depth_bound_algbw_GBps} for p in points],
             "bands": [{"min_bytes": b.min_bytes, "max_bytes": b.max_bytes, "choice": candidates[b.point].label}
                       for b in bands],
             "synth_s": synth_s, "choose_s": choose_s}

@@ -32,6 +32,7 @@ from benchmarks._report import write_results  # noqa: E402
 from msccl_xml import export, parse, program_algbw_GBps  # noqa: E402
 from synth import Collective, synthesize  # noqa: E402
 from synth.errors import RuntimeLimitError, XmlError  # noqa: E402
+from synth.figures import binding_limit_of  # noqa: E402
 from synth.routed.fabrics import forestcoll_dgx_a100, mi250_like, random_fabric  # noqa: E402
 from synth.routing import has_route_choice  # noqa: E402
 from synth.topologies import Topology, named_topology  # noqa: E402
@@ -84,7 +85,7 @@ def _row(name: str, topo: Topology, coll: Collective, routing: str) -> dict[str,
     return {
         "fabric": name, "gpus": topo.nranks, "collective": coll, "routing": routing, "status": r.status.value,
         "optimum_GBps": r.optimal_algbw_GBps, "algbw_GBps": r.algbw_GBps, "loss_pct": r.gap_pct,
-        "chunks": r.schedule.nchunks, "binding_limit": r.stats.get("binding_limit"),
+        "chunks": r.schedule.nchunks, "binding_limit": binding_limit_of(r.figures),
         "xml_algbw_GBps": xml, "xml_note": why, "time_s": elapsed,
     }
 

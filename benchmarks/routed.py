@@ -37,6 +37,7 @@ from benchmarks._report import write_results  # noqa: E402
 from msccl_xml import export, parse, program_algbw_GBps  # noqa: E402
 from synth import optimal_bound, synthesize  # noqa: E402
 from synth.errors import RuntimeLimitError  # noqa: E402
+from synth.figures import routing_of  # noqa: E402
 from synth.routed.fabrics import forestcoll_dgx_a100, mi250_like, random_fabric  # noqa: E402
 from synth.topologies import Topology, named_topology  # noqa: E402
 
@@ -81,15 +82,17 @@ def _fabric_row(family: str, topo: Topology, coll: str, tree_limit_s: float) -> 
             if cap is None:
                 break
             exported = synthesize(coll, topo, chunks=cap, time_limit_s=limit)
-    routed = cold.stats["routed_optimal_algbw_GBps"]
+    routing = routing_of(cold.figures)
+    assert routing is not None and routing.routing_gap_pct is not None, cold.message
+    routed = routing.routed_optimal_algbw_GBps
     return {
         "fabric": family, "gpus": topo.nranks, "collective": coll, "status": cold.status.value,
         "free_opt_GBps": free, "routed_opt_GBps": routed,
-        "executor_loss_pct": cold.stats["routing_gap_pct"],
+        "executor_loss_pct": routing.routing_gap_pct,
         "algbw_GBps": cold.algbw_GBps, "xml_algbw_GBps": xml,
         "xml_equals_schedule": xml is not None and math.isclose(xml, exported.schedule.algbw_GBps(topo), rel_tol=1e-12),
         "xml_chunks": exported.schedule.nchunks if xml is not None else None, "xml_note": note,
-        "routed_opt_proven": cold.stats.get("routed_optimum_proven", True), "rounding_gap_pct": cold.gap_pct, "chunks": cold.schedule.nchunks,
+        "routed_opt_proven": routing.routed_optimum_proven, "rounding_gap_pct": cold.gap_pct, "chunks": cold.schedule.nchunks,
         "cold_s": cold_s, "warm_s": warm_s, "warm_status": warm.status.value,
     }
 

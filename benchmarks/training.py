@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _report import RESULTS, write_results  # noqa: E402
 
 from synth import load_topology, synthesize  # noqa: E402
+from synth.figures import warm_mode_of  # noqa: E402
 from synth.workloads import FAMILIES, CollectiveTimer, deepseek671b, llama405b, whatif  # noqa: E402
 
 SCENARIOS = ("healthy", "fail1", "fail2", "fail3")
@@ -129,7 +130,7 @@ def solve_worker(gpus: int, collective: str, comm: str, time_limit_s: float | No
         out[f"warm_{scenario}_s"] = time.perf_counter() - t0
         out[f"warm_{scenario}_gap_pct"] = warm.gap_pct
         out[f"warm_{scenario}_GBps"] = warm.algbw_GBps
-        out[f"warm_{scenario}_mode"] = str(warm.stats.get("warm_mode", "")) if warm.stats else ""
+        out[f"warm_{scenario}_mode"] = warm_mode_of(warm.figures) or ""
         out[f"warm_{scenario}_status"] = warm.status.value
     out["peak_rss_MiB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out

@@ -15,6 +15,15 @@ from __future__ import annotations
 from msccl_xml import export
 from synth import (
     COLLECTIVES,
+    AllToAllFigures,
+    AllToAllvFigures,
+    DepthFigures,
+    Figures,
+    ReductionFigures,
+    RoutedAllToAllFigures,
+    RoutedTreeFigures,
+    RoutingFigures,
+    TreeFigures,
     Bound,
     Collective,
     CutLink,
@@ -43,6 +52,15 @@ from synth import (
 )
 
 __all__ = [
+    "AllToAllFigures",
+    "AllToAllvFigures",
+    "DepthFigures",
+    "Figures",
+    "ReductionFigures",
+    "RoutedAllToAllFigures",
+    "RoutedTreeFigures",
+    "RoutingFigures",
+    "TreeFigures",
     "Bound",
     "COLLECTIVES",
     "Collective",

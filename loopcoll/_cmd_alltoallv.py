@@ -12,7 +12,7 @@ from loopcoll._common import add_topology_args, check_outputs, positive_seconds,
 from loopcoll._log import configure_progress
 from synth import synthesize
 from synth.alltoallv_schedule import read_demand
-from synth.baselines_alltoallv import direct_alltoallv, two_phase_alltoallv
+from synth.baselines.alltoallv import direct_alltoallv, two_phase_alltoallv
 from synth.errors import ScheduleError
 from synth.fileio import write_text_atomic
 

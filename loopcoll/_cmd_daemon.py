@@ -48,7 +48,7 @@ def register(sub: Any) -> None:
     r.add_argument("--log-file", metavar="F", help="append the JSON log lines here instead of stderr")
     r.add_argument("--poll-interval-s", type=float, default=0.05, metavar="S",
                    help="seconds between controller polls (default: 0.05)")
-    r.add_argument("--max-clients", type=int, default=64, help="connections served at once (default: 64)")
+    r.add_argument("--max-clients", type=int, default=64, help="authenticated clients served at once (default: 64)")
     r.add_argument("--config", metavar="C.json", help="controller settings: a JSON object of ControllerConfig "
                    "fields (alpha, gamma, cooldown_s, time_limit_s, ...; docs/controller.md)")
     r.add_argument("--json", action="store_true", help="print the listening line as a JSON object")
@@ -75,14 +75,18 @@ def _client_args(p: argparse.ArgumentParser) -> None:
 
 
 def _daemon_token(token_file: str | None) -> str:
+    from runtime.service.client import read_token
+    from runtime.service.wire import check_token
+
     env = os.environ.get("LOOPCOLL_TOKEN", "")
     if token_file is None:
         if not env:
             raise LoopcollError("daemon run: no token: set LOOPCOLL_TOKEN or pass --token-file F")
-        return env
+        return check_token(env, "LOOPCOLL_TOKEN")
     path = Path(token_file)
     if not path.exists():
-        token = env or secrets.token_hex(32)
+        # Written as one line, read back by read_token exactly (spaces kept, the line break dropped).
+        token = check_token(env, "LOOPCOLL_TOKEN") if env else secrets.token_hex(32)
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -90,8 +94,6 @@ def _daemon_token(token_file: str | None) -> str:
         except OSError as exc:
             raise LoopcollError(f"token file {token_file!r}: cannot create: {exc.strerror}") from None
         return token
-    from runtime.service.client import read_token
-
     if path.stat().st_mode & 0o077:
         print(f"loopcoll: warning: token file {token_file!r} is readable by other users (chmod 600 it)",
               file=sys.stderr)

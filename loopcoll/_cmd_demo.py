@@ -32,6 +32,7 @@ from loopcoll._log import configure_progress
 from msccl_xml import export
 from synth import load_topology, optimal_bound, synthesize, write_schedule
 from synth.baselines import nccl_direct_alltoall, nccl_ring
+from synth.figures import Figures, TreeFigures, warm_mode_of
 
 __all__ = ["register", "run_demo"]
 
@@ -86,7 +87,7 @@ def run_demo(
             "speedup_vs_static": resynth / static_bw,
             "nccl_baseline": baseline.meta["baseline"],
             "nccl_baseline_reason": baseline.meta["baseline_reason"],
-            "warm_mode": warm.stats.get("warm_mode", warm.stats.get("warm_accept")),
+            "warm_mode": _warm_mode(warm.figures),
             "cold_s": cold_s,
             "warm_s": warm_s,
             "xml": str(xml_path),
@@ -94,6 +95,13 @@ def run_demo(
         if profile is not None:
             rows[-1].update(_simulated(collective, degraded, baseline, static.schedule, warm.schedule, profile, size_bytes))
     return rows
+
+
+def _warm_mode(figures: Figures | None) -> str | None:
+    """How the warm re-synthesis started: AllToAll's ``warm_mode``, ForestColl's kept-trees attempt."""
+    if isinstance(figures, TreeFigures):
+        return figures.warm_accept
+    return warm_mode_of(figures)
 
 
 def _simulated(collective: str, topo, baseline, static, resynth, profile: str, size_bytes: int) -> dict[str, object]:  # type: ignore[no-untyped-def]

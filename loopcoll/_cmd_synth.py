@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from loopcoll._cmd_alltoallv import add_synth_parser
 from loopcoll._common import (
@@ -21,6 +22,7 @@ from loopcoll._schedule_file import read_warm_schedule
 from msccl_xml import export
 from synth import synthesize, write_schedule
 from synth.errors import RuntimeLimitError, ScheduleError
+from synth.figures import routing_of
 from synth.result import SynthResult
 from synth.schedule import Schedule
 from synth.topologies.model import Topology
@@ -52,10 +54,9 @@ def _run(args: argparse.Namespace) -> int:
         topo,
         chunks=args.chunks,
         warm_from=warm,
-        max_steps=getattr(args, "max_steps", None),
-        solver=getattr(args, "solver", "highs"),
         time_limit_s=args.time_limit,
         routing=args.routing,
+        **_cg_options(args),
     )
     if result.schedule is None:
         raise ScheduleError(f"{args.collective} on {topo.name}: no schedule ({result.status.value}: {result.message})")
@@ -79,10 +80,11 @@ def _run(args: argparse.Namespace) -> int:
     )
     print(f"  {'warm' if result.warm else 'cold'} solve {result.solve_time_s:.3f} s; status: {result.status_text()}; "
           f"{result.message}")
-    if "free_optimal_algbw_GBps" in result.stats:
-        print(f"  free-routing optimum {result.stats['free_optimal_algbw_GBps']:.3f} GB/s, routed optimum "
-              f"{result.stats['routed_optimal_algbw_GBps']:.3f} GB/s: the executor loses "
-              f"{result.stats['routing_gap_pct']:.2f}% on this fabric")
+    routing = routing_of(result.figures)
+    if routing is not None and routing.free_optimal_algbw_GBps is not None:
+        print(f"  free-routing optimum {routing.free_optimal_algbw_GBps:.3f} GB/s, routed optimum "
+              f"{routing.routed_optimal_algbw_GBps:.3f} GB/s: the executor loses "
+              f"{routing.routing_gap_pct:.2f}% on this fabric")
     if capped:
         print(f"  {capped[1]}")
     fmt = "MSCCL++ plan" if getattr(args, "format", "xml") == "mscclpp" else "MSCCL XML"
@@ -90,6 +92,13 @@ def _run(args: argparse.Namespace) -> int:
         if path:
             print(f"  wrote {what} to {path}")
     return 0
+
+
+def _cg_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``max_steps`` and ``solver``, the options only AllToAll's column generation takes (and has flags for)."""
+    if args.collective != "alltoall":
+        return {}
+    return {"max_steps": args.max_steps, "solver": args.solver}
 
 
 def _export_fitting(

@@ -11,6 +11,14 @@ from typing import Any
 
 from msccl_xml import runtime_limits
 from synth.errors import LoopcollError, TopologyError
+from synth.figures import (
+    AllToAllFigures,
+    DepthFigures,
+    RoutedAllToAllFigures,
+    RoutedTreeFigures,
+    binding_limit_of,
+    routing_of,
+)
 from synth.result import SynthResult
 from synth.topologies import FAILURES, NAMED_SPECS, Topology, load_topology
 
@@ -165,13 +173,17 @@ def result_json(collective: str, topo_name: str, nranks: int, result: SynthResul
         "status": result.status.value,
         "gap_pct": result.gap_pct,
     }
-    doc["routing"] = result.stats.get("routing", "free")
-    for key in ("free_optimal_algbw_GBps", "routed_optimal_algbw_GBps", "routing_gap_pct", "binding_limit"):
-        if key in result.stats:
-            doc[key] = result.stats[key]
+    figures = result.figures.inner if isinstance(result.figures, DepthFigures) else result.figures
+    routing = routing_of(figures)
+    doc["routing"] = "free" if routing is None else "routed"
+    if routing is not None:
+        doc.update(routed_optimal_algbw_GBps=routing.routed_optimal_algbw_GBps, **routing.tail())
+    if isinstance(figures, AllToAllFigures | RoutedTreeFigures | RoutedAllToAllFigures):
+        doc["binding_limit"] = binding_limit_of(figures)
     if collective == "alltoall":
-        doc["lp_algbw_GBps"] = result.stats.get("lp_algbw_GBps", result.optimal_algbw_GBps)
-        doc["gap"] = result.stats.get("gap", result.gap_pct / 100.0)
+        lp = figures if isinstance(figures, AllToAllFigures | RoutedAllToAllFigures) else None
+        doc["lp_algbw_GBps"] = result.optimal_algbw_GBps if lp is None else lp.lp_algbw_GBps
+        doc["gap"] = result.gap_pct / 100.0 if lp is None else lp.gap
     if sched is not None and "global_ranks" in sched.meta:  # a communicator (--ranks)
         doc["global_ranks"] = list(sched.meta["global_ranks"])
     return doc

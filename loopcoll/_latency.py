@@ -11,6 +11,7 @@ from loopcoll._common import parse_sizes, print_json, result_json, xml_chunk_cap
 from msccl_xml import export
 from synth import Schedule, write_schedule
 from synth.errors import LoopcollError, ScheduleError
+from synth.figures import DepthFigures
 from synth.latency import synthesize_depth_bounded
 from synth.latency.pareto import pareto_set
 from synth.latency.select import choose_bands
@@ -98,16 +99,18 @@ def run_max_depth(args: argparse.Namespace, topo: Topology, warm: Schedule | Non
         _export(res.schedule, topo, args.output, args)
     if args.schedule_out:
         write_schedule(res.schedule, args.schedule_out)
-    st = res.stats
+    st = res.figures
+    assert isinstance(st, DepthFigures)  # every depth-bounded result with a schedule has them
     if args.json:
         doc = result_json(args.collective, topo.name, topo.nranks, res)
-        doc.update({k: st.get(k) for k in ("max_depth", "depth", "lp_algbw_GBps", "depth_bound_algbw_GBps",
-                                           "unbounded_optimal_algbw_GBps", "lp_gap_pct")})
+        doc.update(max_depth=st.max_depth, depth=st.depth, lp_algbw_GBps=st.lp_algbw_GBps,
+                   depth_bound_algbw_GBps=st.depth_bound_algbw_GBps,
+                   unbounded_optimal_algbw_GBps=st.unbounded_optimal_algbw_GBps, lp_gap_pct=st.lp_gap_pct)
         print_json(doc)
         return 0
-    print(f"{args.collective} on {topo.name} ({topo.nranks} ranks, depth {st['depth']} <= {args.max_depth}, "
+    print(f"{args.collective} on {topo.name} ({topo.nranks} ranks, depth {st.depth} <= {args.max_depth}, "
           f"{res.schedule.nchunks} chunks): algbw {res.algbw_GBps:.3f} GB/s; depth-{args.max_depth} bound "
-          f"{st['depth_bound_algbw_GBps']:.3f}, unbounded optimum {st['unbounded_optimal_algbw_GBps']:.3f} GB/s")
+          f"{st.depth_bound_algbw_GBps:.3f}, unbounded optimum {st.unbounded_optimal_algbw_GBps:.3f} GB/s")
     print(f"  solve {res.solve_time_s:.3f} s; status: {res.status_text(_bound_name(args.max_depth))}; {res.message}")
     for path, what in ((args.output, "MSCCL XML"), (args.schedule_out, "schedule")):
         if path:

@@ -11,10 +11,21 @@ Examples
 
 from __future__ import annotations
 
-from synth._schedule_io import read_schedule, write_schedule
+from synth.schedule.io import read_schedule, write_schedule
 from synth._types import COLLECTIVES, Collective
 from synth.bounds import Bound, busbw_GBps, optimal_bound
 from synth.errors import LoopcollError, ScheduleError, SolverError, TopologyError, XmlError
+from synth.figures import (
+    AllToAllFigures,
+    AllToAllvFigures,
+    DepthFigures,
+    Figures,
+    ReductionFigures,
+    RoutedAllToAllFigures,
+    RoutedTreeFigures,
+    RoutingFigures,
+    TreeFigures,
+)
 from synth.result import Status, SynthResult
 from synth.schedule import CutLink, Hop, Route, RouteKind, Schedule
 from synth.synthesis import synthesize
@@ -22,6 +33,15 @@ from synth.topologies import Link, Node, NodeKind, Topology, load_topology, name
 
 __all__ = [
     "COLLECTIVES",
+    "AllToAllFigures",
+    "AllToAllvFigures",
+    "DepthFigures",
+    "Figures",
+    "ReductionFigures",
+    "RoutedAllToAllFigures",
+    "RoutedTreeFigures",
+    "RoutingFigures",
+    "TreeFigures",
     "Bound",
     "Collective",
     "CutLink",

@@ -12,7 +12,8 @@ run first. :func:`format_status` is the one way text output shows a status and i
 
 Examples
 --------
->>> r = SynthResult(Status.TIME_LIMIT, "time limit after 3.0 s, gap 1.2%", None, 0.0, 100.0, 1.2, 3.0)
+>>> r = SynthResult(status=Status.TIME_LIMIT, message="time limit after 3.0 s, gap 1.2%", schedule=None,
+...                 algbw_GBps=0.0, optimal_algbw_GBps=100.0, gap_pct=1.2, solve_time_s=3.0)
 >>> r.success, r.status.value
 (False, 'time_limit')
 >>> status, gap = judge(350.0, 354.13)
@@ -23,12 +24,11 @@ Examples
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
+from synth.figures import Figures
 from synth.schedule import Schedule
 
 __all__ = ["OPTIMAL_RTOL", "Outcome", "Status", "SynthResult", "format_status", "gap_pct", "gap_pct_time",
@@ -52,7 +52,7 @@ class Status(Enum):
 class Outcome(Protocol):
     """The shape every result shares: ``status`` (an :class:`~enum.Enum` member), ``message``, ``success``.
 
-    >>> isinstance(SynthResult(Status.OPTIMAL, "ok", None, 1.0, 1.0, 0.0, 0.1), Outcome)
+    >>> isinstance(_example(Status.OPTIMAL, 1.0, 1.0, 0.0), Outcome)
     True
     """
 
@@ -66,9 +66,9 @@ class Outcome(Protocol):
     def success(self) -> bool: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SynthResult:
-    """Outcome of one synthesis.
+    """Outcome of one synthesis (built by keyword only).
 
     Attributes
     ----------
@@ -86,8 +86,10 @@ class SynthResult:
         Wall time of the synthesis.
     warm
         Whether a warm start was used.
-    stats
-        Synthesizer-specific figures (iterations, reuse fractions, phase times, ...), JSON-able.
+    figures
+        The synthesizer family's figures (:mod:`synth.figures`: iterations, reuse fractions, phase
+        times, ...), frozen; ``None`` when the run produced none (a failed re-check, a time limit
+        before any schedule).
     warm_state
         Opaque in-memory state a later warm start can reuse (not serialised, not compared).
     """
@@ -100,12 +102,8 @@ class SynthResult:
     gap_pct: float
     solve_time_s: float
     warm: bool = False
-    stats: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    figures: Figures | None = None
     warm_state: Any = field(default=None, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        # Results are immutable all the way down: a caller cannot edit another's figures.
-        object.__setattr__(self, "stats", _frozen(self.stats))
 
     @property
     def success(self) -> bool:
@@ -118,9 +116,9 @@ class SynthResult:
         ``bound`` names what ``optimal_algbw_GBps`` is (``"depth-2 bound"``); a time-limited run's is
         always a ``"proven bound"``.
 
-        >>> SynthResult(Status.OPTIMAL, "ok", None, 1.0, 1.0, 0.0, 0.1).status_text()
+        >>> _example(Status.OPTIMAL, 1.0, 1.0, 0.0).status_text()
         'optimal'
-        >>> SynthResult(Status.FEASIBLE, "ok", None, 99.0, 100.0, 1.0, 0.1).status_text("depth-2 bound")
+        >>> _example(Status.FEASIBLE, 99.0, 100.0, 1.0).status_text("depth-2 bound")
         'feasible (gap 1.00 % vs depth-2 bound 100.00 GB/s)'
         """
         return format_status(self.status, self.gap_pct, f"{self.optimal_algbw_GBps:.2f} GB/s", bound)
@@ -200,9 +198,10 @@ def format_status(status: Status, gap_pct: float, bound: str, name: str = "optim
         name = "proven bound"
     if status in (Status.FEASIBLE, Status.TIME_LIMIT):
         return f"{status.value} (gap {gap_pct:.2f} % vs {name} {bound})"
-    return status.value
+    return str(status.value)
 
 
-def _frozen(stats: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A read-only copy, nested mappings included."""
-    return MappingProxyType({k: _frozen(v) if isinstance(v, Mapping) else v for k, v in stats.items()})
+def _example(status: Status, algbw_GBps: float, optimal_GBps: float, gap: float) -> SynthResult:  # noqa: N803
+    """A schedule-less result for the examples above."""
+    return SynthResult(status=status, message="ok", schedule=None, algbw_GBps=algbw_GBps,
+                       optimal_algbw_GBps=optimal_GBps, gap_pct=gap, solve_time_s=0.1)

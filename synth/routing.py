@@ -37,6 +37,7 @@ from types import MappingProxyType
 
 from synth._types import NodeId, Rank
 from synth.topologies.model import Topology
+from synth.topologies.structure import switch_roles
 
 __all__ = ["has_route_choice", "pair_route", "route_table"]
 
@@ -148,8 +149,6 @@ def _overrides(topo: Topology) -> Mapping[tuple[NodeId, NodeId], tuple[NodeId, .
 
 @lru_cache(maxsize=16)
 def _roles(topo: Topology) -> Mapping[NodeId, str]:
-    from synth.topologies.structure import switch_roles
-
     return MappingProxyType(switch_roles(topo))
 
 

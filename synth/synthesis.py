@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from synth._types import Collective, Rank
 from synth._deadline import check_time_limit, solving
+from synth.bounds import optimal_bound
 from synth.errors import ScheduleError, SolverError, TimeLimitError, expect_type, short_repr
+from synth.figures import RoutedAllToAllFigures, RoutedTreeFigures
 from synth.result import Status, SynthResult, gap_pct
 from synth.schedule import Schedule
 from synth.routing import has_route_choice
@@ -38,8 +40,7 @@ ROUTINGS: tuple[str, ...] = ("auto", "free", "routed")
 
 def _routed(collective: Collective, topo: Topology, chunks: int | None, warm_from: Schedule | SynthResult | None,
             solver: str, time_limit_s: float | None) -> SynthResult:
-    """Routed synthesis, with the free-routing optimum and the executor's loss in ``stats``."""
-    from synth.bounds import optimal_bound
+    """Routed synthesis, with the free-routing optimum and the executor's loss in its routing figures."""
     from synth.routed import synthesize_routed
 
     if collective not in ("allgather", "reducescatter", "allreduce", "alltoall"):
@@ -47,12 +48,16 @@ def _routed(collective: Collective, topo: Topology, chunks: int | None, warm_fro
     result = synthesize_routed(collective, topo, chunks=chunks, warm_from=warm_from, solver=solver,
                                time_limit_s=time_limit_s)
     free = optimal_bound(collective, topo).algbw_GBps
+    figures = result.figures
+    if not isinstance(figures, RoutedTreeFigures | RoutedAllToAllFigures):
+        return result  # a failed re-check: no figures to complete
     # Never above the free optimum (a time-limited run states a proven upper bound, which may be).
-    routed = min(float(result.stats.get("routed_optimal_algbw_GBps", result.optimal_algbw_GBps)), free)
+    routed = min(figures.routing.routed_optimal_algbw_GBps, free)
     loss = max(0.0, 100.0 * (1.0 - routed / free)) if free > 0 else 0.0
     loss = 0.0 if loss < 1e-7 else loss  # LP round-off where the two optima coincide
-    return replace(result, stats={**result.stats, "free_optimal_algbw_GBps": free, "routed_optimal_algbw_GBps": routed,
-                                  "routing_gap_pct": loss})
+    routing = replace(figures.routing, free_optimal_algbw_GBps=free, routed_optimal_algbw_GBps=routed,
+                      routing_gap_pct=loss)
+    return replace(result, figures=replace(figures, routing=routing))
 
 
 @overload
@@ -105,8 +110,12 @@ def synthesize(  # type: ignore[misc]
     physical limit; a peer-addressed executor may not run such a schedule at its rate);
     ``"routed"`` uses only every GPU pair's route (:mod:`synth.routed`); ``"auto"`` (default) is
     ``"routed"`` where some pair has several switch-only paths and ``"free"`` elsewhere, where the
-    two coincide. A routed result's ``stats`` also carry the free-routing optimum and the gap.
-    AllToAllv is not routed.
+    two coincide. A routed result's ``figures.routing`` also carries the free-routing optimum and
+    the gap. AllToAllv is not routed.
+
+    An option that does not apply raises :class:`~synth.errors.SolverError` naming it: ``max_steps``
+    for a tree collective, a ``solver`` other than ``"highs"`` for a tree collective with free
+    routing (ForestColl solves no LP), ``routing="routed"`` for AllToAllv.
 
     >>> from synth import load_topology
     >>> r = synthesize("allgather", load_topology("ring:6"), ranks=[0, 1, 2])
@@ -114,6 +123,32 @@ def synthesize(  # type: ignore[misc]
     (3, [0, 1, 2])
     """
     expect_type(collective, str, "collective", SolverError)
+    topo, time_limit_s = _checked_args(topo, chunks, time_limit_s, ranks, relay)
+    if collective == "alltoallv":
+        return _alltoallv(topo, demand, chunks, max_steps, solver, time_limit_s, warm_from, routing)
+    if demand is not None:
+        raise SolverError(f"demand= is for alltoallv only, not {collective!r}")
+    if isinstance(warm_from, Schedule):
+        _check_warm_schedule(warm_from, topo)
+    elif warm_from is not None and not isinstance(warm_from, SynthResult):
+        raise SolverError(f"warm_from must be a Schedule, a SynthResult or None, got {type(warm_from).__name__}")
+    if routing not in ROUTINGS:
+        raise SolverError(f"routing must be one of {', '.join(ROUTINGS)}, got {short_repr(routing)}")
+    routed = routing == "routed" or (routing == "auto" and has_route_choice(topo))
+    _check_applies(collective, routed, max_steps, solver)
+    if routed:
+        return _certified(topo, _routed(collective, topo, chunks, warm_from, solver, time_limit_s))  # type: ignore[arg-type]
+    if collective == "alltoall":
+        from synth.alltoall_cg import synthesize_alltoall
+
+        return _certified(topo, synthesize_alltoall(topo, nchunks=chunks, max_steps=max_steps, solver=solver,
+                                                    time_limit_s=time_limit_s, warm_start=warm_from))
+    return _forestcoll(collective, topo, chunks, warm_from, time_limit_s)
+
+
+def _checked_args(topo: Topology, chunks: int | None, time_limit_s: float | None, ranks: Sequence[Rank] | None,
+                  relay: bool) -> tuple[Topology, float | None]:
+    """The topology to synthesize on (the communicator of ``ranks``) and the checked time limit."""
     if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int)):
         raise SolverError(f"chunks must be an integer >= 1 or None, got {short_repr(chunks)}")
     if chunks is not None and chunks < 1:
@@ -125,44 +160,47 @@ def synthesize(  # type: ignore[misc]
         topo = communicator(topo, ranks, relay=relay)
     elif relay:
         raise SolverError("relay=True needs ranks (the communicator whose non-members relay)")
-    if collective == "alltoallv":
-        from synth.alltoall_cg import synthesize_alltoallv
+    return topo, time_limit_s
 
-        if demand is None:
-            raise SolverError("alltoallv needs demand= (an N x N matrix of bytes per ordered rank pair)")
-        return synthesize_alltoallv(topo, demand, nchunks=16 if chunks is None else chunks, max_steps=max_steps,
-                                    solver=solver, time_limit_s=time_limit_s,
-                                    warm_start=cast("AllToAllvResult | None", warm_from))
-    if demand is not None:
-        raise SolverError(f"demand= is for alltoallv only, not {collective!r}")
-    if isinstance(warm_from, Schedule):
-        _check_warm_schedule(warm_from, topo)
-    elif warm_from is not None and not isinstance(warm_from, SynthResult):
-        raise SolverError(f"warm_from must be a Schedule, a SynthResult or None, got {type(warm_from).__name__}")
-    if routing not in ROUTINGS:
-        raise SolverError(f"routing must be one of {', '.join(ROUTINGS)}, got {short_repr(routing)}")
-    if routing == "routed" or (routing == "auto" and has_route_choice(topo)):
-        return _certified(topo, _routed(collective, topo, chunks, warm_from, solver, time_limit_s))  # type: ignore[arg-type]
+
+def _check_applies(collective: str, routed: bool, max_steps: int | None, solver: str) -> None:
+    """Refuse an option that the collective's synthesizer would not use (rather than ignore it)."""
+    if collective not in ("allgather", "reducescatter", "allreduce", "alltoall"):
+        raise SolverError(f"unknown collective {collective!r}")
     if collective == "alltoall":
-        from synth.alltoall_cg import synthesize_alltoall
+        return
+    if max_steps is not None:
+        raise SolverError(f"max_steps={max_steps!r} does not apply to {collective}: it bounds the hops of "
+                          f"alltoall and alltoallv paths")
+    if solver != "highs" and not routed:
+        raise SolverError(f"solver={short_repr(solver)} does not apply to {collective} with free routing: "
+                          f"ForestColl solves no LP (solver is for alltoall, alltoallv and routed synthesis)")
 
-        return _certified(topo, synthesize_alltoall(
-            topo,
-            nchunks=chunks,
-            max_steps=max_steps,
-            solver=solver,
-            time_limit_s=time_limit_s,
-            warm_start=warm_from,
-        ))
+
+def _alltoallv(topo: Topology, demand: Any, chunks: int | None, max_steps: int | None, solver: str,
+               time_limit_s: float | None, warm_from: Any, routing: str) -> AllToAllvResult:
+    """:func:`synthesize`'s AllToAllv (16 chunks per block by default; never routed)."""
+    from synth.alltoall_cg import synthesize_alltoallv
+
+    if demand is None:
+        raise SolverError("alltoallv needs demand= (an N x N matrix of bytes per ordered rank pair)")
+    if routing == "routed":
+        raise SolverError("routing='routed' does not apply to alltoallv: AllToAllv is synthesized with free routing")
+    return synthesize_alltoallv(topo, demand, nchunks=16 if chunks is None else chunks, max_steps=max_steps,
+                                solver=solver, time_limit_s=time_limit_s,
+                                warm_start=cast("AllToAllvResult | None", warm_from))
+
+
+def _forestcoll(collective: str, topo: Topology, chunks: int | None, warm_from: Schedule | SynthResult | None,
+                time_limit_s: float | None) -> SynthResult:
+    """A tree collective by ForestColl; a time limit keeps the warm start's schedule where it is valid."""
     from synth import forestcoll_warm
 
     fn = {
         "allgather": forestcoll_warm.synthesize_allgather,
         "reducescatter": forestcoll_warm.synthesize_reducescatter,
         "allreduce": forestcoll_warm.synthesize_allreduce,
-    }.get(collective)
-    if fn is None:
-        raise SolverError(f"unknown collective {collective!r}")
+    }[collective]
     warm_schedule = warm_from.schedule if isinstance(warm_from, SynthResult) else warm_from
     start = time.perf_counter()
     try:
@@ -174,13 +212,15 @@ def synthesize(  # type: ignore[misc]
         kept = _warm_fallback(collective, topo, warm_schedule)
         elapsed = time.perf_counter() - start
         if kept is None:
-            return SynthResult(Status.TIME_LIMIT, f"{exc} before a schedule was built (no schedule)", None, 0.0,
-                               math.inf, 100.0, elapsed, warm_from is not None)
+            return SynthResult(status=Status.TIME_LIMIT, message=f"{exc} before a schedule was built (no schedule)",
+                               schedule=None, algbw_GBps=0.0, optimal_algbw_GBps=math.inf, gap_pct=100.0,
+                               solve_time_s=elapsed, warm=warm_from is not None)
         sched, algbw, upper = kept
         gap = gap_pct(algbw, upper)
-        return SynthResult(Status.TIME_LIMIT, f"{exc}; kept the warm-start schedule, valid on {topo.name!r}: "
-                           f"{algbw:.6g} GB/s, gap <= {gap:.3f}% vs a proven upper bound of {upper:.6g} GB/s",
-                           sched, algbw, upper, gap, elapsed, True)
+        return SynthResult(status=Status.TIME_LIMIT, message=f"{exc}; kept the warm-start schedule, valid on "
+                           f"{topo.name!r}: {algbw:.6g} GB/s, gap <= {gap:.3f}% vs a proven upper bound of "
+                           f"{upper:.6g} GB/s", schedule=sched, algbw_GBps=algbw, optimal_algbw_GBps=upper,
+                           gap_pct=gap, solve_time_s=elapsed, warm=True)
 
 
 def _certified(topo: Topology, result: SynthResult) -> SynthResult:
@@ -193,8 +233,6 @@ def _certified(topo: Topology, result: SynthResult) -> SynthResult:
 
 def _warm_fallback(collective: str, topo: Topology, warm: Schedule | None) -> tuple[Schedule, float, float] | None:
     """(the warm schedule, its algbw on ``topo``, a proven upper bound) when it is valid on ``topo``."""
-    from synth.bounds import optimal_bound
-
     if warm is None or warm.collective != collective or warm.nranks != topo.nranks:
         return None
     try:

@@ -23,6 +23,7 @@ from runtime.formats.telemetry import Sample
 
 from .engine import Timing, reducer, run_rank_plan
 from .errors import ExecutorError, StagingError, SwapTimeoutError
+from .incarnation import incarnation_id
 from .plan import Plan, compile_program
 from .sources import load_programs
 from .throttle import Throttle, emulation_from_env
@@ -152,6 +153,8 @@ class Executor:
             ranks=self._peers, backend="gloo", timeout=timedelta(seconds=control_timeout_s))
         self._store = default_store(dist) if store is None else store
         self._key = agreement_key(self._store, comm, self._peers, self.global_rank)
+        #: This executor start's id, shared by its ranks; carried by every sample (runtime.executor.incarnation).
+        self.incarnation = incarnation_id(self._store, self._key, self.size)
         self.seq = 0
         self.sync_index = 0
         self.active: dict[str, int | None] = {}
@@ -449,7 +452,7 @@ class Executor:
             g = self._peers[peer]
             busy = timing.busy_s(peer)
             samples.append(Sample(t_s, self.comm, meta["seq"], meta["version"], "pair", me, g, timing.bytes_to[peer],
-                                  busy, meta["coll"], "executor"))
+                                  busy, meta["coll"], "executor", incarnation=self.incarnation))
             if self._hosts[g] == self._hosts[me]:
                 inject_bytes += timing.bytes_to[peer]
                 a, b = timing.first_post[peer], timing.last_done[peer]
@@ -466,7 +469,7 @@ class Executor:
                 busy = max(sum(max(ends[p] for p in local if p in ends) - t0
                                for t0, ends in timing.paced_rounds if any(p in ends for p in local)), 1e-9)
             samples.append(Sample(t_s, self.comm, meta["seq"], meta["version"], "inject", me, None, inject_bytes,
-                                  busy, meta["coll"], "executor"))
+                                  busy, meta["coll"], "executor", incarnation=self.incarnation))
         sink = self.sink
         if sink is None:
             return
@@ -648,7 +651,7 @@ class Executor:
                 sends[self._peers[r]] = k * inp.element_size()
             try:
                 self.sink([Sample(time.time(), self.comm, seq, None, "demand", self.global_rank, None, sum(sends),
-                                  1e-9, "alltoallv", "executor", {"send_bytes": sends})])
+                                  1e-9, "alltoallv", "executor", {"send_bytes": sends}, self.incarnation)])
             except Exception as exc:  # noqa: BLE001 - telemetry must never stop training
                 self._say_once(f"telemetry sink failed: {exc!r}")
         sched = getattr(self, "alltoallv_schedule", None)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.errors import ProfileError
+from runtime.formats.store import _NAME_OK
 from synth import COLLECTIVES, Topology
 from synth.fileio import write_text_atomic
 
@@ -141,6 +142,10 @@ def profile_from_dict(data: Mapping[str, Any]) -> JobProfile:
         name = c.get("name")
         if not isinstance(name, str) or not name or len(name) > 256:
             raise ProfileError(f"profile: communicator {i}: name must be a non-empty string")
+        if not _NAME_OK.fullmatch(name):  # it names the communicator's directory in the store
+            raise ProfileError(f"profile: communicator {i}: name {name[:60]!r} cannot name a store directory "
+                               "(letters, digits, '.', '_', '-', starting with a letter or digit; at most 128 "
+                               "characters)")
         if name in seen:
             raise ProfileError(f"profile: communicator {name!r} is defined twice")
         seen.add(name)

@@ -38,6 +38,7 @@ from typing import Any
 from msccl_xml import export
 from runtime.errors import StoreError
 from synth import LoopcollError, Schedule, SynthResult, Topology
+from synth.figures import warm_mode_of
 from synth.fileio import write_text_atomic
 
 __all__ = ["STORE_FORMAT", "Band", "VersionEntry", "VersionStore"]
@@ -154,7 +155,7 @@ class VersionEntry:
 
 
 def _check_name(value: str, what: str) -> str:
-    if not isinstance(value, str) or not _NAME_OK.match(value):
+    if not isinstance(value, str) or not _NAME_OK.fullmatch(value):
         raise StoreError(f"{what} {str(value)[:60]!r} cannot name a store directory "
                          "(letters, digits, '.', '_', '-'; at most 128 characters)")
     return value
@@ -334,7 +335,7 @@ class VersionStore:
             assert sched0 is not None
             if isinstance(first, SynthResult):
                 algbw, optimal = first.algbw_GBps, first.optimal_algbw_GBps
-                warm_mode = first.stats.get("warm_mode") if first.stats else None
+                warm_mode = warm_mode_of(first.figures)
                 synth_s, status = first.solve_time_s, first.status.value
             else:
                 algbw = sched0.algbw_GBps(topology)

@@ -236,7 +236,8 @@ class AllToAllvPlanner:
             write_text_atomic(path, res.schedule.to_json())
         entry = AllToAllvVersion(comm, version, time.time() if now_s is None else float(now_s), shift, _sha(m),
                                  float(m.sum()), res.completion_time_s, res.optimal_time_s, res.gap_pct, took,
-                                 res.warm, int(res.stats.get("cg_iterations", 0)), int(res.stats.get("lp_pivots", 0)),
+                                 res.warm, 0 if res.figures is None else res.figures.cg_iterations,
+                                 0 if res.figures is None else res.figures.lp_pivots,
                                  rel)
         self.versions.setdefault(comm, []).append(entry)
         self.results[comm] = res

@@ -38,6 +38,7 @@ from runtime.formats.store import VersionEntry, VersionStore
 from runtime.loop.detector import Verdict, detect
 from runtime.loop.estimator import LinkEstimate, LinkEstimator
 from synth import Collective, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
+from synth.figures import warm_mode_of
 
 __all__ = ["Deployed", "Job", "ManagerConfig", "ScheduleManager", "flag_reason", "size_bands", "SYNTHESIZABLE"]
 
@@ -357,7 +358,7 @@ class ScheduleManager:
             self.counters.syntheses += 1
             self._log({"event": "synthesized", "t_s": now, "comm": key[0], "collective": key[1],
                        "synth_time_s": took, "status": res.status.value,
-                       "warm_mode": res.stats.get("warm_mode") if res.stats else None,
+                       "warm_mode": warm_mode_of(res.figures),
                        "algbw_GBps": res.algbw_GBps})
             charged = took if self.charged_synth_s is None else self.charged_synth_s
             ready = now + charged if clock is None else max(now + took, clock())

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from runtime.errors import WireError
-from runtime.service.wire import DAEMON_TO_CLIENT, MAX_MESSAGE_BYTES, ROLES, LineFramer, decode, encode
+from runtime.service.wire import DAEMON_TO_CLIENT, MAX_MESSAGE_BYTES, ROLES, LineFramer, check_token, decode, encode
 
 __all__ = ["Client", "parse_address", "read_token"]
 
@@ -47,6 +47,7 @@ _BACKOFF_MAX_S = 5.0
 _BATCH_TARGET_BYTES = 256 << 10
 _WAKE: dict[str, Any] = {}
 _ID_ROOM = 32  # bytes a request id adds to a message
+_PING = encode({"type": "ping"})
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -59,23 +60,38 @@ def parse_address(address: str) -> tuple[str, int]:
 
 
 def read_token(token: str | None = None, token_file: str | os.PathLike[str] | None = None) -> str:
-    """The shared token: ``token``, else the file ``token_file`` (stripped), else ``$LOOPCOLL_TOKEN``."""
+    """The shared token: ``token``, else the file ``token_file``, else ``$LOOPCOLL_TOKEN``.
+
+    A token file holds the token on its first line, exactly (surrounding spaces belong to it; the line break
+    ending it does not; blank lines may follow), so a token written with its line break reads back the same.
+
+    >>> import tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "token"); _ = open(path, "w").write("  spaced token \\n")
+    >>> read_token(token_file=path)
+    '  spaced token '
+    """
     if token:
         return token
     if token_file is not None:
+        where = f"token file {os.fspath(token_file)!r}"
         try:
-            with open(token_file, encoding="utf-8") as fh:
-                text = fh.read(8192).strip()
+            with open(token_file, encoding="utf-8", newline="") as fh:
+                text = fh.read(8192)
         except OSError as exc:
-            raise WireError(f"token file {os.fspath(token_file)!r}: cannot read: {exc.strerror}",
-                            reason="auth") from None
-        if not text:
-            raise WireError(f"token file {os.fspath(token_file)!r} is empty", reason="auth")
-        return text
+            raise WireError(f"{where}: cannot read: {exc.strerror}", reason="auth") from None
+        except UnicodeDecodeError:
+            raise WireError(f"{where}: not UTF-8 text", reason="auth") from None
+        line, _, rest = text.partition("\n")
+        line = line.removesuffix("\r")
+        if not line.strip():
+            raise WireError(f"{where} is empty", reason="auth")
+        if rest.strip():
+            raise WireError(f"{where}: holds more than one line (the token is the first line alone)", reason="auth")
+        return check_token(line, where)
     env = os.environ.get("LOOPCOLL_TOKEN", "")
     if not env:
         raise WireError("no token: pass token=, a token file, or set LOOPCOLL_TOKEN", reason="auth")
-    return env
+    return check_token(env, "LOOPCOLL_TOKEN")
 
 
 class _Slot:
@@ -143,6 +159,8 @@ class Client:
         self.error: WireError | None = None
         self._inflight = 0
         self._flush = threading.Condition()
+        self._ping_s: float | None = None  # a third of the daemon's idle timeout (from its hello reply)
+        self._last_write_s = time.monotonic()
         self._connect()
         self._reader = threading.Thread(target=self._read_loop, name="loopcoll-client-reader", daemon=True)
         self._sender = threading.Thread(target=self._send_loop, name="loopcoll-client-sender", daemon=True)
@@ -176,6 +194,8 @@ class Client:
                 raise WireError(f"daemon {self.address}: {reply['message']}", reason=reason)
             if reply["type"] != "hello":
                 raise WireError(f"daemon {self.address}: expected hello, got {reply['type']}", reason="protocol")
+            idle_s = reply["idle_timeout_s"]
+            self._ping_s = None if idle_s is None else idle_s / 3
         except socket.timeout:
             sock.close()
             raise WireError(f"daemon {self.address}: no hello reply within {self.timeout_s} s",
@@ -281,6 +301,7 @@ class Client:
         with self._wlock:
             try:
                 sock.sendall(data)
+                self._last_write_s = time.monotonic()
             except OSError as exc:
                 self._lost(sock)
                 raise WireError(f"connection to {self.address} lost: {exc.strerror or exc}", reason="closed") from None
@@ -332,6 +353,7 @@ class Client:
             except queue.Empty:
                 if self._closing.is_set():
                     return
+                self._heartbeat()
                 continue
             if first is _WAKE:
                 if self._closing.is_set():
@@ -356,6 +378,16 @@ class Client:
                 self.sent_samples += sent
                 self.dropped_samples += len(batch) - sent
                 self._flush.notify_all()
+
+    def _heartbeat(self) -> None:
+        """Send a ``ping`` when nothing was written for a third of the daemon's idle timeout (sender thread)."""
+        ping_s = self._ping_s
+        if ping_s is None or not self._connected.is_set() or time.monotonic() - self._last_write_s < ping_s:
+            return
+        try:
+            self._write(_PING)
+        except WireError:
+            pass  # the reader notices the lost connection
 
     def _deliver(self, batch: list[dict[str, Any]]) -> int:
         parts = self._lines(batch)

@@ -15,10 +15,15 @@ thread to reap. Nothing slow runs on the loop:
   ``poll_interval_s``; newly published versions are handed to the loop, which pushes them to subscribers.
 * ``status`` requests run on a small thread pool (``controller.status`` may wait for a lock ``poll`` holds).
 
-Memory bounds: at most ``max_clients`` connections (more are refused with an ``error``), each holding at most
-one message (1 MiB) of unparsed input plus one socket read, at most ``max_pending_requests`` requests in flight,
-and at most ``client_write_limit_bytes`` of unsent output (a client that does not read is dropped); the ingest
-queue holds at most ``ingest_queue_bytes`` of messages. Every connection event and decision is one structured
+Memory bounds: at most ``max_clients`` authenticated clients (more are refused with an ``error``) plus at most
+``max_unauthenticated`` connections still to send their ``hello`` (the oldest makes room for a new one), each
+holding at most one message (1 MiB) of unparsed input plus one socket read, at most ``max_pending_requests``
+requests in flight (past that the connection is not read, and what was read waits), and at most
+``client_write_limit_bytes`` of unsent output (a client that does not read is dropped); the ingest queue holds
+at most ``ingest_queue_bytes`` of messages. Time bounds: ``hello_timeout_s`` to authenticate,
+``idle_timeout_s`` without a message for an authenticated client (:class:`~runtime.service.client.Client`
+pings); failed tokens are rate-limited per host (``runtime.service._guard``). ``docs/controller.md`` §8 lists
+them all. Every connection event and decision is one structured
 log record (a dict handed to ``log``; the CLI writes JSON lines).
 
 Examples
@@ -58,7 +63,8 @@ from typing import Any, Protocol
 
 from runtime.errors import WireError
 from runtime.service._connection import Connection, resolve_store_file, version_message
-from runtime.service.wire import json_safe
+from runtime.service._guard import AuthGuard
+from runtime.service.wire import check_token, json_safe
 
 __all__ = ["ControllerLike", "DaemonConfig", "DaemonHandle", "json_log", "resolve_store_file", "serve"]
 
@@ -76,16 +82,27 @@ class ControllerLike(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class DaemonConfig:
-    """The daemon's bounds and intervals (defaults documented in ``docs/telemetry.md`` §4)."""
+    """The daemon's bounds and intervals (``docs/controller.md``, "Limits and timeouts").
+
+    ``max_clients`` bounds authenticated connections; ``max_unauthenticated`` those still to send their
+    ``hello`` (each within ``hello_timeout_s``; when that pool is full the oldest is dropped to make room).
+    ``idle_timeout_s`` drops an authenticated client that sends nothing (its :class:`Client` pings at a third
+    of it; ``None``: never). A host with ``auth_failures_per_window`` wrong tokens within ``auth_window_s`` is
+    refused until the window ends.
+    """
 
     poll_interval_s: float = 0.05
     max_clients: int = 64
     ingest_queue_bytes: int = 4 << 20
     client_write_limit_bytes: int = 8 << 20
     max_pending_requests: int = 4
-    hello_timeout_s: float = 10.0
+    hello_timeout_s: float = 5.0
     bootstrap: bool = True
     shutdown_grace_s: float = 5.0
+    max_unauthenticated: int = 16
+    idle_timeout_s: float | None = 60.0
+    auth_failures_per_window: int = 10
+    auth_window_s: float = 10.0
 
 
 _LOG_LOCK = threading.Lock()
@@ -133,10 +150,13 @@ class _Daemon:
         self._log = log
         self.ids = itertools.count(1)
         self.conns: dict[int, Connection] = {}
+        self.preauth: dict[int, Connection] = {}  # not yet authenticated, oldest first
         self.paused: dict[int, Connection] = {}  # clients paused for the ingest queue
         self.counters: Counter[str] = Counter()
         self.latest: dict[tuple[str, str], dict[str, Any]] = {}
         self.loop = asyncio.new_event_loop()
+        self.auth_guard = AuthGuard(budget=config.auth_failures_per_window, window_s=config.auth_window_s,
+                                    loop=self.loop, log=self.log)
         self.stop = threading.Event()
         self.ingest_q: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.q_lock = threading.Lock()
@@ -194,9 +214,12 @@ class _Daemon:
         with self.q_lock:
             if self.q_bytes > self.config.ingest_queue_bytes // 2:
                 return
-        for conn in list(self.paused.values()):
-            conn.resume("ingest")
+        # Taken out first: a resumed connection handles the messages it had read at once, and one of them may
+        # pause it (and list it here) again.
+        paused = list(self.paused.values())
         self.paused.clear()
+        for conn in paused:
+            conn.resume("ingest")
 
     def ingest_worker(self) -> None:
         while True:
@@ -348,6 +371,7 @@ class DaemonHandle:
 
         async def shutdown() -> None:
             self._server.close()
+            d.auth_guard.close()
             for conn in list(d.conns.values()):
                 if conn.transport is not None:
                     conn.closed = True
@@ -395,10 +419,15 @@ def serve(
     ``store_dir`` is the store directory ``get`` serves files from (none served when ``None``);
     ``refuse_files`` are never served (the token file). The controller's latest versions are pushed to
     executors right after their ``hello``; ``bootstrap`` then ``poll`` run on the poll thread. Raises
-    :class:`WireError` (reason ``listen``) when the address cannot be bound.
+    :class:`WireError` (reason ``listen``) when the address cannot be bound, (reason ``auth``) for a token
+    that is empty, not one line or not UTF-8 text, and ``ValueError`` naming a bound that is not positive.
     """
-    if not token:
-        raise WireError("daemon: the token must not be empty", reason="auth")
+    check_token(token, "daemon")
+    for name in ("max_clients", "max_unauthenticated", "max_pending_requests", "auth_failures_per_window",
+                 "hello_timeout_s", "auth_window_s", "idle_timeout_s"):
+        value = getattr(config, name)
+        if not (value is None and name == "idle_timeout_s") and not value > 0:
+            raise ValueError(f"DaemonConfig.{name} must be > 0, got {value!r}")
     if poll_interval_s is not None:
         config = DaemonConfig(**{**{f: getattr(config, f) for f in config.__dataclass_fields__},
                                  "poll_interval_s": poll_interval_s})

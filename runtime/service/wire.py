@@ -16,7 +16,7 @@ Examples
 >>> decode(b'{"type": "nope"}', CLIENT_TO_DAEMON)
 Traceback (most recent call last):
 ...
-runtime.errors.WireError: message type 'nope' is not one of get, hello, samples, status
+runtime.errors.WireError: message type 'nope' is not one of get, hello, ping, samples, status
 >>> encode({"type": "error", "message": "bad token"})
 b'{"message":"bad token","type":"error"}\\n'
 """
@@ -36,6 +36,8 @@ __all__ = [
     "FILE_CHUNK_BYTES",
     "MAX_MESSAGE_BYTES",
     "PROTOCOL",
+    "check_token",
+    "request_id",
     "ROLES",
     "LineFramer",
     "decode",
@@ -142,6 +144,53 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+def check_token(token: str, where: str) -> str:
+    """``token`` when it can be a shared token: non-empty, one line, no NUL, valid UTF-8 text (no lone
+    surrogate); else :class:`WireError` (reason ``auth``) naming ``where`` it came from. Spaces are kept.
+
+    >>> check_token("  spaced  ", "LOOPCOLL_TOKEN")
+    '  spaced  '
+    >>> check_token("\\ud800", "hello")
+    Traceback (most recent call last):
+    ...
+    runtime.errors.WireError: hello: the token must be valid UTF-8 text (it holds a lone surrogate)
+    """
+    if not token:
+        raise WireError(f"{where}: the token must not be empty", reason="auth")
+    if any(c in token for c in "\n\r\x00"):
+        raise WireError(f"{where}: the token must be one line without NUL", reason="auth")
+    if not _is_text(token):
+        raise WireError(f"{where}: the token must be valid UTF-8 text (it holds a lone surrogate)", reason="auth")
+    return token
+
+
+def _is_text(value: str) -> bool:
+    """Whether ``value`` encodes as UTF-8 (JSON's ``"\\ud800"`` escape decodes to a lone surrogate, which does not)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def request_id(line: bytes | str) -> dict[str, Any]:
+    """``{"id": ...}`` of a message line whose id is valid, else ``{}``: lets a refusal of a message that failed
+    validation still carry its id.
+
+    >>> request_id(b'{"type": "nope", "id": 7}'), request_id(b"not json")
+    ({'id': 7}, {})
+    """
+    try:
+        msg = json.loads(line)
+    except (ValueError, RecursionError):
+        return {}
+    rid = msg.get("id") if isinstance(msg, dict) else None
+    if isinstance(rid, bool) or not isinstance(rid, (int, str)) or (isinstance(rid, str) and
+                                                                    (len(rid) > _MAX_ID or not _is_text(rid))):
+        return {}
+    return {"id": rid}
+
+
 def _fail(message: str) -> WireError:
     return WireError(message[:300], reason="protocol")
 
@@ -151,7 +200,8 @@ def _opt_id(msg: dict[str, Any]) -> None:
     if rid is None:
         msg.pop("id", None)
         return
-    if isinstance(rid, bool) or not isinstance(rid, (int, str)) or (isinstance(rid, str) and len(rid) > _MAX_ID):
+    if isinstance(rid, bool) or not isinstance(rid, (int, str)) or (isinstance(rid, str) and
+                                                                    (len(rid) > _MAX_ID or not _is_text(rid))):
         raise _fail(f"{msg['type']}: id must be an integer or a string of at most {_MAX_ID} characters")
 
 
@@ -160,6 +210,8 @@ def _str(msg: dict[str, Any], key: str, limit: int, *, empty: bool = False) -> s
     if not isinstance(value, str) or (not value and not empty) or len(value) > limit:
         raise _fail(f"{msg['type']}: {key} must be a {'' if empty else 'non-empty '}string of at most "
                     f"{limit} characters")
+    if not _is_text(value):
+        raise _fail(f"{msg['type']}: {key} must be valid UTF-8 text (it holds a lone surrogate)")
     return value
 
 
@@ -182,7 +234,7 @@ def _hello(msg: dict[str, Any]) -> None:
     _int(msg, "rank", nullable=True)
     comms = msg.setdefault("comms", [])
     if (not isinstance(comms, list) or len(comms) > _MAX_COMMS
-            or not all(isinstance(c, str) and 0 < len(c) <= _MAX_NAME for c in comms)):
+            or not all(isinstance(c, str) and 0 < len(c) <= _MAX_NAME and _is_text(c) for c in comms)):
         raise _fail(f"hello: comms must be a list of at most {_MAX_COMMS} communicator names")
 
 
@@ -199,6 +251,10 @@ def _get(msg: dict[str, Any]) -> None:
     _int(msg, "offset", default=0)
 
 
+def _ping(msg: dict[str, Any]) -> None:
+    """A heartbeat (no fields, no answer): keeps an otherwise silent client under the idle timeout."""
+
+
 def _status_request(msg: dict[str, Any]) -> None:
     if not isinstance(msg.setdefault("prometheus", False), bool):
         raise _fail("status: prometheus must be a boolean")
@@ -206,6 +262,9 @@ def _status_request(msg: dict[str, Any]) -> None:
 
 def _hello_reply(msg: dict[str, Any]) -> None:
     _int(msg, "protocol")
+    idle = msg.setdefault("idle_timeout_s", None)
+    if idle is not None and (isinstance(idle, bool) or not isinstance(idle, (int, float)) or not idle > 0):
+        raise _fail("hello: idle_timeout_s must be a number > 0 or null")
 
 
 def _samples_reply(msg: dict[str, Any]) -> None:
@@ -243,7 +302,7 @@ def _error(msg: dict[str, Any]) -> None:
 _Check = Callable[[dict[str, Any]], None]
 #: Message types a client sends, with their validators.
 CLIENT_TO_DAEMON: Mapping[str, _Check] = {
-    "get": _get, "hello": _hello, "samples": _samples, "status": _status_request,
+    "get": _get, "hello": _hello, "ping": _ping, "samples": _samples, "status": _status_request,
 }
 #: Message types the daemon sends, with their validators.
 DAEMON_TO_CLIENT: Mapping[str, _Check] = {

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from synth.alltoall_cg._expanded import ExpandedGraph, Network
-from synth.alltoall_cg._master import TreeMaster
+from synth.kernels.tree_master import TreeMaster
 from synth.alltoall_cg._pool import PathPool, TreePool
 from synth.alltoall_cg._pricing import TreeSet, price_trees, tree_costs
 from synth.errors import SolverError

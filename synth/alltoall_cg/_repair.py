@@ -29,7 +29,7 @@ Examples
 >>> from synth.topologies import load_topology
 >>> prev = synthesize_alltoall(load_topology("hpn:1x2x8"))
 >>> r = synthesize_alltoall(load_topology("hpn:1x2x8", ["fail2"]), warm_start=prev)
->>> r.stats["warm_mode"], r.stats["repaired_blocks"], round(r.optimal_algbw_GBps, 4)
+>>> r.figures.warm_mode, r.figures.repaired_blocks, round(r.optimal_algbw_GBps, 4)
 ('repair', 16, 89.0625)
 """
 
@@ -56,7 +56,7 @@ from synth.alltoall_cg._rounding import (
     ROUNDING_RETRY_GAP,
     DiveResult,
     Pricer,
-    _DiveLp,
+    DiveLp,
     balanced_remainder,
     deep_dive,
 )
@@ -147,7 +147,7 @@ def pair_pricer(ctx: _Context) -> Pricer:
     return price
 
 
-def _crash(dive: _DiveLp, seeds: IntArray, fixed_unit: FloatArray) -> None:
+def _crash(dive: DiveLp, seeds: IntArray, fixed_unit: FloatArray) -> None:
     """Start the repair LP from a feasible basis: one seed path per block carries it whole, T sits
     at the busiest link's ratio (that link's row is tight), every other link's slack is basic."""
     net = dive.cg.net
@@ -163,9 +163,9 @@ def _crash(dive: _DiveLp, seeds: IntArray, fixed_unit: FloatArray) -> None:
 
 def _repair_lp(ctx: _Context, pricer: Pricer, moved_pids: IntArray, m_starts: IntArray, m_links: IntArray,
                active_k: IntArray, fixed: FloatArray, k: int,
-               deadline: float | None) -> tuple[_DiveLp, LpSolution, int, int]:
+               deadline: float | None) -> tuple[DiveLp, LpSolution, int, int]:
     """The repair LP of the ``active_k`` blocks around ``fixed`` loads, solved and priced out."""
-    dive = _DiveLp(ctx, active_k, np.full(len(active_k), k, dtype=np.int64), fixed / k, k)
+    dive = DiveLp(ctx, active_k, np.full(len(active_k), k, dtype=np.int64), fixed / k, k)
     # Seeds: the old paths that are still alive, and a capacity-aware shortest path per block.
     new = ctx.net.caps_GBps
     live = new > 0
@@ -180,7 +180,7 @@ def _repair_lp(ctx: _Context, pricer: Pricer, moved_pids: IntArray, m_starts: In
     return dive, sol, rounds, pivots
 
 
-def _solve_priced(dive: _DiveLp, pricer: Pricer, nchunks: int, deadline: float | None) -> tuple[LpSolution, int, int]:
+def _solve_priced(dive: DiveLp, pricer: Pricer, nchunks: int, deadline: float | None) -> tuple[LpSolution, int, int]:
     """Re-solve and price until no path improves: (solution, rounds, pivots)."""
     method: LpMethod = "primal"
     pivots = 0
@@ -215,19 +215,74 @@ def repair(topology: Topology, net: Network, paths: PathPool, rounded: RoundedSt
     if not changed.any() or (new[changed] > old[changed]).any():
         return None
     t0 = time.perf_counter()
-    n, k = net.n_gpus, rounded.nchunks
+    n = net.n_gpus
     paths = copy.copy(paths)
     paths.net = net
-    pid, chunks = rounded.route_pid, rounded.route_chunks
-    starts, links = paths.link_csr(pid)
-    hit = np.logical_or.reduceat(changed[links], starts[:-1]) if len(links) else np.zeros(0, dtype=bool)
-    block = paths.src[pid] * n + paths.dst[pid]
+    blocks = _Blocks.of(paths, rounded, n)
+    hit = np.logical_or.reduceat(changed[blocks.links], blocks.starts[:-1]) if len(blocks.links) \
+        else np.zeros(0, dtype=bool)
     touched = np.zeros(n * n, dtype=bool)
-    touched[block[hit]] = True
-    graph = ExpandedGraph.build(net, steps)
-    ctx = _Context(net, paths, graph, ExpandedGraph.build(reversed_network(net), steps), solver, scale)
+    touched[blocks.block[hit]] = True
+    ctx = _Context(net, paths, ExpandedGraph.build(net, steps), ExpandedGraph.build(reversed_network(net), steps),
+                   solver, scale)
     pricer = pair_pricer(ctx)
-    bound_graph = ExpandedGraph.build(net, None) if free_bound else graph
+    cert = _certified_lp(ctx, pricer, blocks, rounded, touched, free_bound, deadline)
+    if cert is None:
+        return None
+    t_round = time.perf_counter()
+    picked = _round_touched(topology, ctx, pricer, blocks, cert, rounded.nchunks, deadline)
+    if picked is None:
+        log.info("alltoall_cg: local repair's rounding failed its check; full warm CG runs")
+        return None
+    rounding_time = time.perf_counter() - t_round
+    state = _spliced(topology, paths, blocks, rounded, cert, picked, cache, meta, free_bound)
+    log.info("alltoall_cg: local repair re-routed %d blocks in %.3f s (certified, T %.9g)", len(cert.active_k),
+             time.perf_counter() - t0, cert.t_lp)
+    return Repair(state, paths, picked[1][0], cert.t_lp, cert.certificate, len(cert.active_k), cert.rounds,
+                  cert.pivots, cert.lp_time_s, ctx.pricing_time_s, rounding_time, picked[0])
+
+
+@dataclass(frozen=True, eq=False)
+class _Blocks:
+    """The previous rounding's routes on the repair's pool: path, chunks, links (CSR) and block."""
+
+    pid: IntArray
+    chunks: IntArray
+    starts: IntArray
+    links: IntArray
+    block: IntArray  # source * N + destination of each route
+
+    @classmethod
+    def of(cls, paths: PathPool, rounded: RoundedState, n: int) -> _Blocks:
+        pid = rounded.route_pid
+        starts, links = paths.link_csr(pid)
+        return cls(pid, rounded.route_chunks, starts, links, paths.src[pid] * n + paths.dst[pid])
+
+
+@dataclass(frozen=True, eq=False)
+class _Certified:
+    """A repair LP proven optimal for the full problem: its blocks, loads, solution and work."""
+
+    dive: DiveLp
+    sol: LpSolution
+    t_lp: float
+    certificate: str  # "Farley bound" or "previous optimum"
+    touched: npt.NDArray[np.bool_]  # per block
+    moved: npt.NDArray[np.bool_]  # per previous route
+    active_k: IntArray
+    fixed: FloatArray  # chunks per link of the untouched blocks
+    lp_time_s: float
+    rounds: int
+    pivots: int
+
+
+def _certified_lp(ctx: _Context, pricer: Pricer, blocks: _Blocks, rounded: RoundedState,
+                  touched: npt.NDArray[np.bool_], free_bound: bool, deadline: float | None) -> _Certified | None:
+    """The repair LP of the ``touched`` blocks, grown over its binding links until a lower bound
+    proves it optimal; None when it is not proven (or not solved) within the limits."""
+    net, k = ctx.net, rounded.nchunks
+    n, new = net.n_gpus, net.caps_GBps
+    bound_graph = ExpandedGraph.build(net, None) if free_bound else ctx.graph
     monotone = rounded.unbounded or not free_bound
     lp_time, rounds, pivots = 0.0, 0, 0
     limit = max(MAX_BLOCKS_PER_GPU * n, 64)
@@ -237,19 +292,20 @@ def repair(topology: Topology, net: Network, paths: PathPool, rounded: RoundedSt
             log.info("alltoall_cg: local repair would re-route %d blocks (> %d); full warm CG runs", len(active_k),
                      limit)
             return None
-        moved = touched[block]
-        m_starts, m_links = paths.link_csr(pid[moved])
-        fixed = rounded.loads - np.bincount(m_links, weights=np.repeat(chunks[moved], np.diff(m_starts)),
+        moved = touched[blocks.block]
+        m_starts, m_links = ctx.paths.link_csr(blocks.pid[moved])
+        fixed = rounded.loads - np.bincount(m_links, weights=np.repeat(blocks.chunks[moved], np.diff(m_starts)),
                                             minlength=net.n_links)
         try:
             t_lp0, priced0 = time.perf_counter(), ctx.pricing_time_s
-            dive, sol, r, p = _repair_lp(ctx, pricer, pid[moved], m_starts, m_links, active_k, fixed, k, deadline)
+            dive, sol, r, p = _repair_lp(ctx, pricer, blocks.pid[moved], m_starts, m_links, active_k, fixed, k,
+                                         deadline)
             lp_time += time.perf_counter() - t_lp0 - (ctx.pricing_time_s - priced0)
             rounds, pivots = rounds + r, pivots + p
         except SolverError as exc:
             log.info("alltoall_cg: local repair not used: %s", exc)
             return None
-        t_r = sol.objective / scale
+        t_r = sol.objective / ctx.scale
         w = np.maximum(0.0, -sol.row_duals[dive.nk :])
         denom = float(new @ w)
         t_b = time.perf_counter()
@@ -261,64 +317,70 @@ def repair(topology: Topology, net: Network, paths: PathPool, rounded: RoundedSt
             # can be degenerate when T did not move: a single fixed-load link, a weak Farley bound).
             lb, certificate = rounded.t_lp, "previous optimum"
         if lb >= t_r * (1 - CERTIFY_TOL):
-            break
+            return _Certified(dive, sol, t_r, certificate, touched, moved, active_k, fixed, lp_time, rounds, pivots)
         # Not proven: free the blocks routed over the links the repair LP found binding, and retry.
         binding = w > 1e-9 * max(float(w.max()), 1e-300)
-        more = np.logical_or.reduceat(binding[links], starts[:-1]) if len(links) else np.zeros(0, dtype=bool)
+        more = np.logical_or.reduceat(binding[blocks.links], blocks.starts[:-1]) if len(blocks.links) \
+            else np.zeros(0, dtype=bool)
         grown = touched.copy()
-        grown[block[more]] = True
+        grown[blocks.block[more]] = True
         log.info("alltoall_cg: local repair of %d blocks not certified (T %.9g, bound %.9g)%s", len(active_k), t_r,
                  lb, "; growing it" if grown.sum() > touched.sum() and grow < GROW_ROUNDS else "")
         if grown.sum() == touched.sum():
             return None
         touched = grown
-    else:
-        log.info("alltoall_cg: local repair not certified after %d growths; full warm CG runs", GROW_ROUNDS)
-        return None
-    t_round = time.perf_counter()
-    u = sol.col_values[1:]
-    cols = np.array(dive.col_pid, dtype=np.int64)
+    log.info("alltoall_cg: local repair not certified after %d growths; full warm CG runs", GROW_ROUNDS)
+    return None
+
+
+Measured = tuple[float, tuple[CutLink, ...], FloatArray]
+
+
+def _round_touched(topology: Topology, ctx: _Context, pricer: Pricer, blocks: _Blocks, cert: _Certified, k: int,
+                   deadline: float | None) -> tuple[DiveResult, Measured] | None:
+    """The touched blocks rounded to ``k`` chunks each (balanced remainder, else the dives), checked
+    and measured with the untouched blocks; None when no rounding passes the check."""
+    net, paths, n = ctx.net, ctx.paths, ctx.net.n_gpus
+    u = cert.sol.col_values[1:]
+    cols = np.array(cert.dive.col_pid, dtype=np.int64)
     use = u > 1e-12
-    best = balanced_remainder(ctx, cols[use], u[use], k, fixed)
-    best_m = _measure(topology, net, paths, fixed, best, k, active_k)
-    t_lp = t_r
-    if best_m is None or n / best_m[0] > t_lp * (1 + ROUNDING_RETRY_GAP):
-        keep = ~moved
-        all_pids = np.r_[pid[keep], cols[use]]
-        all_y = np.r_[chunks[keep].astype(np.float64), u[use]]
+    best = balanced_remainder(ctx, cols[use], u[use], k, cert.fixed)
+    best_m = _measure(topology, net, paths, cert.fixed, best, k, cert.active_k)
+    if best_m is None or n / best_m[0] > cert.t_lp * (1 + ROUNDING_RETRY_GAP):
+        keep = ~cert.moved
+        all_pids = np.r_[blocks.pid[keep], cols[use]]
+        all_y = np.r_[blocks.chunks[keep].astype(np.float64), u[use]]
         for batch, backtracks, slack in DIVES:
             cand = deep_dive(ctx, all_pids, all_y, k, deadline=deadline, batch=batch, backtracks=backtracks,
                              slack=slack, pricer=pricer)
-            sel = touched[paths.src[cand.pids] * n + paths.dst[cand.pids]]
+            sel = cert.touched[paths.src[cand.pids] * n + paths.dst[cand.pids]]
             cand = DiveResult(cand.pids[sel], cand.chunks[sel], cand.steps, cand.backtracks, cand.columns_added,
                               cand.lp_solves, cand.dived)
-            m = _measure(topology, net, paths, fixed, cand, k, active_k)
+            m = _measure(topology, net, paths, cert.fixed, cand, k, cert.active_k)
             if m is not None and (best_m is None or m[0] > best_m[0] * (1 + 1e-12)):
                 best, best_m = cand, m
-            if best_m is not None and n / best_m[0] <= t_lp * (1 + ROUNDING_RETRY_GAP):
+            if best_m is not None and n / best_m[0] <= cert.t_lp * (1 + ROUNDING_RETRY_GAP):
                 break
-    if best_m is None:
-        log.info("alltoall_cg: local repair's rounding failed its check; full warm CG runs")
-        return None
-    algbw, cut, loads = best_m
-    rounding_time = time.perf_counter() - t_round
-    # Splice: the previous routes of untouched blocks, then the new blocks' routes, in route order.
+    return None if best_m is None else (best, best_m)
+
+
+def _spliced(topology: Topology, paths: PathPool, blocks: _Blocks, rounded: RoundedState, cert: _Certified,
+             picked: tuple[DiveResult, Measured], cache: RouteCache, meta: dict[str, object],
+             free_bound: bool) -> RoundedState:
+    """The repaired rounding: the previous routes of untouched blocks, then the new blocks' routes,
+    in route order, as the state a later repair starts from."""
+    best, (_, cut, loads) = picked
+    n, k = paths.net.n_gpus, rounded.nchunks
     order = route_order(paths, best.pids, best.chunks)
     new_pid, new_chunks = best.pids[order], best.chunks[order]
     new_routes = make_routes(paths, new_pid, new_chunks, cache)
-    new_block = paths.src[new_pid] * n + paths.dst[new_pid]
-    cuts = _Cuts.of(block, new_block, active_k)
+    cuts = _Cuts.of(blocks.block, paths.src[new_pid] * n + paths.dst[new_pid], cert.active_k)
     routes = tuple(chain.from_iterable(cuts.pieces(rounded.schedule.routes, new_routes)))
-    lp_algbw = n / t_lp
+    lp_algbw = n / cert.t_lp
     schedule = Schedule("alltoall", n, k, routes, bottleneck=cut, topology_fingerprint=topology.fingerprint,
                         meta={**meta, "lp_algbw_GBps": lp_algbw, "optimal_algbw_GBps": lp_algbw})
-    state = RoundedState(new.copy(), k, schedule, np.concatenate(cuts.pieces(pid, new_pid)),
-                         np.concatenate(cuts.pieces(chunks, new_chunks)), loads,
-                         t_lp, free_bound)
-    log.info("alltoall_cg: local repair re-routed %d blocks in %.3f s (certified, T %.9g)", len(active_k),
-             time.perf_counter() - t0, t_r)
-    return Repair(state, paths, algbw, t_lp, certificate, len(active_k), rounds, pivots, lp_time,
-                  ctx.pricing_time_s, rounding_time, best)
+    return RoundedState(paths.net.caps_GBps.copy(), k, schedule, np.concatenate(cuts.pieces(blocks.pid, new_pid)),
+                        np.concatenate(cuts.pieces(blocks.chunks, new_chunks)), loads, cert.t_lp, free_bound)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Column generation for AllToAllv: the AllToAll tree master with a demand matrix on its columns.
 
-The T-form master of :mod:`synth.alltoall_cg._master` is reused unchanged; only a tree column's
+The T-form master of :mod:`synth.kernels.tree_master` is reused unchanged; only a tree column's
 load changes: ``load_e(τ) = Σ_d D[s, d] · [path_τ(d) uses e]`` (demand in normalised units). Pricing
 is unchanged too: a source's cheapest tree is its shortest-path tree whatever the weights D ≥ 0,
 and its cost is ``Σ_d D[s, d] · dist_w(s, d)``; the Farley bound keeps its form with those
@@ -30,10 +30,10 @@ import numpy.typing as npt
 from scipy.sparse import csr_matrix
 
 from synth.alltoall_cg._expanded import ExpandedGraph, Network
-from synth.alltoall_cg._master import TreeMaster, tree_columns
+from synth.kernels.tree_master import TreeMaster, tree_columns
 from synth.alltoall_cg._pool import PathPool, TreePool
 from synth.alltoall_cg._schedule import RouteCache
-from synth.alltoall_cg._pricing import _condensed_shortest, _free_shortest, layered_shortest, price_trees
+from synth.alltoall_cg._pricing import condensed_shortest, free_shortest, layered_shortest, price_trees
 from synth.errors import SolverError
 from synth.result import Status
 from synth.solvers import LpMethod, LpSolution
@@ -56,9 +56,9 @@ def pair_distances(graph: ExpandedGraph, w: FloatArray) -> FloatArray:
         dist, _ = layered_shortest(graph, w, src_nodes, with_pred=False)
         d = dist[1:, net.gpu_node, :].min(axis=0)
     else:
-        full = _condensed_shortest(net, w, src_nodes)
+        full = condensed_shortest(net, w, src_nodes)
         if full is None:
-            full = _free_shortest(graph, w, src_nodes)
+            full = free_shortest(graph, w, src_nodes)
         d = full[net.gpu_node]
     d[np.arange(n), np.arange(n)] = 0.0
     if not np.isfinite(d).all():

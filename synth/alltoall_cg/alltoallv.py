@@ -21,9 +21,7 @@ Examples
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any, cast
 
 import numpy as np
@@ -36,6 +34,7 @@ from synth.alltoall_cg._vcg import VRun, WeightedCg
 from synth.alltoall_cg._vround import disaggregate_v, greedy_remainder, improve, largest_remainder_v, link_loads
 from synth.alltoallv_schedule import AllToAllvSchedule, check_demand
 from synth.errors import ScheduleError, SolverError
+from synth.figures import AllToAllvFigures
 from synth.result import Status, format_status, gap_pct_time, judge_time
 from synth.topologies.capacity import refuse_adjusted
 from synth.topologies.communicator import communicator_meta
@@ -56,14 +55,15 @@ class AllToAllvWarmState:
     demand_bytes: FloatArray
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AllToAllvResult:
     """Outcome of :func:`synthesize_alltoallv`.
 
     ``completion_time_s`` is the rounded schedule's bandwidth-term time, ``optimal_time_s`` the LP
     optimum or, under ``TIME_LIMIT``, a proven lower bound; ``gap_pct`` is
     ``100 · (1 − optimal/completion)``. ``OPTIMAL`` when the schedule reaches the LP optimum, else
-    ``FEASIBLE`` (:func:`synth.result.judge_time`); ``stats`` holds figures (iterations, pivots, phase times).
+    ``FEASIBLE`` (:func:`synth.result.judge_time`); ``figures`` (:class:`~synth.figures.AllToAllvFigures`:
+    iterations, pivots, phase times) is ``None`` for an empty demand matrix. Built by keyword only.
     """
 
     status: Status
@@ -74,7 +74,7 @@ class AllToAllvResult:
     gap_pct: float
     solve_time_s: float
     warm: bool = False
-    stats: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    figures: AllToAllvFigures | None = None
     warm_state: AllToAllvWarmState | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -130,8 +130,9 @@ def _unit(d: FloatArray) -> float:
 def _empty(topology: Topology, d: FloatArray, nchunks: int, start: float) -> AllToAllvResult:
     sched = AllToAllvSchedule(topology.nranks, nchunks, d.tolist(), (), topology.fingerprint,
                               {"synthesizer": "alltoallv_cg", "topology": topology.name})
-    return AllToAllvResult(Status.OPTIMAL, "empty demand matrix: nothing to move", sched, 0.0, 0.0, 0.0,
-                           time.perf_counter() - start)
+    return AllToAllvResult(status=Status.OPTIMAL, message="empty demand matrix: nothing to move", schedule=sched,
+                           completion_time_s=0.0, optimal_time_s=0.0, gap_pct=0.0,
+                           solve_time_s=time.perf_counter() - start)
 
 
 def synthesize_alltoallv(
@@ -185,6 +186,23 @@ def synthesize_alltoallv(
         Bad arguments, unreachable GPUs, or an LP that fails before any solution.
     """
     _check_args(topology, nchunks, max_steps, solver, time_limit_s)
+    _check_options(max_moves, warm_pool, target_gap, warm_start)
+    start = time.perf_counter()
+    deadline = None if time_limit_s is None else start + float(time_limit_s)
+    d_bytes = _demand_array(topology, demand)
+    if not (d_bytes > 0).any():
+        return _empty(topology, d_bytes, nchunks, start)
+    unit = _unit(d_bytes)
+    state = warm_start.warm_state if isinstance(warm_start, AllToAllvResult) else warm_start
+    cg, mode = _start(topology, state, d_bytes / unit, solver, max_steps, warm_pool)
+    t_setup = time.perf_counter() - start
+    run = cg.run(deadline=deadline, sweep=max_steps is None)
+    t_cg = time.perf_counter() - start - t_setup
+    return _finish(topology, cg, run, d_bytes, unit, nchunks, mode, max_moves, target_gap, deadline, start, t_setup, t_cg)
+
+
+def _check_options(max_moves: object, warm_pool: object, target_gap: object, warm_start: object) -> None:
+    """Refuse a bad ``max_moves``, ``warm_pool``, ``target_gap`` or ``warm_start``, naming it."""
     if isinstance(max_moves, bool) or not isinstance(max_moves, int) or max_moves < 0:
         raise SolverError(f"max_moves must be an integer >= 0, got {max_moves!r}")
     if warm_pool not in ("auto", "full", "support"):
@@ -193,34 +211,25 @@ def synthesize_alltoallv(
         raise SolverError(f"target_gap must be a number in [0, 1), got {target_gap!r}")
     if warm_start is not None and not isinstance(warm_start, (AllToAllvResult, AllToAllvWarmState)):
         raise SolverError(f"warm_start must be an AllToAllvResult or its warm_state, got {type(warm_start).__name__}")
-    start = time.perf_counter()
-    deadline = None if time_limit_s is None else start + float(time_limit_s)
-    d_bytes = _demand_array(topology, demand)
-    if not (d_bytes > 0).any():
-        return _empty(topology, d_bytes, nchunks, start)
-    unit = _unit(d_bytes)
-    dn = d_bytes / unit
-    state = warm_start.warm_state if isinstance(warm_start, AllToAllvResult) else warm_start
-    mode = "cold"
+
+
+def _start(topology: Topology, state: AllToAllvWarmState | None, dn: FloatArray, solver: str,
+           max_steps: int | None, warm_pool: str) -> tuple[WeightedCg, str]:
+    """The column generation for the demand ``dn`` (in units of its mean block): the warm state's
+    pool re-weighted where it is on the same topology, backend and steps, else a cold start."""
     if (state is not None and state.fingerprint == topology.fingerprint and state.cg.solver == solver
             and (max_steps is None or state.cg.steps == max_steps)):
         support = int((state.cg.lambdas() > 1e-12).sum())
         small = warm_pool == "support" or (warm_pool == "auto" and len(state.cg.trees) > 3 * max(support, 1))
-        cg = state.cg.reweighted(dn, support_only=small)
-        mode = "reweighted-support" if small else "reweighted"
-        diameter = cg.steps if cg.steps is not None else 1
-    else:
-        net = Network.from_topology(topology)
-        diameter = hop_diameter(net)
-        if max_steps is not None and max_steps < diameter:
-            raise SolverError(f"max_steps={max_steps!r} is below the hop diameter {diameter} of topology "
-                              f"{topology.name!r}: some GPU pair needs {diameter} hops")
-        cg = WeightedCg(net, solver, max_steps if max_steps is not None else diameter, dn, scale=_scale(net))
-        cg.seed()
-    t_setup = time.perf_counter() - start
-    run = cg.run(deadline=deadline, sweep=max_steps is None)
-    t_cg = time.perf_counter() - start - t_setup
-    return _finish(topology, cg, run, d_bytes, unit, nchunks, mode, max_moves, target_gap, deadline, start, t_setup, t_cg)
+        return state.cg.reweighted(dn, support_only=small), "reweighted-support" if small else "reweighted"
+    net = Network.from_topology(topology)
+    diameter = hop_diameter(net)
+    if max_steps is not None and max_steps < diameter:
+        raise SolverError(f"max_steps={max_steps!r} is below the hop diameter {diameter} of topology "
+                          f"{topology.name!r}: some GPU pair needs {diameter} hops")
+    cg = WeightedCg(net, solver, max_steps if max_steps is not None else diameter, dn, scale=_scale(net))
+    cg.seed()
+    return cg, "cold"
 
 
 def _finish(topology: Topology, cg: WeightedCg, run: VRun, d_bytes: FloatArray, unit: float, nchunks: int,
@@ -268,19 +277,21 @@ def _finish(topology: Topology, cg: WeightedCg, run: VRun, d_bytes: FloatArray, 
         status, gap_pct = Status.TIME_LIMIT, gap_pct_time(completion, lb_s)
     gap = gap_pct / 100.0
     elapsed = time.perf_counter() - start
-    stats = {"lp_completion_s": lp_s, "lower_bound_s": lb_s, "gap": gap, "cg_iterations": run.iterations,
-             "lp_pivots": run.lp_pivots, "columns": len(cg.trees), "paths": len(cg.paths), "max_steps": cg.steps,
-             "warm_mode": mode, "largest_remainder_completion_s": t_lr * to_s, "greedy_remainder_completion_s": t_greedy * to_s, "moves": moves,
-             "setup_time_s": t_setup, "cg_time_s": t_cg, "lp_solve_time_s": run.lp_time_s,
-             "pricing_time_s": run.pricing_time_s, "rounding_time_s": t_rounding, "schedule_time_s": t_sched}
+    figures = AllToAllvFigures(
+        lp_completion_s=lp_s, lower_bound_s=lb_s, gap=gap, cg_iterations=run.iterations, lp_pivots=run.lp_pivots,
+        columns=len(cg.trees), paths=len(cg.paths), max_steps=cg.steps, warm_mode=mode,
+        largest_remainder_completion_s=t_lr * to_s, greedy_remainder_completion_s=t_greedy * to_s, moves=moves,
+        setup_time_s=t_setup, cg_time_s=t_cg, lp_solve_time_s=run.lp_time_s, pricing_time_s=run.pricing_time_s,
+        rounding_time_s=t_rounding, schedule_time_s=t_sched)
     if run.converged:
         message = (f"LP optimal after {run.iterations} CG iterations ({len(cg.trees)} trees, {cg.steps} steps); "
                    f"rounded to {nchunks} chunks per block, gap {100 * gap:.3f}% ({cg.solver} {run.native})")
     else:
         message = f"time limit after {elapsed:.2f} s, gap {100 * gap:.2f}% vs a proven lower bound ({cg.solver})"
     state = AllToAllvWarmState(topology.fingerprint, nchunks, cg, d_bytes) if run.converged else None
-    return AllToAllvResult(status, message, schedule, completion, lb_s, gap_pct, elapsed, mode != "cold",
-                           MappingProxyType(stats), state)
+    return AllToAllvResult(status=status, message=message, schedule=schedule, completion_time_s=completion,
+                           optimal_time_s=lb_s, gap_pct=gap_pct, solve_time_s=elapsed, warm=mode != "cold",
+                           figures=figures, warm_state=state)
 
 
 def alltoallv_lp_bound(topology: Topology, demand: Any, *, solver: str = "highs",

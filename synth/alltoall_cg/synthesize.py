@@ -16,7 +16,7 @@ Examples
 --------
 >>> from synth.topologies import named_topology
 >>> r = synthesize_alltoall(named_topology("hpn:1x2x2"), nchunks=2)
->>> r.status.value, round(r.optimal_algbw_GBps, 6), round(r.algbw_GBps, 6), r.stats["max_steps"]
+>>> r.status.value, round(r.optimal_algbw_GBps, 6), round(r.algbw_GBps, 6), r.figures.max_steps
 ('optimal', 100.0, 100.0, 2)
 >>> round(alltoall_lp_bound(named_topology("nvswitch:4")).algbw_GBps, 6)
 480.0
@@ -59,6 +59,7 @@ from synth.alltoall_cg._schedule import RouteCache, build_schedule, check_and_me
 from synth.alltoall_cg._warm import WarmState, paths_from_schedule, restore, seed_paths
 from synth._resources import require_memory
 from synth.errors import ScheduleError, SolverError
+from synth.figures import AllToAllFigures, Tried
 from synth.result import Status, SynthResult, judge
 from synth.result import gap_pct as gap_pct_of
 from synth.schedule import CutLink, Schedule
@@ -195,26 +196,36 @@ def _t_of(cg: ColumnGeneration, measured: Measured) -> float:
 
 def _choose(topology: Topology, cg: ColumnGeneration, pids: np.ndarray, y: np.ndarray, first: int,
             cap: tuple[int, str], dive: DiveResult, measured: Measured, lp_algbw: float,
-            budget_s: float) -> tuple[DiveResult, Measured, int, dict[str, Any]]:
+            budget_s: float) -> tuple[DiveResult, Measured, int, str | None, Tried]:
     """The K-search of :mod:`synth.alltoall_cg.chunks` when the rounding at ``first`` chunks is not
-    exact: its pick where it measures better than ``dive``, with the figures for ``stats``."""
+    exact: its pick where it measures better than ``dive``, with the binding limit and the Ks tried."""
     loss = 1.0 - measured[0] / lp_algbw if measured is not None else math.inf
-    info: dict[str, Any] = {"binding_limit": None, "rounding_tried": []}
     if loss <= 1e-9 or len(pids) == 0:
-        return dive, measured, first, info
+        return dive, measured, first, None, ()
     starts, links = cg.paths.link_csr(pids)
     bp = BlockPaths(cg.paths.src[pids] * cg.net.n_gpus + cg.paths.dst[pids], starts, links, cg.net.caps_GBps,
                     y / first)
     pick = choose_chunks(bp, first, cap[0], budget_s=budget_s, first_loss=loss, cap_name=cap[1])
-    info["rounding_tried"] = [list(t) for t in pick.tried]
     keep = pick.chunks > 0
     cand = DiveResult(pids[keep], pick.chunks[keep], 0, 0, 0, 0, False)
     m = _measure(topology, cg, cand, pick.nchunks)
     if m is not None and m[0] > (measured[0] if measured is not None else 0.0) * (1 + 1e-12):
         dive, measured, first, loss = cand, m, pick.nchunks, 1.0 - m[0] / lp_algbw
-    if loss > TARGET_LOSS:
-        info["binding_limit"] = pick.binding or cap[1]
-    return dive, measured, first, info
+    return dive, measured, first, (pick.binding or cap[1]) if loss > TARGET_LOSS else None, tuple(pick.tried)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    """What one :func:`synthesize_alltoall` call asks for, checked (``first``: chunks tried first)."""
+
+    solver: str
+    max_steps: int | None
+    first: int
+    cap_k: int
+    cap_name: str
+    rounding_budget_s: float
+    start: float
+    deadline: float | None
 
 
 def synthesize_alltoall(
@@ -236,18 +247,14 @@ def synthesize_alltoall(
     topology
         Any topology whose GPUs all reach each other over live links.
     nchunks
-        Chunks per (source, destination) block, K ≥ 1, used as given (default 10; a HiGHS MIP over
-        the LP's paths improves a rounding that loses more than 0.1 %). ``None`` (the default of
-        :func:`synth.synthesize`) chooses K: 10 when that rounds within 0.1 % of the LP optimum,
-        else another K up to ``max_nchunks`` that does (:mod:`synth.alltoall_cg.chunks`: exact K
-        from the LP's denominators, largest remainder, a MIP over the LP's paths), else the best
-        found, with ``stats["binding_limit"]`` naming the limit.
-    max_nchunks
-        Largest K of that choice (default 64, and never above the MSCCL executor's
-        ``N·K ≤ 32768``).
-    rounding_budget_s
-        Wall-clock seconds the K search may take (default 3); the loss stays certified against
-        the LP optimum when it ends first.
+        Chunks per (source, destination) block, K ≥ 1, used as given (default 10; a MIP over the
+        LP's paths improves a rounding that loses over 0.1 %). ``None`` (:func:`synth.synthesize`'s
+        default) chooses K: 10 if that rounds within 0.1 % of the LP optimum, else another K up to
+        ``max_nchunks`` that does (:mod:`synth.alltoall_cg.chunks`), else the best, naming the
+        limit in ``figures.binding_limit``.
+    max_nchunks, rounding_budget_s
+        Largest K of that choice (default 64, never above the MSCCL executor's ``N·K ≤ 32768``) and
+        the wall-clock seconds its search may take (default 3; the loss stays certified).
     max_steps
         Step bound m: at most m GPU-to-GPU hops per path. ``None`` sweeps m upward from the hop
         diameter and keeps the first m whose LP optimum equals the unbounded one.
@@ -261,19 +268,15 @@ def synthesize_alltoall(
         or a :class:`Schedule` whose paths seed the pool.
     local_repair
         With a warm state on the same links and only capacity drops, first try the certified local
-        repair (re-route only the blocks whose paths cross a degraded link; ``warm_mode`` is
-        ``"repair"``); it is used only when a lower bound (Farley, or the previous optimum) proves
-        its LP value optimal, else the full warm column generation runs. False always runs the
-        latter.
+        repair (re-route only the blocks over a degraded link; ``warm_mode == "repair"``), kept only
+        when a lower bound proves its LP value optimal. False skips it.
 
     Returns
     -------
     SynthResult
         ``optimal_algbw_GBps`` is the LP optimum (N·z*), ``gap_pct`` the rounding gap against it
-        (``OPTIMAL`` when 0, else ``FEASIBLE``: :func:`synth.result.judge`);
-        ``stats`` holds ``lp_algbw_GBps``, ``lp_bound_algbw_GBps``, ``gap``, ``cg_iterations``,
-        ``lp_pivots`` (simplex iterations of the column generation), ``columns``, ``max_steps`` and
-        phase times; ``warm_state`` seeds the next call.
+        (:func:`synth.result.judge`); ``figures`` an :class:`~synth.figures.AllToAllFigures`;
+        ``warm_state`` seeds the next call.
 
     Raises
     ------
@@ -281,25 +284,33 @@ def synthesize_alltoall(
         Bad arguments (naming them), ``max_steps`` below the hop diameter, GPUs that cannot reach
         each other, or an LP that fails before any solution.
 
-    Notes
-    -----
-    Each CG iteration first computes every source's cheapest tree cost by a layered min-plus DP
-    over all sources at once (``O(N·|A_T|)``, distances only; this proves optimality and gives the
-    Farley bound), then builds trees only for sources with a negative reduced cost. Paths are
-    tie-broken towards fewer links. A warm start from a result on the same links reuses its
-    pool, basis, hop diameter and schedule routes.
+    Notes: pricing finds every source's cheapest tree cost by one layered min-plus DP (``O(N·|A_T|)``,
+    proving optimality and giving the Farley bound), then trees for sources with negative reduced cost.
 
-    References
-    ----------
-    MCCL §4.2 (column generation, time-expanded pricing).
+    References: MCCL §4.2 (column generation, time-expanded pricing).
     """
     _validate_args(topology, 1 if nchunks is None else nchunks, max_steps, solver, time_limit_s, warm_start)
     check_rounding_args(max_nchunks, rounding_budget_s)
     first, cap_k, cap_name = chunk_cap(topology.nranks, nchunks, max_nchunks)
     start = time.perf_counter()
-    deadline = None if time_limit_s is None else start + float(time_limit_s)
+    ask = _Ask(solver, max_steps, first, cap_k, cap_name, rounding_budget_s, start,
+               None if time_limit_s is None else start + float(time_limit_s))
     net = Network.from_topology(topology)
     state = warm_start.warm_state if isinstance(warm_start, SynthResult) else warm_start
+    diameter = _diameter(topology, net, state, max_steps)
+    if local_repair and isinstance(state, WarmState) and _repairable(state, net, nchunks, cap_k, diameter, max_steps):
+        repaired = _try_repair(topology, net, state, ask, diameter)
+        # The repair keeps the previous K: with K to choose, a repair short of 0.1 % gives way to
+        # the full warm run and its chunk choice.
+        if repaired is not None and isinstance(repaired.figures, AllToAllFigures) \
+                and (nchunks is not None or repaired.figures.binding_limit is None):
+            return repaired
+    return _column_generation(topology, net, warm_start, ask, diameter)
+
+
+def _diameter(topology: Topology, net: Network, state: object, max_steps: int | None) -> int:
+    """The hop diameter (a warm state's where it knows it), once the path pool is known to fit and
+    ``max_steps`` to reach every pair."""
     known = state.diameter_for(net) if isinstance(state, WarmState) else None
     diameter = known if known is not None else hop_diameter(net)
     _require_memory(net, diameter)
@@ -308,42 +319,80 @@ def synthesize_alltoall(
             f"max_steps={max_steps!r} is below the hop diameter {diameter} of topology {topology.name!r}: "
             f"some GPU pair needs {diameter} hops"
         )
-    steps = max_steps if max_steps is not None else diameter
-    if local_repair and isinstance(state, WarmState) and state.rounded is not None and state.fits(net) \
-            and (state.rounded.nchunks == nchunks or nchunks is None and state.rounded.nchunks <= cap_k) \
-            and diameter <= state.steps \
-            and (max_steps is None or max_steps == state.steps):
-        repaired = _try_repair(topology, net, state, solver, max_steps is None, deadline, diameter, start,
-                               cap_name)
-        # The repair keeps the previous K: with K to choose, a repair short of 0.1 % gives way to
-        # the full warm run and its chunk choice.
-        if repaired is not None and (nchunks is not None or repaired.stats["binding_limit"] is None):
-            return repaired
-    cg, mode, dropped, cache = _start(net, solver, steps, warm_start)
-    warm = mode != "cold"
-    t_setup = time.perf_counter() - start
-    run = cg.run(deadline=deadline, first_method="dual" if mode == "state" else "primal", sweep=max_steps is None)
-    t_cg = time.perf_counter() - start - t_setup
+    return diameter
+
+
+def _repairable(state: WarmState, net: Network, nchunks: int | None, cap_k: int, diameter: int,
+                max_steps: int | None) -> bool:
+    """Whether the certified local repair may start from ``state`` (same links, same K and steps)."""
+    return state.rounded is not None and state.fits(net) \
+        and (state.rounded.nchunks == nchunks or nchunks is None and state.rounded.nchunks <= cap_k) \
+        and diameter <= state.steps and (max_steps is None or max_steps == state.steps)
+
+
+def _column_generation(topology: Topology, net: Network, warm_start: WarmStart, ask: _Ask,
+                       diameter: int) -> SynthResult:
+    """The full column generation (cold or warm), then the rounding and the K choice."""
+    steps = ask.max_steps if ask.max_steps is not None else diameter
+    cg, mode, dropped, cache = _start(net, ask.solver, steps, warm_start)
+    t_setup = time.perf_counter() - ask.start
+    run = cg.run(deadline=ask.deadline, first_method="dual" if mode == "state" else "primal",
+                 sweep=ask.max_steps is None)
+    t_cg = time.perf_counter() - ask.start - t_setup
     n = net.n_gpus
     lp_algbw = n / run.t_lp
     bound_algbw = lp_algbw if run.converged else (n / run.lower_bound if run.lower_bound > 0 else math.inf)
     log.info("alltoall_cg: LP %s after %d iterations: algbw %.6g GB/s (bound %.6g), %d trees, %d steps",
              "optimal" if run.converged else "stopped", run.iterations, lp_algbw, bound_algbw, len(cg.trees),
              cg.steps)
-
     t0 = time.perf_counter()
-    pids, y = disaggregate(cg, run.lam, first)
-    dive, measured = _round(topology, cg, pids, y, first, run.t_lp, deadline if run.converged else start)
-    budget = rounding_budget_s if deadline is None else min(rounding_budget_s, deadline - time.perf_counter())
-    dive, measured, nchunks, chunk_info = _choose(topology, cg, pids, y, first, (cap_k, cap_name), dive, measured,
-                                                  lp_algbw, budget) if run.converged else (dive, measured, first,
-                                                                                            {"binding_limit": None})
+    pids, y = disaggregate(cg, run.lam, ask.first)
+    dive, measured = _round(topology, cg, pids, y, ask.first, run.t_lp, ask.deadline if run.converged else ask.start)
+    budget = ask.rounding_budget_s if ask.deadline is None else \
+        min(ask.rounding_budget_s, ask.deadline - time.perf_counter())
+    tried: Tried | None = None
+    nchunks, binding = ask.first, None
+    if run.converged:
+        dive, measured, nchunks, binding, tried = _choose(topology, cg, pids, y, ask.first, (ask.cap_k, ask.cap_name),
+                                                          dive, measured, lp_algbw, budget)
     t_round = time.perf_counter() - t0
-
     t0 = time.perf_counter()
+    try:
+        algbw, schedule, rounded = _schedule_of(topology, net, cg, run, dive, measured, nchunks, cache, ask)
+    except ScheduleError as exc:
+        return SynthResult(status=Status.FAILED, message=f"rounded AllToAll schedule failed loopcoll's re-check: "
+                           f"{exc}", schedule=None, algbw_GBps=0.0, optimal_algbw_GBps=lp_algbw, gap_pct=100.0,
+                           solve_time_s=time.perf_counter() - ask.start, warm=mode != "cold")
+    t_sched = time.perf_counter() - t0
+    optimal = lp_algbw if run.converged else bound_algbw
+    status, gap_pct = judge(algbw, optimal) if run.converged else (Status.TIME_LIMIT, gap_pct_of(algbw, optimal))
+    elapsed = time.perf_counter() - ask.start
+    assert cg.steps is not None  # synthesis always bounds the steps (only alltoall_lp_bound does not)
+    figures = AllToAllFigures(
+        lp_algbw_GBps=lp_algbw, lp_bound_algbw_GBps=bound_algbw, gap=gap_pct / 100.0, cg_iterations=run.iterations,
+        lp_pivots=run.lp_pivots, columns=len(cg.trees), paths=len(cg.paths), max_steps=cg.steps,
+        hop_diameter=diameter, warm_mode=mode, trees_dropped=dropped, repaired_blocks=None, dive_steps=dive.steps,
+        dive_backtracks=dive.backtracks, dive_columns_added=dive.columns_added, dive_lp_solves=dive.lp_solves,
+        dived=dive.dived, setup_time_s=t_setup, cg_time_s=t_cg, lp_time_s=run.lp_time_s,
+        pricing_time_s=run.pricing_time_s, rounding_time_s=t_round, schedule_time_s=t_sched, nchunks=nchunks,
+        binding_limit=binding, rounding_tried=tried)
+    message = _cg_message(run, figures, ask.solver, bound_algbw, elapsed)
+    log.info("alltoall_cg: %s", message)
+    return SynthResult(status=status, message=message, schedule=schedule, algbw_GBps=algbw,
+                       optimal_algbw_GBps=optimal, gap_pct=gap_pct, solve_time_s=elapsed, warm=mode != "cold",
+                       figures=figures, warm_state=WarmState.capture(cg, cache, diameter, rounded))
+
+
+def _schedule_of(topology: Topology, net: Network, cg: ColumnGeneration, run: CgRun, dive: DiveResult,
+                 measured: Measured, nchunks: int, cache: RouteCache,
+                 ask: _Ask) -> tuple[float, Schedule, RoundedState | None]:
+    """The rounded schedule's algbw, the schedule (checked) and, for a converged LP, the state a
+    later repair starts from."""
+    lp_algbw = net.n_gpus / run.t_lp
+    bound_algbw = lp_algbw if run.converged else (net.n_gpus / run.lower_bound if run.lower_bound > 0 else math.inf)
     meta: dict[str, Any] = {
         "synthesizer": "alltoall_cg",
-        "solver": solver,
+        "solver": ask.solver,
         "nchunks": nchunks,
         "max_steps": cg.steps,
         "lp_algbw_GBps": lp_algbw,
@@ -351,60 +400,24 @@ def synthesize_alltoall(
         "topology": topology.name,
         **communicator_meta(topology),
     }
-    try:
-        # The check ran on exactly this rounding in _round; run it again only if it failed there.
-        algbw, cut, loads = measured if measured is not None else check_and_measure(topology, cg.paths, dive.pids,
-                                                                               dive.chunks, nchunks)
-        schedule, order = build_schedule(cg.paths, dive.pids, dive.chunks, nchunks, meta, cache)
-        schedule = replace(schedule, bottleneck=cut, topology_fingerprint=topology.fingerprint)
-        rounded = RoundedState(net.caps_GBps.copy(), nchunks, schedule, dive.pids[order], dive.chunks[order],
-                               loads, run.t_lp, max_steps is None) if run.converged else None
-    except ScheduleError as exc:
-        return SynthResult(Status.FAILED, f"rounded AllToAll schedule failed loopcoll's re-check: {exc}", None,
-                           0.0, lp_algbw, 100.0, time.perf_counter() - start, warm)
-    t_sched = time.perf_counter() - t0
-    optimal = lp_algbw if run.converged else bound_algbw
-    status, gap_pct = judge(algbw, optimal)
-    if not run.converged:  # stopped by the limit: the gap is against the proven bound
-        status, gap_pct = Status.TIME_LIMIT, gap_pct_of(algbw, optimal)
-    gap = gap_pct / 100.0
-    elapsed = time.perf_counter() - start
-    stats = {
-        "lp_algbw_GBps": lp_algbw,
-        "lp_bound_algbw_GBps": bound_algbw,
-        "gap": gap,
-        "cg_iterations": run.iterations,
-        "lp_pivots": run.lp_pivots,
-        "columns": len(cg.trees),
-        "paths": len(cg.paths),
-        "max_steps": cg.steps,
-        "hop_diameter": diameter,
-        "warm_mode": mode,
-        "trees_dropped": dropped,
-        "dive_steps": dive.steps,
-        "dive_backtracks": dive.backtracks,
-        "dive_columns_added": dive.columns_added,
-        "dive_lp_solves": dive.lp_solves,
-        "dived": dive.dived,
-        "setup_time_s": t_setup,
-        "cg_time_s": t_cg,
-        "lp_time_s": run.lp_time_s,
-        "pricing_time_s": run.pricing_time_s,
-        "rounding_time_s": t_round,
-        "schedule_time_s": t_sched,
-        "nchunks": nchunks,
-        **chunk_info,
-    }
+    # The check ran on exactly this rounding in _round; run it again only if it failed there.
+    algbw, cut, loads = measured if measured is not None else check_and_measure(topology, cg.paths, dive.pids,
+                                                                                dive.chunks, nchunks)
+    schedule, order = build_schedule(cg.paths, dive.pids, dive.chunks, nchunks, meta, cache)
+    schedule = replace(schedule, bottleneck=cut, topology_fingerprint=topology.fingerprint)
+    rounded = RoundedState(net.caps_GBps.copy(), nchunks, schedule, dive.pids[order], dive.chunks[order],
+                           loads, run.t_lp, ask.max_steps is None) if run.converged else None
+    return algbw, schedule, rounded
+
+
+def _cg_message(run: CgRun, figures: AllToAllFigures, solver: str, bound_algbw: float, elapsed_s: float) -> str:
+    """The result's message: the LP, the rounding and its gap (or the time limit and the proven bound)."""
     if run.converged:
-        message = (f"LP optimal after {run.iterations} CG iterations ({len(cg.trees)} trees, {cg.steps} steps); "
-                   f"rounded to {nchunks} chunks, gap {100 * gap:.3f}% ({solver} {run.native})"
-                   + binding_note(chunk_info["binding_limit"]))
-    else:
-        message = (f"time limit after {elapsed:.1f} s, gap {100 * gap:.2f}% vs proven bound "
-                   f"{bound_algbw:.6g} GB/s ({solver} {run.native})")
-    log.info("alltoall_cg: %s", message)
-    return SynthResult(status, message, schedule, algbw, optimal, gap_pct, elapsed, warm, stats,
-                       WarmState.capture(cg, cache, diameter, rounded))
+        return (f"LP optimal after {run.iterations} CG iterations ({figures.columns} trees, {figures.max_steps} "
+                f"steps); rounded to {figures.nchunks} chunks, gap {100 * figures.gap:.3f}% ({solver} {run.native})"
+                + binding_note(figures.binding_limit))
+    return (f"time limit after {elapsed_s:.1f} s, gap {100 * figures.gap:.2f}% vs proven bound "
+            f"{bound_algbw:.6g} GB/s ({solver} {run.native})")
 
 
 def _segment_cache(routes: RouteCache) -> RouteCache:
@@ -413,51 +426,50 @@ def _segment_cache(routes: RouteCache) -> RouteCache:
     return out
 
 
-def _try_repair(topology: Topology, net: Network, state: WarmState, solver: str, free_bound: bool,
-                deadline: float | None, diameter: int, start: float, cap_name: str) -> SynthResult | None:
+def _try_repair(topology: Topology, net: Network, state: WarmState, ask: _Ask, diameter: int) -> SynthResult | None:
     """The certified local repair as a result, or None when it does not apply (see ``_repair``)."""
     assert state.rounded is not None
     n, nchunks = net.n_gpus, state.rounded.nchunks
-    meta: dict[str, Any] = {"synthesizer": "alltoall_cg", "solver": solver, "nchunks": nchunks,
+    meta: dict[str, Any] = {"synthesizer": "alltoall_cg", "solver": ask.solver, "nchunks": nchunks,
                             "max_steps": state.steps, "topology": topology.name,
                             **communicator_meta(topology)}
-    rep = repair(topology, net, state.paths, state.rounded, steps=state.steps, free_bound=free_bound, solver=solver,
-                 scale=_scale(net), deadline=deadline, cache=_segment_cache(state.routes), meta=meta)
+    rep = repair(topology, net, state.paths, state.rounded, steps=state.steps, free_bound=ask.max_steps is None,
+                 solver=ask.solver, scale=_scale(net), deadline=ask.deadline, cache=_segment_cache(state.routes),
+                 meta=meta)
     if rep is None:
         return None
     lp_algbw = n / rep.t_lp
-    schedule = rep.rounded.schedule
     status, gap_pct = judge(rep.algbw_GBps, lp_algbw)
     gap = gap_pct / 100.0
-    elapsed = time.perf_counter() - start
+    elapsed = time.perf_counter() - ask.start
     dive = rep.dive
-    binding = cap_name if gap > TARGET_LOSS else None
-    stats = {
-        "lp_algbw_GBps": lp_algbw, "lp_bound_algbw_GBps": lp_algbw, "gap": gap, "cg_iterations": rep.rounds,
-        "lp_pivots": rep.pivots, "columns": len(state.trees), "paths": len(rep.paths), "max_steps": state.steps,
-        "hop_diameter": diameter, "warm_mode": "repair", "trees_dropped": 0, "repaired_blocks": rep.blocks,
-        "dive_steps": dive.steps, "dive_backtracks": dive.backtracks, "dive_columns_added": dive.columns_added,
-        "dive_lp_solves": dive.lp_solves, "dived": dive.dived, "setup_time_s": 0.0,
-        "cg_time_s": rep.lp_time_s + rep.pricing_time_s, "lp_time_s": rep.lp_time_s,
-        "pricing_time_s": rep.pricing_time_s, "rounding_time_s": rep.rounding_time_s,
-        "schedule_time_s": elapsed - rep.lp_time_s - rep.pricing_time_s - rep.rounding_time_s,
-        "nchunks": nchunks, "binding_limit": binding, "rounding_tried": [],
-    }
+    binding = ask.cap_name if gap > TARGET_LOSS else None
+    figures = AllToAllFigures(
+        lp_algbw_GBps=lp_algbw, lp_bound_algbw_GBps=lp_algbw, gap=gap, cg_iterations=rep.rounds,
+        lp_pivots=rep.pivots, columns=len(state.trees), paths=len(rep.paths), max_steps=state.steps,
+        hop_diameter=diameter, warm_mode="repair", trees_dropped=0, repaired_blocks=rep.blocks,
+        dive_steps=dive.steps, dive_backtracks=dive.backtracks, dive_columns_added=dive.columns_added,
+        dive_lp_solves=dive.lp_solves, dived=dive.dived, setup_time_s=0.0,
+        cg_time_s=rep.lp_time_s + rep.pricing_time_s, lp_time_s=rep.lp_time_s,
+        pricing_time_s=rep.pricing_time_s, rounding_time_s=rep.rounding_time_s,
+        schedule_time_s=elapsed - rep.lp_time_s - rep.pricing_time_s - rep.rounding_time_s,
+        nchunks=nchunks, binding_limit=binding, rounding_tried=())
     message = (f"LP optimal by local repair of {rep.blocks} blocks ({rep.rounds} pricing rounds, certified by the "
-               f"{rep.certificate}); rounded to {nchunks} chunks, gap {100 * gap:.3f}% ({solver})"
+               f"{rep.certificate}); rounded to {nchunks} chunks, gap {100 * gap:.3f}% ({ask.solver})"
                + binding_note(binding))
     log.info("alltoall_cg: %s", message)
     new_state = WarmState(state.node_ids, state.link_keys, state.solver, state.steps, rep.paths, state.trees,
                           state.tree_loads, state.basis, state.routes, net.live.copy(), diameter, rep.rounded)
-    return SynthResult(status, message, schedule, rep.algbw_GBps, lp_algbw, gap_pct, elapsed, True,
-                       stats, new_state)
+    return SynthResult(status=status, message=message, schedule=rep.rounded.schedule, algbw_GBps=rep.algbw_GBps,
+                       optimal_algbw_GBps=lp_algbw, gap_pct=gap_pct, solve_time_s=elapsed, warm=True,
+                       figures=figures, warm_state=new_state)
 
 
 def alltoall_lp_bound(topology: Topology, *, solver: str = "highs", time_limit_s: float | None = None) -> AllToAllBound:
     """AllToAll LP optimum (maximum concurrent flow, GPUs relay) by column generation.
 
     Without a step bound, pricing runs on the physical graph, so the result equals the compact LP
-    of :func:`synth.bounds_alltoall.alltoall_rate_GBps`. On a time limit, ``algbw_GBps`` is the best
+    of :func:`synth.bounds.alltoall.alltoall_rate_GBps`. On a time limit, ``algbw_GBps`` is the best
     proven upper bound (Farley) and ``optimal`` is False.
     """
     _validate_args(topology, 1, None, solver, time_limit_s, None)

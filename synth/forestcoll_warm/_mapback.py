@@ -6,7 +6,7 @@ from several paths, the class is cut into sub-trees at the breakpoints of the cu
 
 Examples
 --------
->>> from synth.forestcoll_warm._packing import TreeClass
+>>> from synth.kernels.packing import TreeClass
 >>> pools = {(0, 1): [[("gpu0", "sw", "gpu1"), 1], [("gpu0", "gpu1"), 1]]}
 >>> [r.chunks for r in to_routes([TreeClass(0, 2, [0, 1], [(0, 1)], 0)], pools)]
 [1, 1]
@@ -14,7 +14,7 @@ Examples
 
 from __future__ import annotations
 
-from synth.forestcoll_warm._packing import TreeClass
+from synth.kernels.packing import TreeClass
 from synth.forestcoll_warm._splitting import Pool
 from synth.schedule import Hop, Route, RouteKind
 

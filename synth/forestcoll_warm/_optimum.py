@@ -22,12 +22,12 @@ from fractions import Fraction
 
 import numpy as np
 
-from synth.bounds_allgather import allgather_rate_gbps
+from synth.bounds.allgather import allgather_rate_gbps
 from synth.errors import TimeLimitError
 from synth.maxflow import FlowNetwork
 from synth.topologies.model import Topology
 
-__all__ = ["IntGraph", "Optimum", "exact_optimum", "fixed_k_optimum"]
+__all__ = ["IntGraph", "Optimum", "dinkelbach", "exact_optimum", "fixed_k_optimum"]
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class Optimum:
 
 
 def exact_optimum(graph: IntGraph, topo: Topology | None = None, *, start_cut: frozenset[str] | None = None) -> Optimum:
-    """Exact ``(U, k)`` by Dinkelbach on min-ratio cuts (see :mod:`synth.bounds_allgather`).
+    """Exact ``(U, k)`` by Dinkelbach on min-ratio cuts (see :mod:`synth.bounds.allgather`).
 
     ``start_cut`` (a warm start's previous bottleneck) only tightens the first bracket; the result
     does not depend on it.
@@ -96,7 +96,7 @@ def exact_optimum(graph: IntGraph, topo: Topology | None = None, *, start_cut: f
             raise TimeLimitError(f"AllGather optimum on {topo.name!r}: time limit reached")
         x = cr.rate_gbps / graph.unit_gbps
         return Optimum(U=Fraction(x.denominator), k=x.numerator, cut=cr.cut_nodes, maxflows=cr.maxflows)
-    return _dinkelbach(graph, start_cut)
+    return dinkelbach(graph, start_cut)
 
 
 def _cut_ratio(graph: IntGraph, side: np.ndarray) -> Fraction:
@@ -104,7 +104,8 @@ def _cut_ratio(graph: IntGraph, side: np.ndarray) -> Fraction:
     return Fraction(out, int(side[: graph.n_gpus].sum()))
 
 
-def _dinkelbach(graph: IntGraph, start_cut: frozenset[str] | None) -> Optimum:
+def dinkelbach(graph: IntGraph, start_cut: frozenset[str] | None) -> Optimum:
+    """Exact ``(U, k)`` by Dinkelbach iterations from ``start_cut`` (a previous optimum's cut, or None)."""
     n, nn = graph.n_gpus, graph.n_nodes
     index = {v: i for i, v in enumerate(graph.names)}
     # Starting cuts: each GPU alone (ratio: its out-capacity) and all but one GPU (its

@@ -13,14 +13,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
 from synth.errors import ScheduleError, SolverError
+from synth.figures import ReductionFigures, TreeFigures, WarmTreeFigures
 from synth.forestcoll_warm._mapback import to_routes
-from synth.forestcoll_warm._optimum import IntGraph, Optimum, _dinkelbach, exact_optimum, fixed_k_optimum
-from synth.forestcoll_warm._packing import PackingError, TreeClass, pack_with_figures
+from synth.forestcoll_warm._optimum import IntGraph, Optimum, dinkelbach, exact_optimum, fixed_k_optimum
+from synth.kernels.packing import PackingError, TreeClass, pack_with_figures
 from synth.forestcoll_warm._splitting import SplitStuck, split_switches
 from synth.forestcoll_warm.warm import accept_old_trees, hint_from_meta, hint_to_meta, old_trees
 from synth.result import Status, SynthResult, judge
@@ -46,7 +47,7 @@ class Solved:
     bound_gbps: Fraction  # exact cut bound per source
     cut: frozenset[str]
     hint_meta: Mapping[str, Any]
-    stats: Mapping[str, Any] = field(default_factory=dict)
+    figures: TreeFigures | None = None  # None for a merged (AllReduce) direction
     message: str = ""
 
 
@@ -63,11 +64,11 @@ def _validate_args(topology: Topology, max_chunks: int | None, warm_start: Sched
         )
 
 
-def _choose_k(graph: IntGraph, opt: Optimum, max_chunks: int | None) -> tuple[Optimum, dict[str, int]]:
-    """The optimum with at most ``max_chunks`` trees per root, and the search's figures
-    (``fixed_k_maxflows`` when a fixed-k search ran)."""
+def _choose_k(graph: IntGraph, opt: Optimum, max_chunks: int | None) -> tuple[Optimum, int | None]:
+    """The optimum with at most ``max_chunks`` trees per root, and the max-flows of the fixed-k
+    search (``None`` when none ran)."""
     if max_chunks is None or opt.k <= max_chunks:
-        return opt, {}
+        return opt, None
     best: Optimum | None = None
     maxflows = 0
     for k in range(1, max_chunks + 1):
@@ -76,7 +77,7 @@ def _choose_k(graph: IntGraph, opt: Optimum, max_chunks: int | None) -> tuple[Op
         if best is None or cand.rate_units > best.rate_units:
             best = cand
     assert best is not None
-    return best, {"fixed_k_maxflows": maxflows}
+    return best, maxflows
 
 
 def _rebalanced(topo: Topology) -> Topology:
@@ -125,11 +126,11 @@ def solve_out_trees(
     graph = IntGraph.from_topology(topo)
     split_hint = hint_from_meta(hint_doc) if isinstance(hint_doc, dict) else None
     if split_hint is not None and isinstance(hint_doc, dict):
-        opt = _dinkelbach(graph, frozenset(str(v) for v in hint_doc.get("cut", [])))
+        opt = dinkelbach(graph, frozenset(str(v) for v in hint_doc.get("cut", [])))
     else:
         opt = exact_optimum(graph, topo)
     bound = opt.rate_units * graph.unit_gbps
-    chosen, k_figures = _choose_k(graph, opt, max_chunks)
+    chosen, fixed_k_maxflows = _choose_k(graph, opt, max_chunks)
     t1 = time.perf_counter()
     log.info("phase 1: %s optimum k=%d U=%s (%.3f s)", topo.name, chosen.k, chosen.U, t1 - t0)
     try:
@@ -139,10 +140,11 @@ def solve_out_trees(
             raise SolverError(f"switch {exc.switch!r} of {topo.name!r} cannot be split even after rebalancing") from exc
         log.info("phase 2: switch %s has no exact splitting; rebalancing non-Eulerian switches", exc.switch)
         inner = solve_out_trees(_rebalanced(topo), max_chunks=max_chunks, rebalance=False)
+        assert inner.figures is not None
         return replace(
             inner,
             bound_gbps=bound,
-            stats={**inner.stats, "bound_attained": inner.rate_gbps == bound},
+            figures=replace(inner.figures, bound_attained=inner.rate_gbps == bound),
             message=(
                 f"switch {exc.switch!r} is not Eulerian and cannot be split exactly: switches do not replicate, "
                 f"so the cut bound is not attainable by trees; solved on the rebalanced topology"
@@ -155,7 +157,7 @@ def solve_out_trees(
     arcs = split.arcs
     initial = None
     previous = old_trees(prev, prev_kind) if prev is not None else {}
-    warm_figures: dict[str, Any] = {}
+    warm_figures: WarmTreeFigures | None = None
     if previous:
         prefs = {r: [edges for edges, _ in previous.get(r, [])] for r in range(n)}
         k_old = prev.nchunks if prev is not None else chosen.k
@@ -164,27 +166,28 @@ def solve_out_trees(
             arcs, kept, initial = accepted
     try:
         grown, pack_figures = pack_with_figures(arcs, n, chosen.k, prefs=prefs, initial=initial) \
-            if initial != [] else ([], {})
+            if initial != [] else ([], None)
     except PackingError as exc:
         raise SolverError(f"{topo.name}: {exc}") from exc
     classes = kept + grown
     t3 = time.perf_counter()
     routes = to_routes(classes, split.pools)
     t4 = time.perf_counter()
-    # The one place this direction's figures are assembled (the parts return theirs).
-    stats: dict[str, Any] = {
-        "phase1_maxflows": opt.maxflows, **k_figures, "phase1_s": t1 - t0,
-        "phase2_s": t2 - t1, **split.stats, "logical_arcs": len(split.arcs),
-        **warm_figures, **pack_figures, "phase3_s": t3 - t2, "mapback_s": t4 - t3,
-        "k": chosen.k, "trees": len(routes), "kept_tree_units": sum(c.mult for c in kept),
-    }
+    reused_edges_frac = None
     if previous:
         old_edges = {r: {e for edges, _ in previous.get(r, []) for e in edges} for r in range(n)}
         same = sum(c.mult * len(old_edges[c.root].intersection(c.edges)) for c in classes)
-        stats["reused_edges_frac"] = same / (n * chosen.k * (n - 1))
+        reused_edges_frac = same / (n * chosen.k * (n - 1))
+    # The one place this direction's figures are assembled (the parts return theirs).
+    figures = TreeFigures(
+        phase1_maxflows=opt.maxflows, fixed_k_maxflows=fixed_k_maxflows, phase1_s=t1 - t0, phase2_s=t2 - t1,
+        split=split.figures, logical_arcs=len(split.arcs), warm=warm_figures, packing=pack_figures,
+        phase3_s=t3 - t2, mapback_s=t4 - t3, k=chosen.k, trees=len(routes), kept_tree_units=sum(c.mult for c in kept),
+        reused_edges_frac=reused_edges_frac,
+    )
     hint = hint_to_meta(opt.cut, split.order, split.record)
     return Solved(tuple(routes), chosen.k, chosen.U, chosen.rate_units * graph.unit_gbps, bound, opt.cut, hint,
-                  stats)
+                  figures)
 
 
 def _cut_links(topo: Topology, cut: frozenset[str]) -> list[tuple[str, str]]:
@@ -203,17 +206,18 @@ def finish(
     warm: bool,
     meta_extra: dict[str, Any],
     *,
-    stats: Mapping[str, Any],
+    figures: TreeFigures | ReductionFigures | None,
     u_meta: str | list[str],
 ) -> SynthResult:
-    """Validate, attach the bottleneck and meta, and build the result with ``stats`` as its figures."""
+    """Validate, attach the bottleneck and meta, and build the result with these figures."""
     k = solved[0].k
     sched = Schedule(collective, topo.nranks, k, tuple(routes))  # type: ignore[arg-type]
     try:
         sched.validate(topo)
     except ScheduleError as exc:
-        return SynthResult(Status.FAILED, f"re-check failed: {exc}", None, 0.0, optimal_GBps, 100.0,
-                           time.perf_counter() - start, warm)
+        return SynthResult(status=Status.FAILED, message=f"re-check failed: {exc}", schedule=None, algbw_GBps=0.0,
+                           optimal_algbw_GBps=optimal_GBps, gap_pct=100.0, solve_time_s=time.perf_counter() - start,
+                           warm=warm)
     exact_opt = all(s.rate_gbps == s.bound_gbps for s in solved)
     sched = sched.with_bottleneck(topo, cut_links if exact_opt else None)
     rate = sched.rate_GBps(topo)
@@ -229,24 +233,25 @@ def finish(
     }
     sched = sched.with_meta(**meta)
     if rate > optimal_rate and collective != "allreduce":
-        return SynthResult(Status.FAILED, f"re-check failed: rate {rate} above the proven bound {optimal_rate}",
-                           None, algbw, optimal_GBps, 0.0, solve_s, warm, stats)
+        return SynthResult(status=Status.FAILED, message=f"re-check failed: rate {rate} above the proven bound "
+                           f"{optimal_rate}", schedule=None, algbw_GBps=algbw, optimal_algbw_GBps=optimal_GBps,
+                           gap_pct=0.0, solve_time_s=solve_s, warm=warm, figures=figures)
     status, gap = judge(algbw, optimal_GBps)
     if rate > optimal_rate:
         # The bound assumes RS then AG back to back; in the IR's link-load model the two phases
         # share links, and where their bottlenecks lie on different links (e.g. one GPU's in- and
         # out-links) the combined schedule is faster than that bound.
-        return SynthResult(status, f"optimal RS+AG trees: {algbw:.6g} GB/s, above the sequential RS+AG "
-                           f"bound {optimal_GBps:.6g} GB/s (phase bottlenecks on different links)", sched, algbw,
-                           optimal_GBps, gap, solve_s, warm, stats)
-    if status is Status.OPTIMAL:
-        return SynthResult(status, f"optimal: {algbw:.6g} GB/s with k={k} trees per root", sched, algbw,
-                           optimal_GBps, gap, solve_s, warm, stats)
-    why = "; ".join(s.message for s in solved if s.message) or (
-        f"best schedule with at most {k} chunk(s) per source (fixed-k search), gap vs the unconstrained optimum"
-    )
-    return SynthResult(status, f"{why}: {algbw:.6g} of {optimal_GBps:.6g} GB/s ({gap:.3f}% gap)", sched,
-                       algbw, optimal_GBps, gap, solve_s, warm, stats)
+        message = (f"optimal RS+AG trees: {algbw:.6g} GB/s, above the sequential RS+AG bound {optimal_GBps:.6g} "
+                   f"GB/s (phase bottlenecks on different links)")
+    elif status is Status.OPTIMAL:
+        message = f"optimal: {algbw:.6g} GB/s with k={k} trees per root"
+    else:
+        why = "; ".join(s.message for s in solved if s.message) or (
+            f"best schedule with at most {k} chunk(s) per source (fixed-k search), gap vs the unconstrained optimum"
+        )
+        message = f"{why}: {algbw:.6g} of {optimal_GBps:.6g} GB/s ({gap:.3f}% gap)"
+    return SynthResult(status=status, message=message, schedule=sched, algbw_GBps=algbw,
+                       optimal_algbw_GBps=optimal_GBps, gap_pct=gap, solve_time_s=solve_s, warm=warm, figures=figures)
 
 
 def _warm_doc(warm_start: Schedule | None, key: str) -> Any:
@@ -300,4 +305,4 @@ def synthesize_allgather(
     optimal = float(topology.nranks * solved.bound_gbps / 8)
     return finish(topology, "allgather", solved.routes, [solved], _cut_links(topology, solved.cut), optimal,
                   solved.bound_gbps / 8, start, warm_start is not None, {"out": solved.hint_meta},
-                  stats=solved.stats, u_meta=str(solved.U))
+                  figures=solved.figures, u_meta=str(solved.U))

@@ -29,6 +29,7 @@ from synth.forestcoll_warm.allgather import (
     solve_out_trees,
     synthesize_allgather,
 )
+from synth.figures import ReductionFigures
 from synth.result import SynthResult
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.topologies.model import Topology
@@ -78,7 +79,7 @@ def synthesize_reducescatter(
     optimal = float(topology.nranks * solved.bound_gbps / 8)
     return finish(topology, "reducescatter", _in_trees(solved.routes), [solved],
                   _rs_cut_links(topology, solved.cut), optimal, solved.bound_gbps / 8, start,
-                  warm_start is not None, {"in": solved.hint_meta}, stats=solved.stats, u_meta=str(solved.U))
+                  warm_start is not None, {"in": solved.hint_meta}, figures=solved.figures, u_meta=str(solved.U))
 
 
 def _scale(routes: Sequence[Route], factor: int) -> list[Route]:
@@ -114,12 +115,13 @@ def synthesize_allreduce(
     optimal = float(topology.nranks * bound)
     cut = sorted(set(_cut_links(topology, ag.cut)) | set(_rs_cut_links(topology, rs.cut)))
     merged = Solved(tuple(routes), common, ag.U, 1 / (1 / rs.rate_gbps + 1 / ag.rate_gbps),
-                    1 / (1 / rs.bound_gbps + 1 / ag.bound_gbps), ag.cut, {}, {},
+                    1 / (1 / rs.bound_gbps + 1 / ag.bound_gbps), ag.cut, {}, None,
                     "; ".join(m for m in (rs.message, ag.message) if m))
-    stats = {"reducescatter": rs.stats, "allgather": ag.stats, "k": common, "trees": len(routes)}
+    assert rs.figures is not None and ag.figures is not None
+    figures = ReductionFigures(reducescatter=rs.figures, allgather=ag.figures, k=common, trees=len(routes))
     return finish(topology, "allreduce", routes, [merged], cut, optimal, Fraction(bound), start,
                   warm_start is not None, {"in": rs.hint_meta, "out": ag.hint_meta},
-                  stats=stats, u_meta=[str(rs.U), str(ag.U)])
+                  figures=figures, u_meta=[str(rs.U), str(ag.U)])
 
 
 

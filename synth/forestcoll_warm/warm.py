@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from synth.forestcoll_warm._packing import TreeClass
+from synth.figures import WarmTreeFigures
+from synth.kernels.packing import TreeClass
 from synth.forestcoll_warm._splitting import SplitHint
 from synth.maxflow import FlowNetwork
 from synth.schedule import RouteKind, Schedule
@@ -178,15 +179,15 @@ def accept_old_trees(
     k: int,
     trees: Mapping[int, list[tuple[list[tuple[int, int]], int]]],
     k_old: int,
-) -> tuple[Accepted | None, dict[str, Any]]:
+) -> tuple[Accepted | None, WarmTreeFigures]:
     """Keep previous trees that still fit, with k units per root (``k_old`` is informational).
 
     Returns the accepted set and the figures of the attempt. The set is residual capacities, the
     kept (finished) classes and the classes still to grow as ``(root, units, edges of the kept
     partial tree)``; ``None`` when no kept set passes Lovász's check (the caller then packs from
-    scratch, still guided by the previous trees). The figures: ``warm_check_maxflows`` (when a
-    check ran) and, for an accepted set, ``warm_accept`` (the attempt), ``reused_edges_frac`` and
-    ``reused_tree_units``.
+    scratch, still guided by the previous trees). The figures (:class:`~synth.figures.WarmTreeFigures`):
+    the check's max-flows (when a check ran) and, for an accepted set, the attempt, the fraction of
+    the plan's edges reused and the tree units kept.
 
     Attempts, each verified by Lovász's condition (one max-flow per GPU): ``repair`` is
     ``partial`` where a node whose old in-edge does not fit may hang from another tree node by
@@ -204,7 +205,7 @@ def accept_old_trees(
     for a, b in sorted(arcs):
         ins.setdefault(b, []).append(a)
         outs.setdefault(a, []).append(b)
-    figures: dict[str, Any] = {}
+    check_maxflows: int | None = None
     for attempt in ("repair", "partial", "all", "none"):
         cap = dict(arcs)
         kept: list[TreeClass] = []
@@ -216,23 +217,7 @@ def accept_old_trees(
                 for edges, m_tree in plan[r]:
                     if len(edges) != n - 1:
                         continue
-                    pieces: list[tuple[int, list[tuple[int, int]]]] = []
-                    if attempt == "all":
-                        if all(cap.get(e, 0) >= m_tree for e in edges):
-                            pieces.append((m_tree, list(edges)))
-                    else:
-                        # As many units of the whole tree as fit, then the rest truncated below
-                        # every edge that cannot carry it.
-                        whole = min(m_tree, min(cap.get(e, 0) for e in edges))
-                        if whole > 0:
-                            pieces.append((whole, list(edges)))
-                        rest = m_tree - whole
-                        part = []
-                        if rest > 0:
-                            part = _regrow(r, edges, rest, whole, cap, ins, outs, attempt)
-                        if rest > 0 and part:
-                            pieces.append((rest, part))
-                    for m, part in pieces:
+                    for m, part in _pieces(r, edges, m_tree, cap, ins, outs, attempt):
                         for e in part:
                             cap[e] -= m
                         reused += m * len(part)
@@ -245,11 +230,36 @@ def accept_old_trees(
                 todo.append((r, left, []))
         if todo and (kept or any(part for _, _, part in todo)):
             ok, flows = _lovasz_ok(cap, n, [(r, m, [r] + [y for _, y in part]) for r, m, part in todo])
-            figures["warm_check_maxflows"] = figures.get("warm_check_maxflows", 0) + flows
+            check_maxflows = (check_maxflows or 0) + flows
             if not ok:
                 continue
-        figures["warm_accept"] = attempt
-        figures["reused_edges_frac"] = reused / edges_total if edges_total else 0.0
-        figures["reused_tree_units"] = sum(c.mult for c in kept)
+        figures = WarmTreeFigures(check_maxflows=check_maxflows, accept=attempt,
+                                  reused_edges_frac=reused / edges_total if edges_total else 0.0,
+                                  reused_tree_units=sum(c.mult for c in kept))
         return (cap, kept, sorted(todo, key=lambda t: (t[0], len(t[2]) == 0))), figures
-    return None, figures
+    return None, WarmTreeFigures(check_maxflows=check_maxflows, accept=None, reused_edges_frac=None,
+                                 reused_tree_units=None)
+
+
+def _pieces(r: int, edges: list[tuple[int, int]], m_tree: int, cap: dict[tuple[int, int], int],
+            ins: dict[int, list[int]], outs: dict[int, list[int]],
+            attempt: str) -> list[tuple[int, list[tuple[int, int]]]]:
+    """What of root ``r``'s old tree (``m_tree`` units of ``edges``) fits ``cap`` under ``attempt``:
+    ``(units, edges)`` pieces, whole trees first."""
+    pieces: list[tuple[int, list[tuple[int, int]]]] = []
+    if attempt == "all":
+        if all(cap.get(e, 0) >= m_tree for e in edges):
+            pieces.append((m_tree, list(edges)))
+    else:
+        # As many units of the whole tree as fit, then the rest truncated below
+        # every edge that cannot carry it.
+        whole = min(m_tree, min(cap.get(e, 0) for e in edges))
+        if whole > 0:
+            pieces.append((whole, list(edges)))
+        rest = m_tree - whole
+        part = []
+        if rest > 0:
+            part = _regrow(r, edges, rest, whole, cap, ins, outs, attempt)
+        if rest > 0 and part:
+            pieces.append((rest, part))
+    return pieces

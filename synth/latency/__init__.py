@@ -3,7 +3,7 @@ choice of a schedule per message-size band under a calibrated cost profile (``do
 
 >>> from synth import load_topology
 >>> r = synthesize_depth_bounded("allgather", load_topology("hpn:1x2x4"), 2)
->>> r.stats["depth"]
+>>> r.figures.depth
 2
 """
 

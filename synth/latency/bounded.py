@@ -6,13 +6,13 @@ GPU hops, with a certified gap (:mod:`synth.latency._lp`), rounded to integral c
 Rounding: the LP gives each root's trees weights ``y_T`` summing to 1. For ``k = 1 .. chunks`` each
 root's ``k`` chunks go to its trees by largest remainder (``c_T = floor(k y_T)`` or one more). Since
 ``c_T < k y_T + 1``, that rounding's time is below ``U_LP + max_a sum_{T rounded up, on a} load_a(T) /
-(k b_a)`` (``stats["rounding_bound_algbw_GBps"]``, the a-priori guarantee). A local search then moves
+(k b_a)`` (``figures.lp.rounding_bound_algbw_GBps``, the a-priori guarantee). A local search then moves
 single chunks between a root's trees while the bottleneck time drops (never above the rounding it
 starts from); the ``k`` with the least time wins (the first that matches the LP stops the search).
 
 >>> from synth import load_topology
 >>> r = synthesize_depth_bounded("allgather", load_topology("hpn:1x2x4"), 2)
->>> r.stats["depth"] <= 2, round(r.algbw_GBps, 3) == round(r.stats["lp_algbw_GBps"], 3)
+>>> r.figures.depth <= 2, round(r.algbw_GBps, 3) == round(r.figures.lp_algbw_GBps, 3)
 (True, True)
 """
 
@@ -20,18 +20,20 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from synth._types import Collective
 from synth.bounds import optimal_bound
 from synth.errors import ScheduleError, SolverError, short_repr
+from synth.figures import DepthFigures, DepthLpFigures
 from synth.latency._graph import LinkGraph
 from synth.latency._lp import Column, LpOutcome, column_from_hops, load_matrix, solve_depth_lp
 from synth.latency.depth import schedule_depth
 from synth.result import Status, SynthResult, gap_pct, judge
 from synth.schedule import Hop, Route, RouteKind, Schedule
+from synth.synthesis import synthesize
 from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology
 
@@ -188,27 +190,15 @@ def synthesize_depth_bounded(
     ``max_chunks``). ``warm_from`` seeds the LP with a previous schedule's trees that are still
     valid and within the bound. The result's ``optimal_algbw_GBps`` is the *certified upper bound*
     on any depth-``D`` schedule (so ``gap_pct`` covers both the LP gap and rounding; the status is
-    ``OPTIMAL`` only when the schedule reaches that bound, else ``FEASIBLE``); ``stats`` has
-    ``depth``, ``max_depth``, ``lp_algbw_GBps``, ``depth_bound_algbw_GBps``,
-    ``unbounded_optimal_algbw_GBps``, ``rounding_bound_algbw_GBps``, ``lp_gap_pct`` and the LP's figures.
+    ``OPTIMAL`` only when the schedule reaches that bound, else ``FEASIBLE``); ``figures`` is a
+    :class:`~synth.figures.DepthFigures` (``depth``, ``lp_algbw_GBps``, ``depth_bound_algbw_GBps``,
+    ``unbounded_optimal_algbw_GBps``, ``lp_gap_pct``, the LP's figures in ``lp``).
     """
     _check(collective, max_depth, chunks, gap_tol)
     start = time.perf_counter()
-    warm = warm_from.schedule if isinstance(warm_from, SynthResult) else warm_from
     if max_depth is None:
-        from synth.synthesis import synthesize
-
-        res = synthesize(collective, topo, chunks=chunks, warm_from=warm_from, time_limit_s=time_limit_s, solver=solver)
-        if res.schedule is None:
-            return res
-        depth = schedule_depth(res.schedule)
-        sched = res.schedule.with_meta(max_depth=None, depth=depth)
-        fc_stats = {**res.stats, "depth": depth, "max_depth": None, "lp_algbw_GBps": res.algbw_GBps,
-                    "depth_bound_algbw_GBps": res.optimal_algbw_GBps,
-                    "unbounded_optimal_algbw_GBps": res.optimal_algbw_GBps, "lp_gap_pct": 0.0}
-        return SynthResult(res.status, res.message, sched, res.algbw_GBps, res.optimal_algbw_GBps, res.gap_pct,
-                           res.solve_time_s, res.warm, fc_stats, res.warm_state)
-    k_max = DEFAULT_CHUNKS if chunks is None else chunks
+        return _unbounded(collective, topo, chunks, warm_from, time_limit_s, solver)
+    warm = warm_from.schedule if isinstance(warm_from, SynthResult) else warm_from
     n = topo.nranks
     sides: list[tuple[RouteKind, LinkGraph, LpOutcome, float]] = []
     if collective in ("reducescatter", "allreduce"):
@@ -217,6 +207,75 @@ def synthesize_depth_bounded(
     if collective in ("allgather", "allreduce"):
         g, out, opt = _side(topo, max_depth, RouteKind.OUT_TREE, warm, gap_tol, time_limit_s, solver)
         sides.append((RouteKind.OUT_TREE, g, out, opt))
+    rounded = _rounded(sides, n, DEFAULT_CHUNKS if chunks is None else chunks)
+    sched = Schedule(collective, n, rounded.k, tuple(rounded.routes))
+    try:
+        sched.validate(topo)
+    except ScheduleError as exc:
+        return _failed(f"re-check failed: {exc}", n / rounded.u_low, start)
+    depth = schedule_depth(sched)
+    if depth > max_depth:
+        return _failed(f"re-check failed: depth {depth} > bound {max_depth}", n / rounded.u_low, start)
+    sched = sched.with_bottleneck(topo)
+    algbw = sched.algbw_GBps(topo)
+    bound = n / rounded.u_low
+    figures = DepthFigures(
+        depth=depth, max_depth=max_depth, lp_algbw_GBps=n / rounded.u_lp, depth_bound_algbw_GBps=bound,
+        unbounded_optimal_algbw_GBps=n / rounded.u_inf, lp_gap_pct=100.0 * (1 - rounded.u_low / rounded.u_lp),
+        lp=DepthLpFigures(
+            k=rounded.k, trees=len(rounded.routes), rounding_bound_algbw_GBps=n / rounded.u_bnd,
+            rounding_gap_pct=100.0 * (1 - rounded.u_lp / rounded.u_round),
+            iterations=sum(s[2].iterations for s in sides), columns=sum(len(s[2].columns) for s in sides),
+            columns_dropped=sum(int(s[2].stats.get("columns_dropped", 0)) for s in sides)))
+    meta = {"synthesizer": "depth-bounded", "max_depth": max_depth, "depth": depth,
+            "optimal_algbw_GBps": n / rounded.u_inf, "depth_bound_algbw_GBps": bound, **communicator_meta(topo)}
+    sched = sched.with_meta(**meta)
+    # The LP's certified bound is the optimum held to; an LP stopped by a limit makes the run TIME_LIMIT.
+    status, gap = judge(algbw, bound) if rounded.stopped is None else (rounded.stopped, gap_pct(algbw, bound))
+    message = (f"depth <= {max_depth} (actual {depth}): {algbw:.6g} GB/s with k={rounded.k}; LP "
+               f"{n / rounded.u_lp:.6g}, depth-{max_depth} bound {bound:.6g}, unbounded optimum "
+               f"{n / rounded.u_inf:.6g} GB/s; " + "; ".join(rounded.why))
+    return SynthResult(status=status, message=message, schedule=sched, algbw_GBps=algbw, optimal_algbw_GBps=bound,
+                       gap_pct=gap, solve_time_s=time.perf_counter() - start, warm=warm is not None, figures=figures)
+
+
+def _unbounded(collective: Collective, topo: Topology, chunks: int | None, warm_from: Schedule | SynthResult | None,
+               time_limit_s: float | None, solver: str) -> SynthResult:
+    """``max_depth=None``: today's synthesizer, unchanged, with its depth added to the figures."""
+    res = synthesize(collective, topo, chunks=chunks, warm_from=warm_from, time_limit_s=time_limit_s, solver=solver)
+    if res.schedule is None:
+        return res
+    depth = schedule_depth(res.schedule)
+    sched = res.schedule.with_meta(max_depth=None, depth=depth)
+    figures = DepthFigures(depth=depth, max_depth=None, lp_algbw_GBps=res.algbw_GBps,
+                           depth_bound_algbw_GBps=res.optimal_algbw_GBps,
+                           unbounded_optimal_algbw_GBps=res.optimal_algbw_GBps, lp_gap_pct=0.0, inner=res.figures)
+    return replace(res, schedule=sched, figures=figures)
+
+
+def _failed(message: str, bound_GBps: float, start: float) -> SynthResult:  # noqa: N803
+    """A schedule that failed loopcoll's re-check: no schedule, judged against the LP's bound."""
+    return SynthResult(status=Status.FAILED, message=message, schedule=None, algbw_GBps=0.0,
+                       optimal_algbw_GBps=bound_GBps, gap_pct=100.0, solve_time_s=time.perf_counter() - start)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rounded:
+    """Both sides' rounded trees with one chunk count ``k``, and the summed times per unit (``u_*``)."""
+
+    routes: list[Route]
+    k: int
+    u_round: float
+    u_lp: float
+    u_low: float
+    u_inf: float
+    u_bnd: float
+    stopped: Status | None  # the status of a side's LP that a limit stopped, else None
+    why: list[str]
+
+
+def _rounded(sides: list[tuple[RouteKind, LinkGraph, LpOutcome, float]], n: int, k_max: int) -> _Rounded:
+    """Round every side's LP to at most ``k_max`` chunks per root, then scale to their common ``k``."""
     routes: list[Route] = []
     ks = []
     u_round = u_lp = u_low = u_inf = u_bnd = 0.0
@@ -237,32 +296,4 @@ def synthesize_depth_bounded(
     k = math.lcm(*ks)
     routes = [Route(r.kind, r.root, r.chunks * (k // ks[0 if r.kind is RouteKind.IN_TREE or len(ks) == 1 else 1]), r.hops)
               for r in routes]
-    sched = Schedule(collective, n, k, tuple(routes))
-    try:
-        sched.validate(topo)
-    except ScheduleError as exc:
-        return SynthResult(Status.FAILED, f"re-check failed: {exc}", None, 0.0, n / u_low, 100.0,
-                           time.perf_counter() - start)
-    depth = schedule_depth(sched)
-    if depth > max_depth:
-        return SynthResult(Status.FAILED, f"re-check failed: depth {depth} > bound {max_depth}", None, 0.0,
-                           n / u_low, 100.0, time.perf_counter() - start)
-    sched = sched.with_bottleneck(topo)
-    algbw = sched.algbw_GBps(topo)
-    bound = n / u_low
-    stats: dict[str, Any] = {
-        "depth": depth, "max_depth": max_depth, "k": k, "trees": len(routes),
-        "lp_algbw_GBps": n / u_lp, "depth_bound_algbw_GBps": bound, "unbounded_optimal_algbw_GBps": n / u_inf,
-        "rounding_bound_algbw_GBps": n / u_bnd, "lp_gap_pct": 100.0 * (1 - u_low / u_lp),
-        "rounding_gap_pct": 100.0 * (1 - u_lp / u_round),
-        "iterations": sum(s[2].iterations for s in sides), "columns": sum(len(s[2].columns) for s in sides),
-        "columns_dropped": sum(int(s[2].stats.get("columns_dropped", 0)) for s in sides),
-    }
-    meta = {"synthesizer": "depth-bounded", "max_depth": max_depth, "depth": depth,
-            "optimal_algbw_GBps": n / u_inf, "depth_bound_algbw_GBps": bound, **communicator_meta(topo)}
-    sched = sched.with_meta(**meta)
-    # The LP's certified bound is the optimum held to; an LP stopped by a limit makes the run TIME_LIMIT.
-    status, gap = judge(algbw, bound) if stopped is None else (stopped, gap_pct(algbw, bound))
-    message = (f"depth <= {max_depth} (actual {depth}): {algbw:.6g} GB/s with k={k}; LP {n / u_lp:.6g}, "
-               f"depth-{max_depth} bound {bound:.6g}, unbounded optimum {n / u_inf:.6g} GB/s; " + "; ".join(why))
-    return SynthResult(status, message, sched, algbw, bound, gap, time.perf_counter() - start, warm is not None, stats)
+    return _Rounded(routes, k, u_round, u_lp, u_low, u_inf, u_bnd, stopped, why)

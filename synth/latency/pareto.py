@@ -20,9 +20,12 @@ from dataclasses import dataclass
 
 from synth._types import Collective
 from synth.errors import SolverError, short_repr
+from synth.figures import DepthFigures
 from synth.latency.bounded import synthesize_depth_bounded
+from synth.latency.depth import schedule_depth
 from synth.result import SynthResult
 from synth.schedule import Schedule
+from synth.synthesis import synthesize
 from synth.topologies.model import Topology
 
 __all__ = ["DEFAULT_DEPTHS", "ParetoPoint", "pareto_set"]
@@ -103,19 +106,18 @@ def pareto_set(
                  "inf" if d is None else d, time.perf_counter() - start, res.message)
         if res.schedule is None:
             continue
+        figures = res.figures
+        assert isinstance(figures, DepthFigures)
         if d is not None:
-            opt = float(res.stats["unbounded_optimal_algbw_GBps"])
-            reached = float(res.stats["lp_algbw_GBps"]) >= opt * (1 - 1e-9)
-        points.append(ParetoPoint(d, int(res.stats["depth"]), res.algbw_GBps, res))
+            opt = figures.unbounded_optimal_algbw_GBps
+            reached = figures.lp_algbw_GBps >= opt * (1 - 1e-9)
+        points.append(ParetoPoint(d, figures.depth, res.algbw_GBps, res))
     return _front(points)
 
 
 def _alltoall_set(topo: Topology, steps: list[int | None], chunks: int | None,
                   time_limit_s: float | None) -> list[ParetoPoint]:
     """AllToAll: the step bound is column generation's ``max_steps`` (GPU hops per path)."""
-    from synth.latency.depth import schedule_depth
-    from synth.synthesis import synthesize
-
     points: list[ParetoPoint] = []
     for s in steps:
         try:

@@ -23,6 +23,8 @@ from typing import Any
 
 from synth.errors import SolverError
 from synth.result import SynthResult
+from synth.routed._cutlp import cut_lp
+from synth.routed._logical import Logical
 from synth.routed.alltoall import RoutedAllToAllWarm, routed_alltoall_lp, synthesize_routed_alltoall
 from synth.routed.trees import DEFAULT_MAX_CHUNKS, synthesize_routed_trees
 from synth.schedule import Schedule
@@ -65,9 +67,6 @@ def synthesize_routed(
 
 def routed_bound(collective: str, topo: Topology, *, solver: str = "highs") -> float:
     """The routed optimum algbw (GB/s): the LP optimum over schedules of routed hops."""
-    from synth.routed._cutlp import cut_lp
-    from synth.routed._logical import Logical
-
     if collective == "alltoall":
         cg, sol, _ = routed_alltoall_lp(topo, solver=solver)
         return topo.nranks * cg.scale / float(sol.objective)

@@ -18,10 +18,14 @@ Examples
 
 from __future__ import annotations
 
+import time
+
+import highspy
 import numpy as np
 import numpy.typing as npt
 
 from synth.errors import SolverError
+from synth.kernels.highs import quiet_highs
 from synth.maxflow import FlowNetwork
 from synth.routed._logical import Logical
 
@@ -38,12 +42,6 @@ def cut_lp(lg: Logical, *, max_rounds: int = 500, deadline: float | None = None)
     Every round's T is a lower bound on the optimum (a relaxation), so ``N / T`` is a proven upper
     bound on the routed algbw even when the rounds or the ``deadline`` (``time.perf_counter()``)
     ran out first (``proven`` false; ``g`` may then miss some cuts)."""
-    import time
-
-    import highspy
-
-    from synth.solvers._highs import quiet_highs
-
     n, m = lg.n, len(lg.pairs)
     live = np.flatnonzero(lg.caps_GBps > 0)
     scale = float(lg.caps_GBps[live].sum()) / (3.0 * n)

@@ -3,7 +3,7 @@
 By Edmonds' branching theorem in Lovász's form (ForestColl §3.3), integer capacities ``g`` on the
 logical arcs hold ``k`` spanning out-trees per root, all at once, iff every nonempty GPU set X has
 ``ρ_g(X) ≥ k · |V ∖ X|`` (as many units enter X as there are trees rooted outside it); ForestColl's
-packing (:func:`synth.forestcoll_warm._packing.pack_with_figures`) then finds the trees. The
+packing (:func:`synth.kernels.packing.pack_with_figures`) then finds the trees. The
 fractional LP optimum ``g*`` (each arc's total tree weight) meets the condition for k = 1, so
 ``k·g*`` meets it for k. :func:`integral_capacities` starts from ``⌊k·g*⌋`` and, while some set X
 is short (a max-flow from a hub feeding every GPU k units to a GPU v carries less than ``k·N``;
@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from synth.forestcoll_warm._packing import TreeClass, pack_with_figures
+from synth.kernels.packing import TreeClass, pack_with_figures
 from synth.maxflow import FlowNetwork
 from synth.routed._logical import Logical
 

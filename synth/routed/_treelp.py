@@ -1,6 +1,6 @@
 """The routed tree-packing LP by column generation, and its rounding to a few chunks per root.
 
-LP (T-form, as :class:`synth.alltoall_cg._master.TreeMaster`): minimise T subject to, for every
+LP (T-form, as :class:`synth.kernels.tree_master.TreeMaster`): minimise T subject to, for every
 root r, ``Σ_τ λ_τ = 1`` over spanning out-arborescences τ of the logical graph rooted at r, and for
 every physical link a, ``Σ_τ load_a(τ) λ_τ ≤ c_a T`` where ``load_a(τ)`` counts the arcs of τ
 whose route crosses a. Its optimum ``N / T*`` is the largest AllGather algbw of any schedule of
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from synth.alltoall_cg._master import TreeMaster
+from synth.kernels.tree_master import TreeMaster
 from synth.errors import SolverError
 from synth.routed._arborescence import all_root_arborescences, min_arborescence
 from synth.routed._logical import Logical

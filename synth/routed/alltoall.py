@@ -1,7 +1,7 @@
 """Routed AllToAll: maximum concurrent flow over routed hops, by column generation on the logical graph.
 
 Columns are per-source path sets (one GPU path per destination, each hop a routed arc); the
-master is the T-form LP of :class:`synth.alltoall_cg._master.TreeMaster` with a route's links as
+master is the T-form LP of :class:`synth.kernels.tree_master.TreeMaster` with a route's links as
 an arc's load. Pricing is exact: under link duals w an arc costs the sum of w over its route, and
 the cheapest path set of a source is its shortest-path tree on the logical graph (Dijkstra, all
 sources at once), relaying through GPUs where that is cheaper than a direct route. The Lagrangian
@@ -42,8 +42,9 @@ from synth.alltoall_cg.chunks import (
     choose_chunks,
     chunk_cap,
 )
-from synth.alltoall_cg._master import TreeMaster
+from synth.kernels.tree_master import TreeMaster
 from synth.errors import ScheduleError, SolverError
+from synth.figures import RoutedAllToAllFigures, RoutingFigures, Tried
 from synth.result import Status, SynthResult, gap_pct, judge
 from synth.routed._logical import Logical
 from synth.schedule import Hop, Route, RouteKind, Schedule
@@ -314,8 +315,9 @@ def synthesize_routed_alltoall(
     """AllToAll over routed hops (module docstring); ``warm_start`` as the ``warm_from`` of
     :func:`synth.synthesize`; ``nchunks``, ``max_nchunks`` and ``rounding_budget_s`` as in
     :func:`synth.alltoall_cg.synthesize_alltoall` (K chosen within 0.1 % of the routed optimum where
-    the cap allows). ``stats`` and status as :func:`synth.routed.trees.synthesize_routed_trees`, plus
-    ``binding_limit`` (the limit that keeps the loss above 0.1 %, or None) and ``rounding_tried``."""
+    the cap allows). Status as :func:`synth.routed.trees.synthesize_routed_trees`; ``figures`` is a
+    :class:`~synth.figures.RoutedAllToAllFigures` (``binding_limit``: the limit that keeps the loss
+    above 0.1 %, or None)."""
     if nchunks is not None and (isinstance(nchunks, bool) or not isinstance(nchunks, int) or nchunks < 1):
         raise SolverError(f"nchunks must be None or an integer >= 1, got {nchunks!r}")
     check_rounding_args(max_nchunks, rounding_budget_s)
@@ -333,16 +335,18 @@ def synthesize_routed_alltoall(
     try:
         sched, algbw = _measured(topology, cg, counts, first)
     except ScheduleError as exc:
-        return SynthResult(Status.FAILED, f"re-check failed: {exc}", None, 0.0, optimal, 100.0,
-                           time.perf_counter() - start, warm)
-    nchunks, binding, tried = first, None, []
+        return SynthResult(status=Status.FAILED, message=f"re-check failed: {exc}", schedule=None, algbw_GBps=0.0,
+                           optimal_algbw_GBps=optimal, gap_pct=100.0, solve_time_s=time.perf_counter() - start,
+                           warm=warm)
+    nchunks, binding = first, None
+    tried: Tried = ()
     loss = 1.0 - algbw / optimal
     if proven and loss > 1e-9:
         budget = rounding_budget_s if time_limit_s is None else \
             min(rounding_budget_s, start + time_limit_s - time.perf_counter())
         keys, bp = _block_paths(cg, weight)
         pick = choose_chunks(bp, first, cap_k, budget_s=budget, first_loss=loss, cap_name=cap_name)
-        tried = [list(t) for t in pick.tried]
+        tried = pick.tried
         picked = {key: int(c) for key, c in zip(keys, pick.chunks.tolist()) if c > 0}
         try:
             sched2, algbw2 = _measured(topology, cg, picked, pick.nchunks)
@@ -353,25 +357,23 @@ def synthesize_routed_alltoall(
         if loss > TARGET_LOSS:
             binding = pick.binding or cap_name
     solve_s = time.perf_counter() - start
-    stats: dict[str, Any] = {
-        "routing": "routed", "routed_optimal_algbw_GBps": optimal if proven else upper,
-        "routed_optimum_proven": proven, "routed_bound_algbw_GBps": upper,
-        "lp_algbw_GBps": optimal, "lp_rounds": cg.rounds, "lp_columns": len(cg.pool),
-        "seeded_columns": getattr(cg, "seeded", 0), "lp_s": t_lp, "nchunks": nchunks,
-        "binding_limit": binding, "rounding_tried": tried,
-    }
     state = RoutedAllToAllWarm(n, tuple(cg.pool[i] for i in np.flatnonzero(lam > 1e-12)))
     meta = {"synthesizer": "routed-alltoall-cg", "solve_time_s": solve_s, "optimal_algbw_GBps": optimal,
             "routing": "routed", **communicator_meta(topology)}
     sched = sched.with_meta(**meta)
     if not proven:
-        gap = gap_pct(algbw, upper)
-        stats["gap"] = gap / 100.0
-        return SynthResult(Status.TIME_LIMIT, f"routed column generation stopped at the time limit: {algbw:.6g} GB/s, "
-                           f"proven within {gap:.3f}% of the routed optimum", sched, algbw, upper, gap, solve_s, warm,
-                           stats, state)
-    status, gap = judge(algbw, optimal)
-    stats["gap"] = gap / 100.0
-    return SynthResult(status, f"routed LP optimum {optimal:.6g} GB/s rounded to {nchunks} chunks per block: "
-                       f"{algbw:.6g} GB/s ({gap:.3f}% gap), every hop on its pair's route{binding_note(binding)}", sched, algbw, optimal, gap,
-                       solve_s, warm, stats, state)
+        status, gap = Status.TIME_LIMIT, gap_pct(algbw, upper)
+        message = (f"routed column generation stopped at the time limit: {algbw:.6g} GB/s, proven within "
+                   f"{gap:.3f}% of the routed optimum")
+    else:
+        status, gap = judge(algbw, optimal)
+        message = (f"routed LP optimum {optimal:.6g} GB/s rounded to {nchunks} chunks per block: {algbw:.6g} GB/s "
+                   f"({gap:.3f}% gap), every hop on its pair's route{binding_note(binding)}")
+    figures = RoutedAllToAllFigures(
+        routing=RoutingFigures(routed_optimal_algbw_GBps=optimal if proven else upper, routed_optimum_proven=proven,
+                               routed_bound_algbw_GBps=upper),
+        lp_algbw_GBps=optimal, lp_rounds=cg.rounds, lp_columns=len(cg.pool), seeded_columns=getattr(cg, "seeded", 0),
+        lp_s=t_lp, nchunks=nchunks, binding_limit=binding, rounding_tried=tried, gap=gap / 100.0)
+    return SynthResult(status=status, message=message, schedule=sched, algbw_GBps=algbw,
+                       optimal_algbw_GBps=optimal if proven else upper, gap_pct=gap, solve_time_s=solve_s, warm=warm,
+                       figures=figures, warm_state=state)

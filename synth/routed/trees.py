@@ -15,23 +15,24 @@ Examples
 --------
 >>> from synth.topologies import named_topology
 >>> r = synthesize_routed_trees("allgather", named_topology("nvswitch:4"))
->>> r.status.value, round(r.algbw_GBps, 3), r.stats["routing"]
-('optimal', 480.0, 'routed')
+>>> r.status.value, round(r.algbw_GBps, 3), r.figures.routing.routed_optimum_proven
+('optimal', 480.0, True)
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from synth.alltoall_cg.chunks import ROUNDING_BUDGET_S, TARGET_LOSS, binding_note, chunk_cap
 from synth.errors import ScheduleError, SolverError
+from synth.figures import RoutedTreeFigures, RoutingFigures
 from synth.result import Status, SynthResult, gap_pct, judge
 from synth.routed._logical import Logical
-from synth.forestcoll_warm._packing import PackingError, TreeClass
+from synth.kernels.packing import PackingError, TreeClass
 from synth.routed._lovasz import integral_capacities, pack_trees
 from synth.routed._cutlp import cut_lp
 from synth.routed._treelp import TreeLp, solve_tree_lp, tree_arcs
@@ -147,9 +148,9 @@ def synthesize_routed_trees(
     Returns ``OPTIMAL`` when the rounded schedule reaches the routed LP optimum
     (``optimal_algbw_GBps``), else ``FEASIBLE`` with ``gap_pct`` its certified gap to it
     (:func:`synth.result.judge`), or ``TIME_LIMIT`` when the LP stopped first
-    (gap to the best proven bound). ``stats`` carries ``routed_optimal_algbw_GBps`` (the routed
-    optimum, or while ``routed_optimum_proven`` is false the best proven upper bound on it), LP rounds and
-    ``cg_rounds``, ``k`` and ``seeded_trees`` (warm-start trees reused as columns).
+    (gap to the best proven bound). ``figures`` is a :class:`~synth.figures.RoutedTreeFigures`:
+    the routed optimum (or while it is not proven the best proven upper bound on it), LP and
+    column-generation rounds, ``k`` and ``seeded_trees`` (warm-start trees reused as columns).
     """
     if collective not in ("allgather", "reducescatter", "allreduce"):
         raise SolverError(f"routed tree synthesis handles allgather, reducescatter and allreduce, not {collective!r}")
@@ -158,85 +159,111 @@ def synthesize_routed_trees(
     start = time.perf_counter()
     lg = Logical.build(topology)
     lg.check_connected(topology.name)
-    phases: list[tuple[str, Logical, RouteKind]] = []
+    phases: list[tuple[Logical, RouteKind]] = []
     if collective in ("reducescatter", "allreduce"):
-        phases.append(("in", lg.transposed(), RouteKind.IN_TREE))
+        phases.append((lg.transposed(), RouteKind.IN_TREE))
     if collective in ("allgather", "allreduce"):
-        phases.append(("out", lg, RouteKind.OUT_TREE))
-    n = topology.nranks
+        phases.append((lg, RouteKind.OUT_TREE))
     deadline = None if time_limit_s is None else start + time_limit_s
-    graphs = [g for _, g, _ in phases]
-    cuts = [cut_lp(g, deadline=deadline) for g in graphs]
-    t_lp = time.perf_counter() - start
-    lp_T = sum(c[1] for c in cuts)  # noqa: N806 - a relaxation's T: n / lp_T bounds the routed algbw
-    proven = all(c[3] for c in cuts)
+    cuts = [cut_lp(g, deadline=deadline) for g, _ in phases]
+    lp = _RoutedLp(time.perf_counter() - start, sum(c[1] for c in cuts), all(c[3] for c in cuts),
+                   tuple(c[2] for c in cuts))
+    pick = _pick(phases, [c[0] for c in cuts], lp, topology.nranks, max_chunks, warm_start, solver, deadline)
+    routes: list[Route] = []
+    for (g, kind), cap in zip(phases, pick.caps):
+        try:
+            routes.extend(_routes(g, pack_trees(g, cap, pick.k), kind))
+        except PackingError as exc:  # cannot happen: the capacities meet Lovász's condition
+            raise SolverError(f"{topology.name}: routed tree packing failed: {exc}") from exc
+    return _routed_result(collective, topology, routes, lp, pick, start, warm_start is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class _RoutedLp:
+    """The cutting-plane LP over all phases: its time, T (``n / lp_T`` bounds the routed algbw),
+    whether it is proven and its rounds per phase."""
+
+    lp_s: float
+    lp_T: float  # noqa: N815
+    proven: bool
+    rounds: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Pick:
+    """The chosen chunks per root and integral capacities per phase, and how the choice went."""
+
+    k: int
+    caps: list[np.ndarray]
+    cg_rounds: tuple[int, ...]
+    seeded: int
+    binding: str | None
+
+
+def _pick(phases: Sequence[tuple[Logical, RouteKind]], stars: list[np.ndarray], lp: _RoutedLp, n: int,
+          max_chunks: int | None, warm_start: Schedule | None, solver: str, deadline: float | None) -> _Pick:
+    """The best ``k`` and capacities from the cut LP's optimum or, on small fabrics short of it, the
+    tree LP's (column generation); beyond ``max_chunks`` when none was given."""
+    graphs = [g for g, _ in phases]
     k_max = max_chunks or DEFAULT_MAX_CHUNKS
-    stars = [c[0] for c in cuts]
-    k, caps, per_unit = _best_k(graphs, stars, k_max, lp_T)
-    cg_rounds: list[int] = []
+    k, caps, per_unit = _best_k(graphs, stars, k_max, lp.lp_T)
+    cg_rounds: tuple[int, ...] = ()
     seeded = 0
-    if per_unit > lp_T * (1 + 1e-9) and n <= CG_MAX_RANKS and (deadline is None or time.perf_counter() < deadline):
+    if per_unit > lp.lp_T * (1 + 1e-9) and n <= CG_MAX_RANKS and (deadline is None or time.perf_counter() < deadline):
         # Small fabrics: the tree LP's optimum (column generation, warm-started from the previous
         # schedule's trees) is another optimal g*, often with a better rounding.
         lps: list[TreeLp] = []
-        for g, (_, _, kind) in zip(graphs, phases):
+        for g, kind in phases:
             left = None if deadline is None else max(0.0, deadline - time.perf_counter())
             lps.append(solve_tree_lp(g, solver=solver, seeds=_seeds(warm_start, g, kind), time_limit_s=left))
-        cg_rounds = [lp.rounds for lp in lps]
-        seeded = sum(lp.seeded for lp in lps)
-        stars2 = [_g_star(g, lp) for g, lp in zip(graphs, lps)]
-        k2, caps2, per_unit2 = _best_k(graphs, stars2, k_max, lp_T)
+        cg_rounds = tuple(t.rounds for t in lps)
+        seeded = sum(t.seeded for t in lps)
+        stars2 = [_g_star(g, t) for g, t in zip(graphs, lps)]
+        k2, caps2, per_unit2 = _best_k(graphs, stars2, k_max, lp.lp_T)
         if per_unit2 < per_unit * (1 - 1e-12):
             k, caps, per_unit, stars = k2, caps2, per_unit2, stars2
     binding = None
-    if max_chunks is None and proven:
+    if max_chunks is None and lp.proven:
         left = ROUNDING_BUDGET_S if deadline is None else min(ROUNDING_BUDGET_S, deadline - time.perf_counter())
-        (k, caps, per_unit), binding = _more_chunks(graphs, stars, n, lp_T, (k, caps, per_unit), max(0.0, left))
-    elif per_unit > lp_T * (1 + TARGET_LOSS):
+        (k, caps, per_unit), binding = _more_chunks(graphs, stars, n, lp.lp_T, (k, caps, per_unit), max(0.0, left))
+    elif per_unit > lp.lp_T * (1 + TARGET_LOSS):
         binding = f"max_chunks={max_chunks}"
-    bound_T = lp_T  # noqa: N806
-    routes: list[Route] = []
-    for g, (_, _, kind), cap in zip(graphs, phases, caps):
-        try:
-            routes.extend(_routes(g, pack_trees(g, cap, k), kind))
-        except PackingError as exc:  # cannot happen: the capacities meet Lovász's condition
-            raise SolverError(f"{topology.name}: routed tree packing failed: {exc}") from exc
+    return _Pick(k, caps, cg_rounds, seeded, binding)
+
+
+def _routed_result(collective: str, topology: Topology, routes: list[Route], lp: _RoutedLp, pick: _Pick,
+                   start: float, warm: bool) -> SynthResult:
+    """The checked schedule of these routes as a result, judged against the routed optimum."""
+    n, k = topology.nranks, pick.k
     sched = Schedule(collective, n, k, tuple(routes))  # type: ignore[arg-type]
     try:
         sched.validate(topology)
     except ScheduleError as exc:
-        return SynthResult(Status.FAILED, f"re-check failed: {exc}", None, 0.0, n / lp_T, 100.0,
-                           time.perf_counter() - start, warm_start is not None)
+        return SynthResult(status=Status.FAILED, message=f"re-check failed: {exc}", schedule=None, algbw_GBps=0.0,
+                           optimal_algbw_GBps=n / lp.lp_T, gap_pct=100.0, solve_time_s=time.perf_counter() - start,
+                           warm=warm)
     sched = sched.with_bottleneck(topology)
     algbw = sched.algbw_GBps(topology)
-    optimal = n / lp_T
-    upper = n / bound_T if bound_T > 0 else float("inf")
+    optimal = n / lp.lp_T
+    upper = n / lp.lp_T if lp.lp_T > 0 else float("inf")
     solve_s = time.perf_counter() - start
-    stats: dict[str, Any] = {
-        "routing": "routed",
+    figures = RoutedTreeFigures(
         # The optimum when proven, else the best proven upper bound on it.
-        "routed_optimal_algbw_GBps": optimal if proven else upper,
-        "routed_optimum_proven": proven,
-        "routed_bound_algbw_GBps": upper,
-        "lp_rounds": [c[2] for c in cuts],
-        "cg_rounds": cg_rounds,
-        "seeded_trees": seeded,
-        "lp_s": t_lp,
-        "k": k,
-        "trees": len(routes),
-        "binding_limit": binding,
-    }
+        routing=RoutingFigures(routed_optimal_algbw_GBps=optimal if lp.proven else upper,
+                               routed_optimum_proven=lp.proven, routed_bound_algbw_GBps=upper),
+        lp_rounds=lp.rounds, cg_rounds=pick.cg_rounds, seeded_trees=pick.seeded, lp_s=lp.lp_s, k=k,
+        trees=len(routes), binding_limit=pick.binding)
     meta = {"synthesizer": "routed-trees", "k": str(k), "solve_time_s": solve_s, "optimal_algbw_GBps": optimal,
             "routing": "routed", **communicator_meta(topology)}
     sched = sched.with_meta(**meta)
-    warm = warm_start is not None
-    if not proven:
+    if not lp.proven:
         gap = gap_pct(algbw, upper)
-        return SynthResult(Status.TIME_LIMIT, f"routed LP stopped at the time limit: {algbw:.6g} GB/s, "
-                           f"proven within {gap:.3f}% of the routed optimum", sched, algbw, upper, gap, solve_s, warm,
-                           stats)
+        return SynthResult(status=Status.TIME_LIMIT, message=f"routed LP stopped at the time limit: {algbw:.6g} "
+                           f"GB/s, proven within {gap:.3f}% of the routed optimum", schedule=sched, algbw_GBps=algbw,
+                           optimal_algbw_GBps=upper, gap_pct=gap, solve_time_s=solve_s, warm=warm, figures=figures)
     status, gap = judge(algbw, optimal)
     how = "routed optimum" if status is Status.OPTIMAL else \
         f"routed optimum {optimal:.6g} GB/s rounded to k={k} ({gap:.3f}% gap)"
-    return SynthResult(status, f"{how}: {algbw:.6g} GB/s with k={k} chunks per root, every hop on its "
-                       f"pair's route{binding_note(binding)}", sched, algbw, optimal, gap, solve_s, warm, stats)
+    return SynthResult(status=status, message=f"{how}: {algbw:.6g} GB/s with k={k} chunks per root, every hop on "
+                       f"its pair's route{binding_note(pick.binding)}", schedule=sched, algbw_GBps=algbw,
+                       optimal_algbw_GBps=optimal, gap_pct=gap, solve_time_s=solve_s, warm=warm, figures=figures)

@@ -53,6 +53,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from synth.errors import LoopcollError
+from synth.topologies import switch_roles
 
 if TYPE_CHECKING:
     from synth.schedule import Schedule
@@ -171,8 +172,6 @@ IDEAL = CostProfile("ideal", {}, "pure bandwidth model: nominal link capacities,
 
 def link_classes(topology: Topology) -> list[str]:
     """The class of every link of ``topology``, in link order (see :func:`link_class`)."""
-    from synth.topologies import switch_roles
-
     roles = switch_roles(topology)
     gpus = {n.id for n in topology.nodes if n.is_gpu}
     out = []

@@ -165,7 +165,7 @@ class SimResult:
         return self.status is SimStatus.COMPLETED
 
 
-def _validate(nbytes: float, slices_per_chunk: int, rtol: float) -> None:
+def check_inputs(nbytes: float, slices_per_chunk: int, rtol: float) -> None:
     if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not math.isfinite(nbytes) or nbytes <= 0:
         raise ScheduleError(f"`nbytes` must be a finite number > 0, got {nbytes!r}")
     if isinstance(slices_per_chunk, bool) or not isinstance(slices_per_chunk, int) or slices_per_chunk < 1:
@@ -181,11 +181,11 @@ MAX_SLICE_TRANSFERS = 50_000_000
 
 
 def _prepare(schedule: Schedule, topology: Topology, slices_per_chunk: int, check: bool) -> tuple[FlowModel, float]:
-    model = _checked_model(schedule, topology, slices_per_chunk, check)
+    model = checked_model(schedule, topology, slices_per_chunk, check)
     return model, _bandwidth_term_GBps(schedule, topology, model, slices_per_chunk)
 
 
-def _checked_model(schedule: Schedule, topology: Topology, slices_per_chunk: int, check: bool) -> FlowModel:
+def checked_model(schedule: Schedule, topology: Topology, slices_per_chunk: int, check: bool) -> FlowModel:
     """The flow model of ``schedule`` after the simulator's input checks (size cap, validation or rank count)."""
     transfers = slices_per_chunk * sum(r.chunks * len(r.hops) for r in schedule.routes)
     if transfers > MAX_SLICE_TRANSFERS:
@@ -200,7 +200,7 @@ def _checked_model(schedule: Schedule, topology: Topology, slices_per_chunk: int
     return build_model(schedule, topology, slices_per_chunk)
 
 
-def _costed(
+def costed(
     model: FlowModel, topology: Topology, schedule: Schedule, profile: CostProfile | str | None, executor: str | None
 ) -> tuple[FlowModel, float, str, str]:
     """The model with the profile's efficiencies and hop costs applied, its launch cost (s), names."""
@@ -342,9 +342,9 @@ def simulate(
     >>> round(res.time_s * 1e6, 9)  # 0.5 us + 50 kB / 50 GB/s
     1.5
     """
-    _validate(nbytes, slices_per_chunk, rtol)
+    check_inputs(nbytes, slices_per_chunk, rtol)
     model, bw_term = _prepare(schedule, topology, slices_per_chunk, check)
-    costs = _costed(model, topology, schedule, profile, executor)
+    costs = costed(model, topology, schedule, profile, executor)
     return _run(schedule, model, bw_term, nbytes, slices_per_chunk, rtol, costs)
 
 
@@ -370,9 +370,9 @@ def simulate_sweep(
     [True, True]
     """
     for nbytes in sizes_bytes:
-        _validate(nbytes, slices_per_chunk, rtol)
+        check_inputs(nbytes, slices_per_chunk, rtol)
     model, bw_term = _prepare(schedule, topology, slices_per_chunk, check)
-    costs = _costed(model, topology, schedule, profile, executor)
+    costs = costed(model, topology, schedule, profile, executor)
     return [_run(schedule, model, bw_term, nbytes, slices_per_chunk, rtol, costs) for nbytes in sizes_bytes]
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from synth.simulation._engine import run_engine
-from synth.simulation.simulator import _costed, _validate, _checked_model
+from synth.simulation.simulator import check_inputs, checked_model, costed
 
 if TYPE_CHECKING:
     from synth.schedule import Schedule
@@ -75,9 +75,9 @@ def simulate_transfers(
     Raises :class:`~synth.errors.ScheduleError` on bad arguments or an invalid schedule, as
     :func:`~synth.simulation.simulate` does.
     """
-    _validate(nbytes, slices_per_chunk, rtol)
-    model = _checked_model(schedule, topology, slices_per_chunk, check)
-    model, launch_s, _, _ = _costed(model, topology, schedule, profile, executor)
+    check_inputs(nbytes, slices_per_chunk, rtol)
+    model = checked_model(schedule, topology, slices_per_chunk, check)
+    model, launch_s, _, _ = costed(model, topology, schedule, profile, executor)
     slice_bytes = float(nbytes) / (schedule.nranks * schedule.nchunks * slices_per_chunk)
     run = run_engine(model, slice_bytes, rtol)
     assert run.flow_first_start_s is not None and run.flow_last_arrival_s is not None

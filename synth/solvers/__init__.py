@@ -18,6 +18,7 @@ from __future__ import annotations
 from synth.errors import SolverError
 from synth.solvers._base import LpBackend, LpMethod, LpSolution
 from synth.solvers._status import status_from_highs, status_from_mathopt
+from synth.solvers.highs import HighsBackend
 
 __all__ = ["LP_SOLVERS", "LpBackend", "LpMethod", "LpSolution", "lp_backend", "status_from_highs",
            "status_from_mathopt"]
@@ -28,8 +29,6 @@ LP_SOLVERS: tuple[str, ...] = ("highs", "ortools")
 def lp_backend(name: str) -> LpBackend:
     """A fresh, empty minimisation LP on backend ``name`` (``"highs"`` or ``"ortools"``)."""
     if name == "highs":
-        from synth.solvers.highs import HighsBackend
-
         return HighsBackend()
     if name == "ortools":
         # Imported lazily: only callers who ask for OR-Tools pay for loading it.

@@ -25,7 +25,7 @@ import numpy as np
 
 from synth.result import Status
 from synth.solvers._base import FloatArray, IntArray, LpMethod, LpSolution
-from synth.solvers._highs import quiet_highs
+from synth.kernels.highs import quiet_highs
 from synth.solvers._status import status_from_highs
 
 __all__ = ["HighsBackend"]

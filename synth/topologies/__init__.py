@@ -1,5 +1,11 @@
 """Topology model, JSON I/O (docs/topology.md), named builders, structure and failure scenarios.
 
+Inside, modules import downwards only: ``parts`` (nodes, links, their JSON document) ← ``_validate``,
+``capacity`` ← ``_core`` (:class:`~synth.topologies._core.TopologyCore`) ← ``structure``,
+``communicator``, ``failures`` ← ``model`` (:class:`Topology`, adding the communicator and failure
+views) ← ``io``, ``named``, ``nics``, ``probe``. The package may import ``synth.errors``,
+``synth._types`` and ``synth._atomic``; nothing else in synth, which all builds on it.
+
 Examples
 --------
 >>> t = load_topology("hpn:1x2x8", failures=["fail2"])

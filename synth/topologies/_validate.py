@@ -8,7 +8,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from synth.errors import TopologyError, short_repr
-from synth.topologies.model import ROLES, Link, Node, NodeKind
+from synth.topologies.parts import ROLES, Link, Node, NodeKind
 
 __all__ = ["validate_parts", "validate_routes"]
 

@@ -52,13 +52,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from synth._types import NodeId
 from synth.errors import TopologyError
-
-if TYPE_CHECKING:
-    from synth.topologies.model import Topology
+from synth.topologies.parts import Link, Node
 
 __all__ = ["INT_BUDGET", "LIFT_TOLERANCE", "MAX_GBPS", "MIN_GBPS", "RELATIVE_FLOOR", "CapacityGrid", "capacity_grid",
            "certify_rate", "certify_synthesis", "decimal_gbps", "refuse_adjusted", "round_to_grid"]
@@ -94,6 +92,22 @@ class CapacityGrid:
     def step_gbps(self) -> Fraction:
         """One grid step in Gbit/s."""
         return Fraction(1, 10**self.decimals) if self.decimals >= 0 else Fraction(10 ** (-self.decimals))
+
+
+class Fabric(Protocol):
+    """What this module reads of a topology (:class:`~synth.topologies.model.Topology` is one): its
+    parts, not the object, so the topology can cache :func:`capacity_grid` without an import cycle."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def links(self) -> tuple[Link, ...]: ...
+    @property
+    def gpus(self) -> tuple[Node, ...]: ...
+    @property
+    def nranks(self) -> int: ...
+    @property
+    def capacity_grid(self) -> CapacityGrid: ...
 
 
 def decimal_gbps(gbps: float) -> Fraction:
@@ -136,7 +150,7 @@ def _fits(decimal: list[Fraction], n_gpus: int, decimals: int) -> bool:
     return n_gpus * n_gpus * total <= INT_BUDGET
 
 
-def _dominant(topo: Topology, reading: list[Fraction]) -> tuple[frozenset[int], Fraction]:
+def _dominant(topo: Fabric, reading: list[Fraction]) -> tuple[frozenset[int], Fraction]:
     """Rule 0: the largest set H of links each above ``N × R`` (R: the other live links' sum) such that
     some GPU has no H link out and some GPU no H link in; returns (H's link indices, ``N × R``)."""
     live = sorted((i for i, c in enumerate(reading) if c > 0), key=lambda i: (-reading[i], i))
@@ -154,7 +168,7 @@ def _dominant(topo: Topology, reading: list[Fraction]) -> tuple[frozenset[int], 
     return best
 
 
-def _check_range(topo: Topology, decimal: list[Fraction]) -> None:
+def _check_range(topo: Fabric, decimal: list[Fraction]) -> None:
     """:class:`TopologyError` unless the largest effective capacity lies in ``MIN_GBPS … MAX_GBPS``."""
     if not any(c > 0 for c in decimal):
         return
@@ -169,7 +183,7 @@ def _check_range(topo: Topology, decimal: list[Fraction]) -> None:
         f"{float(MIN_GBPS):g} … {float(MAX_GBPS):g} Gbit/s the solvers resolve (docs/exactness.md)")
 
 
-def capacity_grid(topo: Topology) -> CapacityGrid:
+def capacity_grid(topo: Fabric) -> CapacityGrid:
     """The grid and exact capacities of ``topo`` (see the module docstring); cached on the topology.
 
     Raises :class:`TopologyError` when the largest capacity, after rule 0, is outside
@@ -223,7 +237,7 @@ def _shown(keys: list[tuple[NodeId, NodeId]], limit: int = 3) -> str:
     return ", ".join(f"{a}->{b}" for a, b in keys[:limit]) + more
 
 
-def certify_rate(topo: Topology, rate_gbps: Fraction | float, bottleneck: Iterable[tuple[NodeId, NodeId]] = (),
+def certify_rate(topo: Fabric, rate_gbps: Fraction | float, bottleneck: Iterable[tuple[NodeId, NodeId]] = (),
                  what: str = "bound") -> None:
     """Raise :class:`TopologyError` unless a rate computed on the effective capacities is the true one.
 
@@ -262,7 +276,7 @@ def certify_rate(topo: Topology, rate_gbps: Fraction | float, bottleneck: Iterab
             "refusing an uncertified figure; bring the capacities within 10^9 of each other (docs/exactness.md)")
 
 
-def certify_synthesis(topo: Topology, optimal_algbw_GBps: float, proven: bool,  # noqa: N803
+def certify_synthesis(topo: Fabric, optimal_algbw_GBps: float, proven: bool,  # noqa: N803
                       loaded: Iterable[tuple[NodeId, NodeId]] = ()) -> None:
     """:func:`certify_rate` for a synthesis result: its optimum (when ``proven``; a time-limited upper
     bound stays one) and its schedule, refused when it loads a lifted link (its rate would be read
@@ -282,7 +296,7 @@ def certify_synthesis(topo: Topology, optimal_algbw_GBps: float, proven: bool,  
             "capacities within 10^9 of each other")
 
 
-def refuse_adjusted(topo: Topology, what: str, *, lifted: bool = True) -> None:
+def refuse_adjusted(topo: Fabric, what: str, *, lifted: bool = True) -> None:
     """Raise :class:`TopologyError` when ``topo`` has clamped (or, with ``lifted``, lifted) links: for
     solvers the rule-0 argument does not cover (AllToAllv, routed tree collectives)."""
     grid = topo.capacity_grid

@@ -40,7 +40,8 @@ from typing import Any
 
 from synth._types import NodeId, Rank
 from synth.errors import TopologyError, short_repr
-from synth.topologies.model import Node, NodeKind, Topology
+from synth.topologies._core import T, TopologyCore
+from synth.topologies.parts import Node, NodeKind
 
 __all__ = ["COMMUNICATOR_META_KEY", "communicator", "communicator_meta", "global_ranks"]
 
@@ -48,7 +49,7 @@ __all__ = ["COMMUNICATOR_META_KEY", "communicator", "communicator_meta", "global
 COMMUNICATOR_META_KEY = "communicator"
 
 
-def _check_ranks(topo: Topology, ranks: Iterable[Rank]) -> list[Rank]:
+def _check_ranks(topo: TopologyCore, ranks: Iterable[Rank]) -> list[Rank]:
     try:
         chosen = list(ranks)
     except TypeError:
@@ -101,7 +102,7 @@ def _useful(nodes: Mapping[NodeId, Node], links: Iterable[tuple[NodeId, NodeId]]
     return keep
 
 
-def communicator(topo: Topology, ranks: Iterable[Rank], *, relay: bool = False) -> Topology:
+def communicator(topo: T, ranks: Iterable[Rank], *, relay: bool = False) -> T:
     """The sub-topology of the GPUs of ``ranks`` (global ranks of ``topo``), re-ranked in that order.
 
     See the module docstring for what is kept. Raises :class:`TopologyError` naming the culprit for
@@ -132,7 +133,7 @@ def communicator(topo: Topology, ranks: Iterable[Rank], *, relay: bool = False) 
     shown = ",".join(str(r) for r in chosen)
     name = f"{topo.name}[ranks={shown}{',relay' if relay else ''}]"
     try:
-        return Topology.create(
+        return type(topo).create(
             name,
             (nodes[n.id] for n in topo.nodes if n.id in keep),
             (lk for lk in links if lk.src in keep and lk.dst in keep),
@@ -145,7 +146,7 @@ def communicator(topo: Topology, ranks: Iterable[Rank], *, relay: bool = False) 
         raise TopologyError(f"communicator of ranks {chosen} on {short_repr(topo.name)}: {exc}{hint}") from exc
 
 
-def global_ranks(topo: Topology) -> tuple[Rank, ...]:
+def global_ranks(topo: TopologyCore) -> tuple[Rank, ...]:
     """The global rank of each local rank: ``meta["communicator"]["global_ranks"]``, else ``0..N-1``.
 
     >>> from synth.topologies import named_topology
@@ -160,7 +161,7 @@ def global_ranks(topo: Topology) -> tuple[Rank, ...]:
     return tuple(range(topo.nranks))
 
 
-def communicator_meta(topo: Topology) -> dict[str, Any]:
+def communicator_meta(topo: TopologyCore) -> dict[str, Any]:
     """The schedule-meta entries that record ``topo``'s communicator (empty for a whole topology).
 
     >>> from synth.topologies import named_topology

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from synth.errors import TopologyError, short_repr
-from synth.topologies.model import Link, Topology
+from synth.topologies._core import T, TopologyCore
+from synth.topologies.parts import Link
 from synth.topologies.structure import switch_roles
 
 __all__ = ["FAILURES", "apply_failure", "apply_failures"]
@@ -29,7 +30,7 @@ _NVSWITCH: tuple[str, ...] = ("nvswitch",)
 _NETWORK: tuple[str, ...] = ("nic", "tor")
 
 
-def _neighbour(topo: Topology, roles: tuple[str, ...], scenario: str, what: str) -> str:
+def _neighbour(topo: TopologyCore, roles: tuple[str, ...], scenario: str, what: str) -> str:
     """Rank 0's switch, cabled both ways, whose role (explicit or inferred) comes first in ``roles``;
     ties go to the first link in file order."""
     gpu = topo.gpu_id(0)
@@ -47,11 +48,11 @@ def _neighbour(topo: Topology, roles: tuple[str, ...], scenario: str, what: str)
     )
 
 
-def _set_both(topo: Topology, a: str, b: str, gbps: float) -> dict[tuple[str, str], float]:
+def _set_both(topo: TopologyCore, a: str, b: str, gbps: float) -> dict[tuple[str, str], float]:
     return {(a, b): gbps, (b, a): gbps}
 
 
-def _rewrite(topo: Topology, gbps: dict[tuple[str, str], float], extra_latency_us: float, tag: str) -> Topology:
+def _rewrite(topo: T, gbps: dict[tuple[str, str], float], extra_latency_us: float, tag: str) -> T:
     gpu = topo.gpu_id(0)
     links = []
     for lk in topo.links:
@@ -62,7 +63,7 @@ def _rewrite(topo: Topology, gbps: dict[tuple[str, str], float], extra_latency_u
     return topo.with_links(links, name=f"{topo.name}+{tag}")
 
 
-def apply_failure(topo: Topology, scenario: str) -> Topology:
+def apply_failure(topo: T, scenario: str) -> T:
     """Apply one scenario: ``fail1``, ``fail2``, ``fail3`` or ``scale:SRC:DST:F``.
 
     ``fail1+fail2`` applies several in order.
@@ -97,7 +98,7 @@ def apply_failure(topo: Topology, scenario: str) -> Topology:
     raise TopologyError(f"unknown failure scenario {short_repr(scenario)}; known: {', '.join(FAILURES)}")
 
 
-def apply_failures(topo: Topology, scenarios: Iterable[str]) -> Topology:
+def apply_failures(topo: T, scenarios: Iterable[str]) -> T:
     """Apply several scenarios in order.
 
     >>> from synth.topologies import named_topology

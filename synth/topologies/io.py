@@ -18,7 +18,8 @@ from typing import Any
 
 from synth._atomic import write_text_atomic
 from synth.errors import TopologyError, TopologyWarning, short_repr
-from synth.topologies.model import Link, Node, NodeKind, Topology
+from synth.topologies.model import Topology
+from synth.topologies.parts import Link, Node, NodeKind, topology_document
 
 __all__ = [
     "read_topology",
@@ -39,23 +40,7 @@ _TOP_KEYS = {"name", "nodes", "links", "meta", "routes"}
 
 def topology_to_dict(topo: Topology) -> dict[str, Any]:
     """The JSON document of a topology, as plain dicts and lists."""
-    nodes: list[dict[str, Any]] = []
-    for n in topo.nodes:
-        doc: dict[str, Any] = {"id": n.id, "kind": n.kind.value}
-        if n.rank is not None:
-            doc["rank"] = n.rank
-        if n.host is not None:
-            doc["host"] = n.host
-        if n.role is not None:
-            doc["role"] = n.role
-        nodes.append(doc)
-    links = [{"src": lk.src, "dst": lk.dst, "gbps": lk.gbps, "latency_us": lk.latency_us} for lk in topo.links]
-    out: dict[str, Any] = {
-        "name": topo.name, "nodes": nodes, "links": links, "meta": json.loads(json.dumps(dict(topo.meta)))
-    }
-    if topo.routes:  # written only when present: files without overrides stay as they were
-        out["routes"] = [list(r) for r in topo.routes]
-    return out
+    return topology_document(topo.name, topo.nodes, topo.links, topo.meta, topo.routes)
 
 
 def topology_to_json(topo: Topology) -> str:

@@ -1,125 +1,38 @@
 """The immutable topology model: GPU and switch nodes joined by directed, capacitated links.
 
+:class:`Topology` is :class:`~synth.topologies._core.TopologyCore` (parts, validation, lookups,
+changed copies) plus the views other modules build: a communicator's sub-topology and the failure
+scenarios. The parts (:class:`Node`, :class:`Link`, ...) live in :mod:`synth.topologies.parts`.
+
 Examples
 --------
 >>> from synth.topologies import named_topology
 >>> topo = named_topology("ring:4")
 >>> topo.nranks, len(topo.links), topo.link("gpu0", "gpu1").GBps
 (4, 8, 50.0)
+>>> topo.communicator([2, 3]).global_ranks, topo.with_failure("scale:gpu0:gpu1:0.5").name
+((2, 3), 'ring-4+scale:gpu0:gpu1:0.5')
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from enum import Enum
-from fractions import Fraction
-from functools import cached_property
-from types import MappingProxyType
-from typing import Any
+from collections.abc import Iterable
 
-from synth._types import NodeId, Rank
-from synth.errors import TopologyError, expect_type, short_repr
-from synth.topologies.capacity import CapacityGrid, capacity_grid
+from synth._types import Rank
+from synth.topologies._core import TopologyCore
+from synth.topologies.communicator import communicator, global_ranks
+from synth.topologies.failures import apply_failure
+from synth.topologies.parts import ROLES, Link, Node, NodeKind, exact_gbps
 
 __all__ = ["ROLES", "Link", "Node", "NodeKind", "Topology", "exact_gbps"]
 
-#: The switch roles a topology may name (docs/topology.md): an intra-host GPU switch, a host's
-#: NIC-side switch, a first-tier network (rail/leaf) switch, a higher-tier switch with no GPU.
-ROLES: tuple[str, ...] = ("nvswitch", "nic", "tor", "spine")
 
-
-class NodeKind(str, Enum):
-    """What a node is; the value is the JSON token."""
-
-    GPU = "gpu"
-    SWITCH = "switch"
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    """A GPU (holds data, relays, reduces) or a switch (forwards bytes only).
-
-    ``role`` (switches only, one of :data:`ROLES`, optional) says what a switch is where the graph
-    alone cannot tell; ``None`` means "infer it" (:func:`synth.topologies.structure.switch_roles`).
-    """
-
-    id: NodeId
-    kind: NodeKind
-    rank: Rank | None = None
-    host: int | None = None
-    role: str | None = None
-
-    @property
-    def is_gpu(self) -> bool:
-        return self.kind is NodeKind.GPU
-
-
-@dataclass(frozen=True, slots=True)
-class Link:
-    """A directed link; ``gbps`` is 10^9 bit/s (0.0 = down), ``latency_us`` microseconds."""
-
-    src: NodeId
-    dst: NodeId
-    gbps: float
-    latency_us: float
-
-    @property
-    def GBps(self) -> float:  # noqa: N802 - unit in the name, by convention
-        """Capacity in 10^9 byte/s."""
-        return self.gbps / 8.0
-
-    @property
-    def key(self) -> tuple[NodeId, NodeId]:
-        return (self.src, self.dst)
-
-
-def exact_gbps(gbps: float) -> Fraction:
-    """The capacity as the exact rational its shortest decimal form denotes.
-
-    Exact algorithms work on :meth:`Topology.exact_capacity`: this value, rounded to the topology's
-    decimal grid where the exact integers would otherwise overflow (:mod:`synth.topologies.capacity`).
-
-    >>> exact_gbps(2880.0), exact_gbps(0.1)
-    (Fraction(2880, 1), Fraction(1, 10))
-    """
-    return Fraction(repr(float(gbps)))
-
-
-def _tuple_of(items: Any, kind: type, what: str) -> tuple[Any, ...]:
-    """``tuple(items)``, every element a ``kind``; :class:`TopologyError` naming ``what`` otherwise."""
-    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-        raise TopologyError(f"{what} must be an iterable of {kind.__name__}, got {type(items).__name__}")
-    out = tuple(items)
-    for item in out:
-        expect_type(item, kind, f"each of {what}", TopologyError)
-    return out
-
-
-def _node_key(node_id: Any, what: str = "node_id") -> str:
-    expect_type(node_id, str, what, TopologyError)
-    return str(node_id)
-
-
-def _freeze_meta(meta: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    # A JSON round trip both deep-copies and rejects what JSON cannot hold.
-    try:
-        copied = json.loads(json.dumps(dict(meta or {}), sort_keys=True, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise TopologyError(f"topology meta must be JSON-serialisable: {exc}") from exc
-    return MappingProxyType(copied)
-
-
-@dataclass(frozen=True, eq=False)
-class Topology:
-    """A validated, immutable topology.
+class Topology(TopologyCore):
+    """A validated, immutable topology (see :class:`~synth.topologies._core.TopologyCore` for its
+    fields and lookups).
 
     Build one with :func:`synth.topologies.named_topology`, :func:`synth.topologies.load_topology`
-    or :meth:`Topology.create`, which validates. Changes return new objects (:meth:`scaled`,
-    :meth:`with_link`, :meth:`with_failure`).
+    or :meth:`Topology.create`, which validates.
 
     Examples
     --------
@@ -131,233 +44,15 @@ class Topology:
     1440.0
     """
 
-    name: str
-    nodes: tuple[Node, ...]
-    links: tuple[Link, ...]
-    meta: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    #: Per-pair path overrides of the executor's routing (docs/topology.md, "Routing"): each a
-    #: node path GPU -> switches -> GPU; at most one per ordered GPU pair.
-    routes: tuple[tuple[NodeId, ...], ...] = ()
-
-    # -- construction -------------------------------------------------------------------------
-    @classmethod
-    def create(
-        cls,
-        name: str,
-        nodes: Iterable[Node],
-        links: Iterable[Link],
-        meta: Mapping[str, Any] | None = None,
-        routes: Iterable[Iterable[NodeId]] = (),
-    ) -> Topology:
-        """Validate and build a topology (see docs/topology.md for the rules)."""
-        from synth.topologies._validate import validate_parts, validate_routes
-
-        nodes_t = _tuple_of(nodes, Node, "nodes")
-        links_t = _tuple_of(links, Link, "links")
-        validate_parts(name, nodes_t, links_t)
-        routes_t = tuple(tuple(r) for r in routes)
-        validate_routes(name, nodes_t, links_t, routes_t)
-        return cls(name=name, nodes=nodes_t, links=links_t, meta=_freeze_meta(meta), routes=routes_t)
-
-    # -- lookups ------------------------------------------------------------------------------
-    @cached_property
-    def _node_index(self) -> dict[NodeId, Node]:
-        return {n.id: n for n in self.nodes}
-
-    @cached_property
-    def _link_index(self) -> dict[tuple[NodeId, NodeId], Link]:
-        return {lk.key: lk for lk in self.links}
-
-    @cached_property
-    def gpus(self) -> tuple[Node, ...]:
-        """GPU nodes ordered by rank."""
-        return tuple(sorted((n for n in self.nodes if n.is_gpu), key=lambda n: n.rank or 0))
-
-    @cached_property
-    def switches(self) -> tuple[Node, ...]:
-        """Switch nodes in file order."""
-        return tuple(n for n in self.nodes if not n.is_gpu)
-
-    @property
-    def nranks(self) -> int:
-        return len(self.gpus)
-
-    def node(self, node_id: NodeId) -> Node:
-        """The node with this id; :class:`TopologyError` if there is none."""
-        _node_key(node_id)
-        try:
-            return self._node_index[node_id]
-        except KeyError:
-            raise TopologyError(f"topology {short_repr(self.name)} has no node {short_repr(node_id)}") from None
-
-    def has_node(self, node_id: NodeId) -> bool:
-        return isinstance(node_id, str) and node_id in self._node_index
-
-    def gpu_id(self, rank: Rank) -> NodeId:
-        """Node id of the GPU of this rank."""
-        expect_type(rank, int, "rank", TopologyError)
-        if not 0 <= rank < self.nranks:
-            raise TopologyError(f"topology {short_repr(self.name)} has no rank {short_repr(rank)} (ranks 0..{self.nranks - 1})")
-        return self.gpus[rank].id
-
-    def rank_of(self, node_id: NodeId) -> Rank:
-        """Rank of a GPU node; :class:`TopologyError` for a switch."""
-        node = self.node(node_id)
-        if node.rank is None:
-            raise TopologyError(f"node {short_repr(node_id)} is a switch, not a GPU")
-        return node.rank
-
-    def link(self, src: NodeId, dst: NodeId) -> Link:
-        """The link ``src->dst``; :class:`TopologyError` if absent."""
-        _node_key(src, "src")
-        _node_key(dst, "dst")
-        try:
-            return self._link_index[(src, dst)]
-        except KeyError:
-            raise TopologyError(f"topology {short_repr(self.name)} has no link {src}->{dst}") from None
-
-    def has_link(self, src: NodeId, dst: NodeId) -> bool:
-        return isinstance(src, str) and isinstance(dst, str) and (src, dst) in self._link_index
-
-    @cached_property
-    def capacity_grid(self) -> CapacityGrid:
-        """The exact capacities every exact algorithm uses (:mod:`synth.topologies.capacity`)."""
-        return capacity_grid(self)
-
-    def exact_capacity(self, src: NodeId, dst: NodeId) -> Fraction:
-        """Capacity of ``src->dst`` in Gbit/s as an exact rational on the topology's decimal grid."""
-        self.link(src, dst)
-        return self.capacity_grid.caps[(src, dst)]
-
-    @cached_property
-    def _out(self) -> dict[NodeId, tuple[Link, ...]]:
-        out: dict[NodeId, list[Link]] = {n.id: [] for n in self.nodes}
-        for lk in self.links:
-            out[lk.src].append(lk)
-        return {k: tuple(v) for k, v in out.items()}
-
-    @cached_property
-    def _in(self) -> dict[NodeId, tuple[Link, ...]]:
-        inn: dict[NodeId, list[Link]] = {n.id: [] for n in self.nodes}
-        for lk in self.links:
-            inn[lk.dst].append(lk)
-        return {k: tuple(v) for k, v in inn.items()}
-
-    def out_links(self, node_id: NodeId) -> tuple[Link, ...]:
-        return self._out[self.node(node_id).id]
-
-    def in_links(self, node_id: NodeId) -> tuple[Link, ...]:
-        return self._in[self.node(node_id).id]
-
-    @cached_property
-    def live_links(self) -> tuple[Link, ...]:
-        """Links with capacity > 0, in file order."""
-        return tuple(lk for lk in self.links if lk.gbps > 0)
-
-    @property
-    def is_symmetric(self) -> bool:
-        """True when every link has a reverse link of equal capacity."""
-        idx = self._link_index
-        return all((lk.dst, lk.src) in idx and idx[(lk.dst, lk.src)].gbps == lk.gbps for lk in self.links)
-
-    # -- identity -----------------------------------------------------------------------------
-    @cached_property
-    def fingerprint(self) -> str:
-        """Stable sha256 (hex, 16 chars) of nodes, links and route overrides; ignores name, meta and
-        switch roles (which name what a switch is, not how bytes flow)."""
-        from synth.topologies.io import topology_to_dict
-
-        doc = topology_to_dict(self)
-        doc.pop("name")
-        doc.pop("meta")
-        for node in doc["nodes"]:
-            node.pop("role", None)
-        text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Topology):
-            return NotImplemented
-        return (
-            self.name == other.name
-            and self.nodes == other.nodes
-            and self.links == other.links
-            and dict(self.meta) == dict(other.meta)
-            and self.routes == other.routes
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.name, self.fingerprint))
-
-    def __repr__(self) -> str:
-        return f"Topology({short_repr(self.name)}, {self.nranks} GPUs, {len(self.switches)} switches, {len(self.links)} links)"
-
-    # -- derived topologies -------------------------------------------------------------------
-    def with_links(self, links: Iterable[Link], *, name: str | None = None) -> Topology:
-        """A new topology with the same nodes and these links (validated)."""
-        if name is not None:
-            expect_type(name, str, "name", TopologyError)
-        return Topology.create(name or self.name, self.nodes, links, self.meta, self.routes)
-
-    def with_link(
-        self,
-        src: NodeId,
-        dst: NodeId,
-        *,
-        gbps: float | None = None,
-        latency_us: float | None = None,
-    ) -> Topology:
-        """A copy in which link ``src->dst`` has a new capacity and/or latency."""
-        self.link(src, dst)
-        for value, what in ((gbps, "gbps"), (latency_us, "latency_us")):
-            if value is not None:
-                expect_type(value, (int, float), what, TopologyError)
-        new = tuple(
-            Link(
-                lk.src,
-                lk.dst,
-                lk.gbps if gbps is None else float(gbps),
-                lk.latency_us if latency_us is None else float(latency_us),
-            )
-            if lk.key == (src, dst)
-            else lk
-            for lk in self.links
-        )
-        return self.with_links(new)
-
-    def scaled(self, src: NodeId, dst: NodeId, factor: float) -> Topology:
-        """Multiply the capacity of ``src->dst`` and ``dst->src`` (where present) by ``factor``."""
-        expect_type(factor, (int, float), "factor", TopologyError)
-        if not math.isfinite(factor) or factor < 0:
-            raise TopologyError(f"scale factor for {src}->{dst} must be finite and >= 0, got {short_repr(factor)}")
-        self.link(src, dst)
-        keys = {(src, dst), (dst, src)}
-        new = tuple(
-            Link(lk.src, lk.dst, lk.gbps * factor, lk.latency_us) if lk.key in keys else lk for lk in self.links
-        )
-        return self.with_links(new, name=self.name)
-
-    def reversed(self) -> Topology:
-        """Every link turned around (used for ReduceScatter bounds on asymmetric topologies)."""
-        new = tuple(Link(lk.dst, lk.src, lk.gbps, lk.latency_us) for lk in self.links)
-        routes = tuple(tuple(reversed(r)) for r in self.routes)
-        return Topology.create(self.name + "-reversed", self.nodes, new, self.meta, routes)
-
     def communicator(self, ranks: Iterable[Rank], *, relay: bool = False) -> Topology:
         """The sub-topology of these global ranks, re-ranked in order (:mod:`synth.topologies.communicator`)."""
-        from synth.topologies.communicator import communicator
-
         return communicator(self, ranks, relay=relay)
 
     @property
     def global_ranks(self) -> tuple[Rank, ...]:
         """Global rank of each rank: a communicator's mapping, else ``0..nranks-1``."""
-        from synth.topologies.communicator import global_ranks
-
         return global_ranks(self)
 
     def with_failure(self, scenario: str) -> Topology:
         """Apply a failure scenario (``fail1``, ``fail2``, ``fail3``, ``scale:SRC:DST:F``)."""
-        from synth.topologies.failures import apply_failure
-
         return apply_failure(self, scenario)

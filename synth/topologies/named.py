@@ -44,7 +44,8 @@ def _cable(a: str, b: str, gbps: float, latency_us: float) -> tuple[Link, Link]:
     return Link(a, b, float(gbps), latency_us), Link(b, a, float(gbps), latency_us)
 
 
-def _positive(value: float, what: str) -> float:
+def positive_value(value: float, what: str) -> float:
+    """``value`` as a float; :class:`TopologyError` naming ``what`` unless it is a finite number > 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise TopologyError(f"{what} must be a finite number > 0, got {value!r}")
     return float(value)
@@ -107,8 +108,8 @@ def hpn(
     gpus_per_host = _count(gpus_per_host, "hpn GPUs per host N")
     if segments * hosts * gpus_per_host < 2:
         raise TopologyError("hpn needs at least 2 GPUs in all (S*H*N >= 2)")
-    nic_gbps = _positive(nic_gbps, "hpn option nic (Gbit/s)")
-    nvswitch_gbps = _positive(nvswitch_gbps, "hpn option nvswitch (Gbit/s)")
+    nic_gbps = positive_value(nic_gbps, "hpn option nic (Gbit/s)")
+    nvswitch_gbps = positive_value(nvswitch_gbps, "hpn option nvswitch (Gbit/s)")
     default = f"hpn-{segments}x{hosts}x{gpus_per_host}"
     if nic_gbps != 400.0:
         default += f",nic={nic_gbps:g}"
@@ -149,7 +150,7 @@ def nvswitch(n: int, *, gbps: float = 2880.0) -> Topology:
     8
     """
     n = _count(n, "nvswitch GPU count N", 2)
-    gbps = _positive(gbps, "nvswitch gbps")
+    gbps = positive_value(gbps, "nvswitch gbps")
     nodes = [_switch("nvs0.0", "nvswitch")] + [_gpu(r, 0) for r in range(n)]
     links = [lk for r in range(n) for lk in _cable(f"gpu{r}", "nvs0.0", gbps, NVSWITCH_LATENCY_US)]
     return Topology.create(f"nvswitch-{n}", nodes, links, {"family": "nvswitch"})
@@ -162,7 +163,7 @@ def ring(n: int, *, gbps: float = 400.0) -> Topology:
     400.0
     """
     n = _count(n, "ring GPU count N", 2)
-    gbps = _positive(gbps, "ring gbps")
+    gbps = positive_value(gbps, "ring gbps")
     pairs = sorted({tuple(sorted((r, (r + 1) % n))) for r in range(n)})
     links = [lk for a, b in pairs for lk in _cable(f"gpu{a}", f"gpu{b}", gbps, DIRECT_LATENCY_US)]
     return Topology.create(f"ring-{n}", [_gpu(r, r) for r in range(n)], links, {"family": "ring"})
@@ -178,7 +179,7 @@ def torus(x: int, y: int, *, gbps: float = 400.0) -> Topology:
     y = _count(y, "torus Y")
     if x * y < 2:
         raise TopologyError("torus needs at least 2 GPUs (X*Y >= 2)")
-    gbps = _positive(gbps, "torus gbps")
+    gbps = positive_value(gbps, "torus gbps")
     pairs: set[tuple[int, int]] = set()
     for r in range(x):
         for c in range(y):

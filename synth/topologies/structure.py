@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from synth._types import NodeId, Rank
-from synth.topologies.model import ROLES, Node, Topology
+from synth.topologies._core import TopologyCore
+from synth.topologies.parts import ROLES, Node
 
 __all__ = ["NETWORK_ROLES", "ROLES", "RailLayout", "infer_role", "rail_layout", "switch_roles"]
 
@@ -40,12 +41,12 @@ def _host_key(node: Node) -> Hashable:
     return ("host", node.host) if node.host is not None else ("rank", node.rank)
 
 
-def _neighbours(topo: Topology, node_id: NodeId) -> set[NodeId]:
+def _neighbours(topo: TopologyCore, node_id: NodeId) -> set[NodeId]:
     """Nodes cabled to ``node_id`` in either direction (any capacity: the hardware, not its state)."""
     return {lk.dst for lk in topo.out_links(node_id)} | {lk.src for lk in topo.in_links(node_id)}
 
 
-def infer_role(topo: Topology, switch_id: NodeId) -> str:
+def infer_role(topo: TopologyCore, switch_id: NodeId) -> str:
     """The role the documented rule gives a switch (ignoring any explicit ``role``).
 
     1. no GPU cabled to it: ``spine``;
@@ -75,7 +76,7 @@ def infer_role(topo: Topology, switch_id: NodeId) -> str:
     return "nvswitch" if alone else "nic"
 
 
-def switch_roles(topo: Topology) -> dict[NodeId, str]:
+def switch_roles(topo: TopologyCore) -> dict[NodeId, str]:
     """Role of every switch: its ``role`` field where given, else :func:`infer_role`."""
     return {s.id: s.role if s.role is not None else infer_role(topo, s.id) for s in topo.switches}
 
@@ -108,7 +109,7 @@ class RailLayout:
         return self._where[rank][1]
 
 
-def _reach(topo: Topology, src: NodeId, skip: set[NodeId]) -> tuple[set[NodeId], bool]:
+def _reach(topo: TopologyCore, src: NodeId, skip: set[NodeId]) -> tuple[set[NodeId], bool]:
     """GPUs reachable from ``src`` over live links through switches not in ``skip``, and whether a
     switch was crossed at all."""
     seen = {src}
@@ -130,7 +131,7 @@ def _reach(topo: Topology, src: NodeId, skip: set[NodeId]) -> tuple[set[NodeId],
     return found, crossed
 
 
-def rail_layout(topo: Topology) -> RailLayout | None:
+def rail_layout(topo: TopologyCore) -> RailLayout | None:
     """The rail layout NCCL would find, or ``None`` where the fabric has no rail structure.
 
     Hosts come from the GPUs' ``host`` field. A GPU's rail is the set of GPUs it reaches over live

@@ -141,3 +141,12 @@ def test_explicit_chunks_beyond_the_runtime_limits_fail_cleanly(tmp_path: Path, 
     err = capsys.readouterr().err
     assert err.startswith("loopcoll: error:") and "int16" in err and "at most 256 chunks per source" in err
     assert err.count("\n") == 1 and not xml.exists()
+
+
+def test_solver_and_max_steps_reach_alltoall_only(capsys: pytest.CaptureFixture[str]) -> None:
+    # --solver and --max-steps are alltoall flags; the CLI passes them to alltoall only, so a tree
+    # collective never meets synthesize()'s refusal of options that do not apply to it.
+    highs = _json(capsys, ["synth", "alltoall", "nvswitch:4", "--json"])
+    glop = _json(capsys, ["synth", "alltoall", "nvswitch:4", "--solver", "ortools", "--max-steps", "1", "--json"])
+    assert glop["status"] == "optimal" and glop["lp_algbw_GBps"] == pytest.approx(highs["lp_algbw_GBps"], rel=1e-9)
+    assert _json(capsys, ["synth", "allreduce", "nvswitch:4", "--json"])["status"] == "optimal"

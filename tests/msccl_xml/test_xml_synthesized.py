@@ -34,6 +34,7 @@ from msccl_xml import (
     write,
 )
 from synth import synthesize
+from synth.figures import routing_of
 from synth.alltoall_cg import synthesize_alltoall
 from synth.errors import TopologyError
 from synth.forestcoll_warm import (
@@ -141,7 +142,7 @@ def _assert_random_case(topo: Topology, coll: str, chunks: int) -> None:
     result = synthesize(coll, topo, chunks=chunks)  # routing="auto"
     assert result.schedule is not None, result.message
     sched = result.schedule
-    event(f"routing {result.stats.get('routing', 'free')}")
+    event(f"routing {'free' if routing_of(result.figures) is None else 'routed'}")
     assert _follows_runtime_paths(sched, topo)
     assert_lowers_and_checks(sched, topo)
 
@@ -175,9 +176,9 @@ def test_two_path_pair_exports_at_its_routed_rate(coll: str, tmp_path: Path) -> 
     assert free.algbw_GBps(topo) == 0.5  # both paths used: the physical limit
     assert program_algbw_GBps(lower(free), topo) == 0.25  # what the executor would run
     routed = synthesize(coll, topo, chunks=2)
-    assert routed.stats["routing"] == "routed"
-    assert routed.stats["free_optimal_algbw_GBps"] == pytest.approx(0.5)
-    assert routed.algbw_GBps == pytest.approx(0.25) and routed.stats["routing_gap_pct"] == pytest.approx(50.0)
+    routing = routing_of(routed.figures)
+    assert routing is not None and routing.free_optimal_algbw_GBps == pytest.approx(0.5)
+    assert routed.algbw_GBps == pytest.approx(0.25) and routing.routing_gap_pct == pytest.approx(50.0)
     text = export(routed.schedule, topo, str(tmp_path / "x.xml"), runtime="msccl-executor-nccl", protocol="Simple")
     assert program_algbw_GBps(parse(text), topo) == routed.schedule.algbw_GBps(topo)
 

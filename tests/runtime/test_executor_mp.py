@@ -176,6 +176,10 @@ def test_fallbacks_refusal_and_telemetry(four) -> None:
     for rank in (1, 3):  # the sub-communicator's samples name global ranks
         pairs = [s for s in res[rank]["sub_samples"] if s["kind"] == "pair"]
         assert pairs and all(s["comm"] == "rail" and (s["src"], s["dst"]) == (rank, 4 - rank) for s in pairs)
+    # one incarnation id per executor, agreed by its ranks (the controller groups by it); another for the sub-comm
+    incs = {s["incarnation"] for rank in range(world) for s in res[rank]["samples"]}
+    sub_incs = {s["incarnation"] for rank in (1, 3) for s in res[rank]["sub_samples"]}
+    assert len(incs) == 1 and len(sub_incs) == 1 and incs != sub_incs and len(next(iter(incs))) == 16
     for rank in range(world):
         ok, report = read_jsonl(tmp_path / f"r{rank}.jsonl")
         assert dict(report.rejected) == {} and len(ok) == len(res[rank]["samples"])

@@ -38,6 +38,9 @@ def _obj(**over: object) -> dict:
     ({"comm": "tp7"}, "unknown_comm"),
     ({"kind": "demand", "extra": {"send_bytes": [1, -2]}}, "type"),
     ({"collective": "allgatherv2"}, "type"),
+    ({"incarnation": 7}, "type"),
+    ({"incarnation": ""}, "type"),
+    ({"incarnation": "x" * 257}, "type"),
 ])
 def test_each_bad_field_is_rejected_with_its_reason(over: dict, reason: str) -> None:
     with pytest.raises(TelemetryError) as info:
@@ -116,3 +119,11 @@ def test_sample_json_is_sorted_and_compact() -> None:
     assert json.loads(line)["extra"] == {"coll_sn": 4}
     assert list(json.loads(line)) == sorted(json.loads(line))
     assert " " not in line
+
+
+def test_incarnation_is_optional_and_round_trips() -> None:
+    old = parse_sample(_obj())
+    assert old.incarnation is None and "incarnation" not in old.to_dict()  # older samples: the same JSON as before
+    new = parse_sample(_obj(incarnation="9f1c2a7e5d3b4c60"))
+    assert new.incarnation == "9f1c2a7e5d3b4c60" and parse_sample(new.to_json()) == new
+    assert new != old  # part of the sample's identity: one collective of another run

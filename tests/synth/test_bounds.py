@@ -1,4 +1,4 @@
-"""Optimal bounds (synth/bounds.py) on named topologies against closed forms.
+"""Optimal bounds (synth/bounds/optimal.py) on named topologies against closed forms.
 
 Closed forms (GB/s; a link of g Gbit/s carries g/8 GB/s):
 
@@ -26,7 +26,7 @@ from fractions import Fraction
 import pytest
 
 from synth import Bound, Status, busbw_GBps, optimal_bound
-from synth.bounds_allgather import cut_ratio_gbps
+from synth.bounds.allgather import cut_ratio_gbps
 from synth.errors import SolverError
 from synth.topologies import Link, Node, NodeKind, Topology, named_topology
 

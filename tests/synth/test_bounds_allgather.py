@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from scipy.optimize import linprog
 
-from synth.bounds_allgather import CutRate, allgather_rate_gbps, cut_ratio_gbps
+from synth.bounds.allgather import CutRate, allgather_rate_gbps, cut_ratio_gbps
 from synth.errors import SolverError
 from synth.topologies import Link, Node, NodeKind, Topology, named_topology
 from tests.strategies import random_topologies

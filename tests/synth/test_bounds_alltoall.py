@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from scipy.optimize import linprog
 
-from synth.bounds_alltoall import ConcurrentFlow, alltoall_rate_GBps
+from synth.bounds.alltoall import ConcurrentFlow, alltoall_rate_GBps
 from synth.topologies import Link, Topology, load_topology, named_topology
 from tests.strategies import random_topologies
 
@@ -116,7 +116,7 @@ def test_relays_through_gpus_are_allowed() -> None:
 @pytest.mark.parametrize("spec,fail", [("hpn:1x8x8", []), ("hpn:1x8x8", ["fail2"]), ("dgx-a100:5", ["fail1"])])
 def test_large_alltoall_bound_uses_column_generation_and_matches_the_compact_lp(spec: str, fail: list[str]) -> None:
     from synth.bounds import COMPACT_LP_MAX_RANKS, optimal_bound
-    from synth.bounds_alltoall import alltoall_rate_GBps
+    from synth.bounds.alltoall import alltoall_rate_GBps
 
     topo = load_topology(spec, fail)
     assert topo.nranks > COMPACT_LP_MAX_RANKS

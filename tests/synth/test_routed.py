@@ -21,6 +21,7 @@ from scipy.optimize import linprog
 
 from msccl_xml import check, lower, parse, program_algbw_GBps, write
 from synth import optimal_bound, synthesize
+from synth.figures import routing_of
 from synth.routed import routed_bound
 from synth.routed._arborescence import min_arborescence
 from synth.routed._logical import Logical
@@ -66,17 +67,17 @@ def _assert_exports_at_its_rate(topo: Topology, sched: Schedule) -> None:
 def _assert_result(topo: Topology, coll: str, chunks: int | None) -> None:
     r = synthesize(coll, topo, chunks=chunks)
     assert r.success and r.schedule is not None, r.message
-    assert r.stats["routing"] == "routed"
+    assert routing_of(r.figures) is not None
     sched = r.schedule
     sched.validate(topo)
     _assert_routed(topo, sched)
-    routed, free = r.stats["routed_optimal_algbw_GBps"], r.stats["free_optimal_algbw_GBps"]
+    routed, free = r.figures.routing.routed_optimal_algbw_GBps, r.figures.routing.free_optimal_algbw_GBps
     assert r.algbw_GBps == pytest.approx(sched.algbw_GBps(topo), rel=1e-12)
     assert r.algbw_GBps <= routed * (1 + 1e-7)
     assert routed <= free * (1 + 1e-7)
     # its algbw is its LP value within its stated rounding gap
     assert r.algbw_GBps == pytest.approx(routed * (1 - r.gap_pct / 100), rel=1e-6)
-    assert r.stats["routing_gap_pct"] == pytest.approx(max(0.0, 100 * (1 - routed / free)), abs=1e-6)
+    assert r.figures.routing.routing_gap_pct == pytest.approx(max(0.0, 100 * (1 - routed / free)), abs=1e-6)
     _assert_exports_at_its_rate(topo, sched)
 
 
@@ -210,8 +211,8 @@ def test_min_arborescence_is_optimal(n: int, seed: int, root: int) -> None:
 def test_dgx_a100_model_keeps_the_free_optimum_under_routing() -> None:
     topo = forestcoll_dgx_a100(2)
     r = synthesize("allgather", topo)
-    assert r.stats["free_optimal_algbw_GBps"] == pytest.approx(1040 / 3)
-    assert r.stats["routed_optimal_algbw_GBps"] == pytest.approx(1040 / 3)  # the issue: relay, not loop through IB
+    assert r.figures.routing.free_optimal_algbw_GBps == pytest.approx(1040 / 3)
+    assert r.figures.routing.routed_optimal_algbw_GBps == pytest.approx(1040 / 3)  # the issue: relay, not loop through IB
     assert r.algbw_GBps >= 0.98 * 1040 / 3
     _assert_routed(topo, r.schedule)
     free = synthesize("allgather", topo, routing="free").schedule
@@ -221,7 +222,7 @@ def test_dgx_a100_model_keeps_the_free_optimum_under_routing() -> None:
 def test_mi250_like_allgather_reaches_the_routed_optimum() -> None:
     topo = mi250_like(2)
     r = synthesize("allgather", topo)
-    assert r.gap_pct == 0.0 and r.algbw_GBps == pytest.approx(r.stats["routed_optimal_algbw_GBps"])
+    assert r.gap_pct == 0.0 and r.algbw_GBps == pytest.approx(r.figures.routing.routed_optimal_algbw_GBps)
     _assert_exports_at_its_rate(topo, r.schedule)
 
 
@@ -230,7 +231,7 @@ def test_warm_starts_reuse_columns_and_keep_the_optimum() -> None:
     cold = synthesize("allgather", topo)
     warm = synthesize("allgather", topo, warm_from=cold)
     assert warm.warm and warm.success
-    assert warm.stats["routed_optimal_algbw_GBps"] == pytest.approx(cold.stats["routed_optimal_algbw_GBps"])
+    assert warm.figures.routing.routed_optimal_algbw_GBps == pytest.approx(cold.figures.routing.routed_optimal_algbw_GBps)
     # The column generation (small fabrics, rounding short of the optimum) seeds the previous trees.
     lg = Logical.build(topo)
     seeded = solve_tree_lp(lg, seeds=_seeds(cold.schedule, lg, RouteKind.OUT_TREE))
@@ -240,8 +241,8 @@ def test_warm_starts_reuse_columns_and_keep_the_optimum() -> None:
     a2a = synthesize("alltoall", topo, chunks=4)
     again = synthesize("alltoall", slower, chunks=4, warm_from=a2a)
     fresh = synthesize("alltoall", slower, chunks=4)
-    assert again.warm and again.stats["seeded_columns"] > 0
-    assert again.stats["routed_optimal_algbw_GBps"] == pytest.approx(fresh.stats["routed_optimal_algbw_GBps"],
+    assert again.warm and again.figures.seeded_columns > 0
+    assert again.figures.routing.routed_optimal_algbw_GBps == pytest.approx(fresh.figures.routing.routed_optimal_algbw_GBps,
                                                                       rel=1e-7)
     _assert_routed(slower, again.schedule)
 
@@ -250,7 +251,7 @@ def test_warm_starts_reuse_columns_and_keep_the_optimum() -> None:
 def test_auto_takes_the_free_path_where_routes_are_unique(coll: str) -> None:
     topo = named_topology("hpn:1x2x4")
     auto, free = synthesize(coll, topo, chunks=2), synthesize(coll, topo, chunks=2, routing="free")
-    assert "routing" not in auto.stats and auto.algbw_GBps == free.algbw_GBps
+    assert routing_of(auto.figures) is None and auto.algbw_GBps == free.algbw_GBps
     assert auto.schedule.routes == free.schedule.routes
     b = optimal_bound(coll, topo, routed=True)
     assert b.routed_algbw_GBps == b.algbw_GBps and b.routing_gap_pct == 0.0
@@ -259,4 +260,4 @@ def test_auto_takes_the_free_path_where_routes_are_unique(coll: str) -> None:
 def test_routed_mode_on_a_unique_path_fabric_matches_the_free_optimum() -> None:
     topo = named_topology("ring:4")
     r = synthesize("allgather", topo, routing="routed")
-    assert r.stats["routing"] == "routed" and r.algbw_GBps == pytest.approx(synthesize("allgather", topo).algbw_GBps)
+    assert routing_of(r.figures) is not None and r.algbw_GBps == pytest.approx(synthesize("allgather", topo).algbw_GBps)

@@ -1,4 +1,4 @@
-"""The schedule IR (synth/schedule.py, synth/_validate_schedule.py, synth/_schedule_io.py).
+"""The schedule IR (synth/schedule/: parts.py, model.py, validate.py, decode.py, io.py).
 
 Schedules here are built by hand from textbook algorithms (unidirectional and bidirectional rings,
 direct AllToAll on one NVSwitch), so their loads and algbw have closed forms.
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from synth import optimal_bound
 from synth.errors import ScheduleError
 from synth.schedule import SCHEDULE_FORMAT, CutLink, Hop, Route, RouteKind, Schedule
-from synth._schedule_io import read_schedule, write_schedule
+from synth.schedule.io import read_schedule, write_schedule
 from synth.topologies import Topology, named_topology
 
 OUT, IN, PATH = RouteKind.OUT_TREE, RouteKind.IN_TREE, RouteKind.PATH

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synth import optimal_bound, synthesize
+from synth.figures import routing_of
 from synth.alltoall_cg import alltoallv_lp_bound, synthesize_alltoallv
 from synth.latency import synthesize_depth_bounded
 from synth.result import OPTIMAL_RTOL, Status, SynthResult, judge, judge_time
@@ -92,7 +93,7 @@ def test_depth_bounded_is_optimal_only_at_its_certified_bound(chunks: int, expec
     topo = load_topology("hpn:1x2x4", ["fail1"])  # depth 2: one chunk per root is 22 % short, three reach it
     res = synthesize_depth_bounded("allgather", topo, 2, chunks=chunks)
     assert res.schedule is not None and res.status is expected
-    assert res.optimal_algbw_GBps == res.stats["depth_bound_algbw_GBps"]
+    assert res.optimal_algbw_GBps == res.figures.depth_bound_algbw_GBps
     assert_judged(res.status, res.algbw_GBps, res.optimal_algbw_GBps, res.gap_pct, res.message)
 
 
@@ -103,7 +104,8 @@ def test_judge_is_the_rule() -> None:
     assert judge(120.0, 100.0) == (Status.OPTIMAL, 0.0)  # above a sequential RS+AG bound
     assert judge(0.0, 0.0) == (Status.OPTIMAL, 0.0)  # nothing to move
     assert judge_time(0.0, 0.0) == (Status.OPTIMAL, 0.0)
-    assert SynthResult(Status.FEASIBLE, "", None, 99.0, 100.0, 1.0, 0.0).success
+    assert SynthResult(status=Status.FEASIBLE, message="", schedule=None, algbw_GBps=99.0, optimal_algbw_GBps=100.0,
+                       gap_pct=1.0, solve_time_s=0.0).success
 
 
 # Regressions: gapped schedules that said "optimal" before issue 28 (they fail on 0d66542).
@@ -111,7 +113,7 @@ def test_judge_is_the_rule() -> None:
 def test_routed_allgather_below_its_routed_optimum_is_feasible() -> None:
     topo = forestcoll_dgx_a100(2)  # 16 GPUs, k <= 8 chunks per root: 346.39 of 346.67 GB/s (k = 13 reaches it)
     res = synthesize("allgather", topo, chunks=8)
-    assert res.stats["routing"] == "routed"
+    assert routing_of(res.figures) is not None
     assert res.status is Status.FEASIBLE and res.success
     assert res.gap_pct == pytest.approx(100 * (1 - res.algbw_GBps / routed_bound("allgather", topo)), rel=1e-9)
     assert res.gap_pct > 0.05
@@ -121,7 +123,7 @@ def test_routed_allgather_below_its_routed_optimum_is_feasible() -> None:
 def test_routed_alltoall_with_a_rounding_gap_is_feasible() -> None:
     topo = mi250_like(1)  # 10 chunks per block: 148.1 of 150 GB/s (12 reach it)
     res = synthesize("alltoall", topo, chunks=10)
-    assert res.stats["routing"] == "routed" and res.status is Status.FEASIBLE, res.message
-    assert res.stats["binding_limit"] == "nchunks=10"
+    assert routing_of(res.figures) is not None and res.status is Status.FEASIBLE, res.message
+    assert res.figures.binding_limit == "nchunks=10"
     assert res.gap_pct == pytest.approx(100 * (1 - res.algbw_GBps / routed_bound("alltoall", topo)), rel=1e-9)
-    assert res.stats["gap"] == pytest.approx(res.gap_pct / 100, rel=1e-12)
+    assert res.figures.gap == pytest.approx(res.gap_pct / 100, rel=1e-12)

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from synth.errors import TopologyError, short_repr
 from synth.topologies.model import Link, Node, NodeKind, Topology
-from synth.topologies.named import NIC_LATENCY_US, NVSWITCH_LATENCY_US, _positive
+from synth.topologies.named import NIC_LATENCY_US, NVSWITCH_LATENCY_US, positive_value
 from synth.topologies.probe.gpus import MAX_NVLINKS_PER_GPU, GpuModel, gpu_model
 from synth.topologies.probe.ibstat import HcaPort
 from synth.topologies.probe.nvidia_smi import PCIE_LEVELS, Relation, TopoMatrix
@@ -312,7 +312,7 @@ class _Options:
 
 
 def _positive_or_none(value: float | None, what: str) -> float | None:
-    return None if value is None else _positive(value, what)
+    return None if value is None else positive_value(value, what)
 
 
 def probe_topology(

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from synth import load_topology, synthesize
 from synth.alltoall_cg import alltoallv_lp_bound, synthesize_alltoallv
 from synth.alltoallv_schedule import AllToAllvSchedule, check_demand, read_demand
-from synth.baselines_alltoallv import direct_alltoallv, two_phase_alltoallv
-from synth.bounds_alltoallv import alltoallv_compact_time_s
+from synth.baselines.alltoallv import direct_alltoallv, two_phase_alltoallv
+from synth.bounds.alltoallv import alltoallv_compact_time_s
 from synth.errors import ScheduleError, SolverError
 from synth.topologies import Topology
 from tests.strategies import random_topologies
@@ -100,7 +100,7 @@ def test_warm_after_a_shift_equals_cold_on_hpn(demand: np.ndarray, seed: int) ->
     shifted[:, int(rng.integers(16))] *= 3  # an expert turns hot
     warm = synthesize_alltoallv(topo, shifted, warm_start=first)
     cold = synthesize_alltoallv(topo, shifted)
-    assert warm.warm and warm.stats["warm_mode"] in ("reweighted", "reweighted-support")
+    assert warm.warm and warm.figures.warm_mode in ("reweighted", "reweighted-support")
     assert warm.schedule is not None
     warm.schedule.validate(topo)
     assert warm.optimal_time_s == pytest.approx(cold.optimal_time_s, rel=1e-7)
@@ -202,7 +202,7 @@ def test_warm_pool_choices_reach_the_same_optimum(pool: str) -> None:
     m2 = m.copy()
     m2[:, 5] *= 6
     warm = synthesize_alltoallv(topo, m2, warm_start=first, warm_pool=pool)
-    assert warm.stats["warm_mode"] == ("reweighted" if pool == "full" else "reweighted-support")
+    assert warm.figures.warm_mode == ("reweighted" if pool == "full" else "reweighted-support")
     assert warm.optimal_time_s == pytest.approx(alltoallv_compact_time_s(topo, m2), rel=1e-7)
     with pytest.raises(SolverError, match="warm_pool"):
         synthesize_alltoallv(topo, m2, warm_start=first, warm_pool="none")

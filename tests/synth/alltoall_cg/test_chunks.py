@@ -44,13 +44,13 @@ def _assert_within_target_or_bound(topo: Topology, routing: str) -> None:
     r.schedule.validate(topo)
     assert r.algbw_GBps == pytest.approx(r.schedule.algbw_GBps(topo), rel=1e-12)
     assert_judged(r.status, r.algbw_GBps, _held_to(r), r.gap_pct, r.message)
-    assert r.schedule.nchunks == r.stats["nchunks"] <= 64
+    assert r.schedule.nchunks == r.figures.nchunks <= 64
     if r.gap_pct > 100 * TARGET_LOSS:
         assert r.status is Status.FEASIBLE
-        assert r.stats["binding_limit"], r.stats
-        assert r.stats["binding_limit"] in r.message
+        assert r.figures.binding_limit, r.figures
+        assert r.figures.binding_limit in r.message
     else:
-        assert r.stats.get("binding_limit") is None
+        assert r.figures.binding_limit is None
 
 
 @SETTINGS
@@ -81,13 +81,13 @@ def test_a_given_nchunks_is_kept_and_named_as_the_binding_limit(fn: object) -> N
     r = fn(mi250_like(1), nchunks=10)  # type: ignore[operator]
     assert r.schedule.nchunks == 10
     assert r.status is Status.FEASIBLE and r.gap_pct > 100 * TARGET_LOSS
-    assert r.stats["binding_limit"] == "nchunks=10" and "bound by nchunks=10" in r.message
+    assert r.figures.binding_limit == "nchunks=10" and "bound by nchunks=10" in r.message
 
 
 def test_max_nchunks_caps_the_choice() -> None:
     r = synthesize_alltoall(mi250_like(1), nchunks=None, max_nchunks=11)
     assert r.schedule is not None and r.schedule.nchunks <= 11
-    assert r.status is Status.FEASIBLE and r.stats["binding_limit"] == "max_nchunks=11"
+    assert r.status is Status.FEASIBLE and r.figures.binding_limit == "max_nchunks=11"
 
 
 def test_bad_rounding_arguments_are_named() -> None:
@@ -133,7 +133,7 @@ def test_mip_balances_blocks_that_largest_remainder_stacks() -> None:
 def test_warm_repair_names_its_limit_or_gives_way_to_the_chunk_choice() -> None:
     healthy, topo = load_topology("hpn:1x2x8"), load_topology("hpn:1x2x8", ["fail2"])
     fixed = synthesize_alltoall(topo, nchunks=10, warm_start=synthesize_alltoall(healthy, nchunks=10))
-    assert fixed.stats["warm_mode"] == "repair" and fixed.gap_pct > 100 * TARGET_LOSS  # 0.195 % at 10 chunks
-    assert fixed.stats["binding_limit"] == "nchunks=10" and "nchunks=10" in fixed.message
+    assert fixed.figures.warm_mode == "repair" and fixed.gap_pct > 100 * TARGET_LOSS  # 0.195 % at 10 chunks
+    assert fixed.figures.binding_limit == "nchunks=10" and "nchunks=10" in fixed.message
     chosen = synthesize_alltoall(topo, nchunks=None, warm_start=synthesize_alltoall(healthy, nchunks=None))
     assert chosen.warm and chosen.gap_pct <= 100 * TARGET_LOSS, chosen.message

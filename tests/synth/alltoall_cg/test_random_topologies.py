@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 
 from synth.alltoall_cg import alltoall_lp_bound, synthesize_alltoall
-from synth.bounds_alltoall import alltoall_rate_GBps
+from synth.bounds.alltoall import alltoall_rate_GBps
 from synth.topologies import Topology
 from tests.strategies import random_topologies
 
@@ -16,7 +16,7 @@ from tests.strategies import random_topologies
 def test_cg_lp_equals_compact_lp(topo: Topology) -> None:
     ref = topo.nranks * alltoall_rate_GBps(topo).rate_GBps
     res = synthesize_alltoall(topo, nchunks=4)
-    assert res.stats["lp_algbw_GBps"] == pytest.approx(ref, rel=1e-6)
+    assert res.figures.lp_algbw_GBps == pytest.approx(ref, rel=1e-6)
     assert res.schedule is not None
     res.schedule.validate(topo)
     assert res.algbw_GBps <= ref * (1 + 1e-9)

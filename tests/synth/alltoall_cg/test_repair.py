@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from synth.alltoall_cg import synthesize_alltoall
 from synth.alltoall_cg._expanded import ExpandedGraph, Network
-from synth.alltoall_cg._pricing import _condensed_shortest, _free_shortest, price_pairs, price_trees, reversed_network
+from synth.alltoall_cg._pricing import condensed_shortest, free_shortest, price_pairs, price_trees, reversed_network
 from synth.alltoall_cg._repair import _Cuts
 from synth.errors import SolverError, TopologyError
 from synth.topologies import Topology, load_topology
@@ -30,11 +30,11 @@ def test_repair_or_fallback_reaches_the_cold_lp_optimum(spec: str, failure: str)
     topo = load_topology(spec, [failure])
     cold = synthesize_alltoall(topo)
     warm = synthesize_alltoall(topo, warm_start=prev)
-    assert warm.stats["warm_mode"] in ("repair", "state")
-    assert _same_lp(warm.stats["lp_algbw_GBps"], cold.stats["lp_algbw_GBps"])
+    assert warm.figures.warm_mode in ("repair", "state")
+    assert _same_lp(warm.figures.lp_algbw_GBps, cold.figures.lp_algbw_GBps)
     assert warm.optimal_algbw_GBps == pytest.approx(cold.optimal_algbw_GBps, rel=1e-9)
     assert_valid_alltoall(warm, topo, 10)
-    assert warm.stats["gap"] <= 0.01
+    assert warm.figures.gap <= 0.01
 
 
 @pytest.mark.parametrize("failure", ["fail1", "fail2", "fail3"])
@@ -43,10 +43,10 @@ def test_repair_is_taken_on_hpn_and_keeps_untouched_routes(failure: str) -> None
     prev = synthesize_alltoall(load_topology(spec))
     topo = load_topology(spec, [failure])
     warm = synthesize_alltoall(topo, warm_start=prev)
-    assert warm.stats["warm_mode"] == "repair", warm.message
+    assert warm.figures.warm_mode == "repair", warm.message
     assert "local repair" in warm.message
     n = topo.nranks
-    assert 0 < warm.stats["repaired_blocks"] < n * (n - 1) // 2
+    assert 0 < warm.figures.repaired_blocks < n * (n - 1) // 2
     assert prev.schedule is not None and warm.schedule is not None
     old = {id(r) for r in prev.schedule.routes}
     moved = {(r.root, r.dest) for r in warm.schedule.routes if id(r) not in old}
@@ -54,8 +54,8 @@ def test_repair_is_taken_on_hpn_and_keeps_untouched_routes(failure: str) -> None
     # objects; every other route is the very object of the previous schedule.
     near_rank0 = {(r.root, r.dest) for r in prev.schedule.routes if any(0 in (h.src, h.dst) for h in r.hops)}
     assert moved and moved <= near_rank0
-    assert len(moved) <= warm.stats["repaired_blocks"]
-    assert warm.schedule.meta["lp_algbw_GBps"] == warm.stats["lp_algbw_GBps"]
+    assert len(moved) <= warm.figures.repaired_blocks
+    assert warm.schedule.meta["lp_algbw_GBps"] == warm.figures.lp_algbw_GBps
     assert warm.schedule.meta["topology"] == topo.name
     # The state for the next repair holds exactly the schedule returned.
     assert warm.warm_state is not None and warm.warm_state.rounded is not None
@@ -67,16 +67,16 @@ def test_chained_repairs_then_recovery() -> None:
     healthy = load_topology(spec)
     prev = synthesize_alltoall(healthy)
     one = synthesize_alltoall(load_topology(spec, ["fail2"]), warm_start=prev)
-    assert one.stats["warm_mode"] == "repair"
+    assert one.figures.warm_mode == "repair"
     two_topo = load_topology(spec, ["fail2", "fail1"])
     two = synthesize_alltoall(two_topo, warm_start=one)
-    assert two.stats["warm_mode"] == "repair", two.message
-    assert _same_lp(two.stats["lp_algbw_GBps"], synthesize_alltoall(two_topo).stats["lp_algbw_GBps"])
+    assert two.figures.warm_mode == "repair", two.message
+    assert _same_lp(two.figures.lp_algbw_GBps, synthesize_alltoall(two_topo).figures.lp_algbw_GBps)
     assert_valid_alltoall(two, two_topo, 10)
     # A capacity coming back can help every block: the full warm column generation runs.
     back = synthesize_alltoall(healthy, warm_start=two)
-    assert back.stats["warm_mode"] == "state"
-    assert _same_lp(back.stats["lp_algbw_GBps"], prev.stats["lp_algbw_GBps"])
+    assert back.figures.warm_mode == "state"
+    assert _same_lp(back.figures.lp_algbw_GBps, prev.figures.lp_algbw_GBps)
     assert_valid_alltoall(back, healthy, 10)
 
 
@@ -86,9 +86,9 @@ def test_uncertified_repair_falls_back_to_full_warm_cg() -> None:
     prev = synthesize_alltoall(load_topology("hpn:1x2x8"))
     topo = load_topology("hpn:1x2x8", ["fail3"])
     warm = synthesize_alltoall(topo, warm_start=prev)
-    assert warm.stats["warm_mode"] == "state"
-    assert warm.stats["max_steps"] == 3
-    assert _same_lp(warm.stats["lp_algbw_GBps"], synthesize_alltoall(topo).stats["lp_algbw_GBps"])
+    assert warm.figures.warm_mode == "state"
+    assert warm.figures.max_steps == 3
+    assert _same_lp(warm.figures.lp_algbw_GBps, synthesize_alltoall(topo).figures.lp_algbw_GBps)
 
 
 def _core_degraded(spec: str, factor: float) -> tuple[Topology, Topology, tuple[str, str]]:
@@ -107,9 +107,9 @@ def test_uncertified_repair_grows_over_binding_links() -> None:
     crossing = {(r.root, r.dest) for r in prev.schedule.routes for h in r.hops
                 if any(lk in (key, key[::-1]) for lk in h.links)}
     warm = synthesize_alltoall(topo, warm_start=prev)
-    assert warm.stats["warm_mode"] == "repair", warm.message
-    assert warm.stats["repaired_blocks"] > len(crossing)
-    assert _same_lp(warm.stats["lp_algbw_GBps"], synthesize_alltoall(topo).stats["lp_algbw_GBps"])
+    assert warm.figures.warm_mode == "repair", warm.message
+    assert warm.figures.repaired_blocks > len(crossing)
+    assert _same_lp(warm.figures.lp_algbw_GBps, synthesize_alltoall(topo).figures.lp_algbw_GBps)
     assert_valid_alltoall(warm, topo, 10)
 
 
@@ -117,8 +117,8 @@ def test_repair_that_would_touch_too_many_blocks_is_left_to_the_full_cg() -> Non
     base, topo, _ = _core_degraded("hpn:2x4x8", 0.5)
     prev = synthesize_alltoall(base)
     warm = synthesize_alltoall(topo, warm_start=prev)
-    assert warm.stats["warm_mode"] == "state"
-    assert _same_lp(warm.stats["lp_algbw_GBps"], synthesize_alltoall(topo).stats["lp_algbw_GBps"])
+    assert warm.figures.warm_mode == "state"
+    assert _same_lp(warm.figures.lp_algbw_GBps, synthesize_alltoall(topo).figures.lp_algbw_GBps)
 
 
 def test_balanced_rounding_spares_the_dive_on_a_degraded_core() -> None:
@@ -126,8 +126,8 @@ def test_balanced_rounding_spares_the_dive_on_a_degraded_core() -> None:
     # load-aware greedy does not, and no dive (LP re-solves) is needed to stay within 0.5 %.
     _, topo, _ = _core_degraded("hpn:2x4x8", 0.5)
     res = synthesize_alltoall(topo)
-    assert not res.stats["dived"] and res.stats["dive_lp_solves"] == 0
-    assert res.stats["gap"] <= 0.005
+    assert not res.figures.dived and res.figures.dive_lp_solves == 0
+    assert res.figures.gap <= 0.005
     assert_valid_alltoall(res, topo, 10)
 
 
@@ -137,18 +137,18 @@ def test_dead_link_is_repaired_around() -> None:
     prev = synthesize_alltoall(base)
     warm = synthesize_alltoall(dead, warm_start=prev)
     assert_valid_alltoall(warm, dead, 10)  # validation rejects routes over a dead link
-    assert _same_lp(warm.stats["lp_algbw_GBps"], synthesize_alltoall(dead).stats["lp_algbw_GBps"])
+    assert _same_lp(warm.figures.lp_algbw_GBps, synthesize_alltoall(dead).figures.lp_algbw_GBps)
 
 
 def test_repair_applies_only_to_the_same_request() -> None:
     spec = "hpn:1x2x8"
     prev = synthesize_alltoall(load_topology(spec))
     topo = load_topology(spec, ["fail2"])
-    steps = prev.stats["max_steps"]
-    assert synthesize_alltoall(topo, warm_start=prev, max_steps=steps).stats["warm_mode"] == "repair"
-    assert synthesize_alltoall(topo, warm_start=prev, max_steps=steps + 1).stats["warm_mode"] == "state"
-    assert synthesize_alltoall(topo, warm_start=prev, nchunks=4).stats["warm_mode"] == "state"
-    assert synthesize_alltoall(topo, warm_start=prev, local_repair=False).stats["warm_mode"] == "state"
+    steps = prev.figures.max_steps
+    assert synthesize_alltoall(topo, warm_start=prev, max_steps=steps).figures.warm_mode == "repair"
+    assert synthesize_alltoall(topo, warm_start=prev, max_steps=steps + 1).figures.warm_mode == "state"
+    assert synthesize_alltoall(topo, warm_start=prev, nchunks=4).figures.warm_mode == "state"
+    assert synthesize_alltoall(topo, warm_start=prev, local_repair=False).figures.warm_mode == "state"
 
 
 @st.composite
@@ -176,7 +176,7 @@ def test_warm_after_capacity_drops_equals_cold_on_random_topologies(pair: tuple[
         assume(False)  # the drops cut some GPU off: nothing to compare
         return
     warm = synthesize_alltoall(degraded, nchunks=4, warm_start=prev)
-    assert _same_lp(warm.stats["lp_algbw_GBps"], cold.stats["lp_algbw_GBps"], rel=1e-6), warm.message
+    assert _same_lp(warm.figures.lp_algbw_GBps, cold.figures.lp_algbw_GBps, rel=1e-6), warm.message
     assert_valid_alltoall(warm, degraded, 4)
 
 
@@ -186,9 +186,9 @@ def test_condensed_distances_equal_bellman_ford(topo: Topology, seed: int, spars
     net = Network.from_topology(topo)
     rng = np.random.default_rng(seed)
     w = rng.random(net.n_links) * (rng.random(net.n_links) < (0.2 if sparse else 1.0))
-    got = _condensed_shortest(net, w, net.gpu_node)
+    got = condensed_shortest(net, w, net.gpu_node)
     assert got is not None
-    want = _free_shortest(ExpandedGraph.build(net, None), w, net.gpu_node)
+    want = free_shortest(ExpandedGraph.build(net, None), w, net.gpu_node)
     assert np.array_equal(np.isinf(got), np.isinf(want))
     assert np.allclose(got[np.isfinite(want)], want[np.isfinite(want)], rtol=1e-12, atol=0)
 

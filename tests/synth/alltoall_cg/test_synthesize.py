@@ -9,8 +9,9 @@ import sys
 import pytest
 
 from synth.alltoall_cg import synthesize_alltoall
-from synth.bounds_alltoall import alltoall_rate_GBps
+from synth.bounds.alltoall import alltoall_rate_GBps
 from synth.errors import SolverError
+from synth.figures import AllToAllFigures
 from synth.result import Status
 from synth.topologies import load_topology, named_topology
 from tests.synth.alltoall_cg._helpers import assert_valid_alltoall
@@ -27,7 +28,7 @@ def test_lp_optimum_matches_compact_lp(spec: str, failure: str | None) -> None:
     topo = load_topology(spec, [failure] if failure else [])
     res = synthesize_alltoall(topo)
     ref = topo.nranks * alltoall_rate_GBps(topo).rate_GBps
-    assert res.stats["lp_algbw_GBps"] == pytest.approx(ref, rel=1e-6)
+    assert res.figures.lp_algbw_GBps == pytest.approx(ref, rel=1e-6)
     assert res.optimal_algbw_GBps == pytest.approx(ref, rel=1e-6)
     assert_valid_alltoall(res, topo, 10)
 
@@ -38,8 +39,8 @@ def test_rounding_within_one_percent_on_hpn_and_dgx(spec: str, failure: str) -> 
     topo = load_topology(spec, [failure])
     res = synthesize_alltoall(topo, nchunks=10)
     assert_valid_alltoall(res, topo, 10)
-    assert res.stats["gap"] <= 0.01
-    assert res.gap_pct == pytest.approx(100 * res.stats["gap"])
+    assert res.figures.gap <= 0.01
+    assert res.gap_pct == pytest.approx(100 * res.figures.gap)
     assert res.schedule is not None and res.schedule.bottleneck  # a saturated link exists
 
 
@@ -48,7 +49,7 @@ def test_tiny_hpn_rounding_gap_is_small() -> None:
     topo = load_topology("hpn:1x2x4", ["fail2"])
     res = synthesize_alltoall(topo)
     assert_valid_alltoall(res, topo, 10)
-    assert res.stats["gap"] <= 0.02
+    assert res.figures.gap <= 0.02
 
 
 @pytest.mark.parametrize("nchunks", [1, 2, 4])
@@ -63,12 +64,12 @@ def test_fewer_chunks_still_validate(nchunks: int) -> None:
     assert max(per_block.values()) <= nchunks
 
 
-def test_stats_and_meta_are_reported() -> None:
+def test_figures_and_meta_are_reported() -> None:
     res = synthesize_alltoall(named_topology("hpn:1x2x8"))
-    for key in ("lp_algbw_GBps", "gap", "lp_bound_algbw_GBps", "cg_iterations", "columns", "max_steps",
-                "cg_time_s", "rounding_time_s"):
-        assert key in res.stats
-    assert res.stats["max_steps"] == 2
+    assert isinstance(res.figures, AllToAllFigures)
+    assert res.figures.cg_iterations >= 1 and res.figures.columns > 0 and res.figures.cg_time_s >= 0
+    assert res.figures.lp_bound_algbw_GBps == res.figures.lp_algbw_GBps and res.figures.gap == 0.0
+    assert res.figures.max_steps == 2
     assert res.schedule is not None and res.schedule.meta["max_steps"] == 2
     assert res.warm is False and res.warm_state is not None
 
@@ -77,9 +78,9 @@ def test_step_sweep_grows_past_the_hop_diameter_when_it_costs_throughput() -> No
     # Under fail3 rank 0's links are so slow that 3-hop relays beat 2-hop paths.
     topo = load_topology("hpn:1x2x8", ["fail3"])
     res = synthesize_alltoall(topo)
-    assert res.stats["hop_diameter"] == 2 and res.stats["max_steps"] == 3
+    assert res.figures.hop_diameter == 2 and res.figures.max_steps == 3
     capped = synthesize_alltoall(topo, max_steps=2)
-    assert capped.stats["lp_algbw_GBps"] < res.stats["lp_algbw_GBps"] * (1 - 1e-6)
+    assert capped.figures.lp_algbw_GBps < res.figures.lp_algbw_GBps * (1 - 1e-6)
     assert_valid_alltoall(capped, topo, 10)
     assert all(len(r.hops) <= 2 for r in capped.schedule.routes)  # type: ignore[union-attr]
 

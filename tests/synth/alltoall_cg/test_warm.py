@@ -24,10 +24,10 @@ def test_warm_and_cold_reach_the_same_lp_optimum(solver: str, start: str, failur
         "cold": None, "state": prev.warm_state, "result": prev, "schedule": prev.schedule}[start]
     cold = synthesize_alltoall(topo, solver=solver)
     res = synthesize_alltoall(topo, solver=solver, warm_start=warm)
-    assert res.stats["lp_algbw_GBps"] == pytest.approx(cold.stats["lp_algbw_GBps"], rel=1e-6)
+    assert res.figures.lp_algbw_GBps == pytest.approx(cold.figures.lp_algbw_GBps, rel=1e-6)
     assert res.warm is (start != "cold")
     assert_valid_alltoall(res, topo, 10)
-    assert res.stats["gap"] <= 0.01
+    assert res.figures.gap <= 0.01
 
 
 def test_warm_state_is_not_modified_and_can_be_reused() -> None:
@@ -42,7 +42,7 @@ def test_warm_state_is_not_modified_and_can_be_reused() -> None:
         b = synthesize_alltoall(load_topology("hpn:1x2x8", ["fail1"]), warm_start=prev, local_repair=local_repair)
         assert (len(state.trees), len(state.paths)) == (n_trees, n_paths)
         assert state.rounded.schedule.routes is routes and (state.rounded.route_pid == route_pid).all()
-        assert a.stats["warm_mode"] == b.stats["warm_mode"] == mode
+        assert a.figures.warm_mode == b.figures.warm_mode == mode
 
 
 def test_dead_link_drops_trees_through_it() -> None:
@@ -50,10 +50,10 @@ def test_dead_link_drops_trees_through_it() -> None:
     dead = base.scaled("gpu1", "tor0.1", 0.0)
     prev = synthesize_alltoall(base)
     res = synthesize_alltoall(dead, warm_start=prev)
-    assert res.stats["trees_dropped"] > 0
+    assert res.figures.trees_dropped > 0
     assert_valid_alltoall(res, dead, 10)
     cold = synthesize_alltoall(dead)
-    assert res.stats["lp_algbw_GBps"] == pytest.approx(cold.stats["lp_algbw_GBps"], rel=1e-6)
+    assert res.figures.lp_algbw_GBps == pytest.approx(cold.figures.lp_algbw_GBps, rel=1e-6)
 
 
 def test_warm_from_schedule_json_round_trip() -> None:
@@ -63,17 +63,17 @@ def test_warm_from_schedule_json_round_trip() -> None:
     sched = Schedule.from_json(prev.schedule.to_json())
     topo = load_topology("hpn:1x2x8", ["fail2"])
     res = synthesize_alltoall(topo, warm_start=sched)
-    assert res.stats["warm_mode"] == "schedule"
+    assert res.figures.warm_mode == "schedule"
     assert_valid_alltoall(res, topo, 10)
 
 
 def test_warm_state_on_other_topology_falls_back_to_pool_paths() -> None:
     prev = synthesize_alltoall(load_topology("hpn:1x2x8"))
     other = load_topology("hpn:1x2x8,nic=200")  # same nodes and links, other capacities: state reused
-    assert synthesize_alltoall(other, warm_start=prev, local_repair=False).stats["warm_mode"] == "state"
+    assert synthesize_alltoall(other, warm_start=prev, local_repair=False).figures.warm_mode == "state"
     ring = load_topology("ring:8")
     res = synthesize_alltoall(ring, warm_start=prev)
-    assert res.stats["warm_mode"] == "pool-paths"
+    assert res.figures.warm_mode == "pool-paths"
     assert_valid_alltoall(res, ring, 10)
 
 
@@ -84,14 +84,14 @@ def test_warm_state_reaches_the_cold_lp_optimum_tightly(spec: str, failure: str)
     topo = load_topology(spec, [failure])
     cold = synthesize_alltoall(topo)
     warm = synthesize_alltoall(topo, warm_start=prev, local_repair=False)
-    assert warm.stats["warm_mode"] == "state"
-    assert warm.stats["lp_algbw_GBps"] == pytest.approx(cold.stats["lp_algbw_GBps"], rel=1e-9)
-    assert warm.stats["hop_diameter"] == cold.stats["hop_diameter"]
+    assert warm.figures.warm_mode == "state"
+    assert warm.figures.lp_algbw_GBps == pytest.approx(cold.figures.lp_algbw_GBps, rel=1e-9)
+    assert warm.figures.hop_diameter == cold.figures.hop_diameter
     assert_valid_alltoall(warm, topo, 10)
-    assert warm.stats["gap"] <= 0.01
+    assert warm.figures.gap <= 0.01
     # Chained warm starts (from a warm result) keep working and stay exact.
     again = synthesize_alltoall(load_topology(spec), warm_start=warm)
-    assert again.stats["lp_algbw_GBps"] == pytest.approx(prev.stats["lp_algbw_GBps"], rel=1e-9)
+    assert again.figures.lp_algbw_GBps == pytest.approx(prev.figures.lp_algbw_GBps, rel=1e-9)
     assert_valid_alltoall(again, load_topology(spec), 10)
 
 

@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import pytest
 
-from synth.bounds_allgather import allgather_rate_gbps
+from synth.bounds.allgather import allgather_rate_gbps
 from synth.errors import SolverError
 from synth.forestcoll_warm import synthesize_allgather
 from synth.result import Status

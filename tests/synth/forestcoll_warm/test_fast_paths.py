@@ -13,9 +13,10 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings
 
-from synth.forestcoll_warm import _packing, _splitting, synthesize_allgather
+from synth.forestcoll_warm import _splitting, synthesize_allgather
+from synth.kernels import packing
 from synth.forestcoll_warm._optimum import IntGraph, exact_optimum
-from synth.forestcoll_warm._packing import pack
+from synth.kernels.packing import pack
 from synth.forestcoll_warm._splitting import SplitHint, split_switches
 from synth.forestcoll_warm.warm import _lovasz_ok, accept_old_trees
 from synth.maxflow import FlowNetwork
@@ -53,8 +54,8 @@ def test_optimistic_and_checked_splittings_are_both_valid(spec: str, failures: l
         assert _edmonds_ok(res.arcs, g.n_gpus, opt.k)
         for key, pool in res.pools.items():
             assert sum(units for _, units in pool) == res.arcs[key]
-    assert split_switches(g, opt).stats["split_mode"] == "optimistic"
-    assert fast.stats["split_maxflows"] == g.n_gpus  # one verification, no per-split checks
+    assert split_switches(g, opt).figures.mode == "optimistic"
+    assert fast.figures.maxflows == g.n_gpus  # one verification, no per-split checks
 
 
 def test_failed_verification_falls_back_to_checked_splitting(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,7 +63,7 @@ def test_failed_verification_falls_back_to_checked_splitting(monkeypatch: pytest
     g, opt = _split_inputs(topo)
     monkeypatch.setattr(_splitting._State, "verify", lambda self, certify=True: False)
     res = split_switches(g, opt)
-    assert res.stats["split_mode"] == "checked"
+    assert res.figures.mode == "checked"
     assert _edmonds_ok(res.arcs, g.n_gpus, opt.k)
     assert_exact_optimal(synthesize_allgather(topo), topo)
 
@@ -78,7 +79,7 @@ def test_harmful_hint_is_rejected_and_checked_splitting_stays_exact() -> None:
     assert _splitting._split(g, opt, hint, "optimistic") is None
     assert _splitting._split(g, opt, hint, "hinted") is None
     res = split_switches(g, opt, hint)
-    assert res.stats["split_mode"] == "checked"
+    assert res.figures.mode == "checked"
     assert _edmonds_ok(res.arcs, g.n_gpus, opt.k)
 
 
@@ -88,8 +89,8 @@ def test_good_hint_is_applied_in_bulk() -> None:
     topo = load_topology("hpn:1x2x8", ["fail1"])
     res = synthesize_allgather(topo, warm_start=Schedule.from_json(healthy.to_json()))
     assert_exact_optimal(res, topo)
-    assert res.stats["split_mode"] == "optimistic" and res.stats["split_bulk"] > 0
-    assert res.stats["split_maxflows"] == topo.nranks
+    assert res.figures.split.mode == "optimistic" and res.figures.split.bulk > 0
+    assert res.figures.split.maxflows == topo.nranks
 
 
 @settings(max_examples=60, deadline=None)
@@ -110,22 +111,22 @@ def test_random_topologies_every_split_tier_is_valid(topo: Topology) -> None:
 
 @pytest.mark.parametrize("spec", ["hpn:1x2x8", "dgx-a100:2", "torus:4x4", "hpn:2x2x4", "h200-proto"])
 def test_packing_shortcuts_agree_with_the_max_flow(spec: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_packing, "VERIFY_SHORTCUTS", True)
+    monkeypatch.setattr(packing, "VERIFY_SHORTCUTS", True)
     topo = load_topology(spec)
     res = synthesize_allgather(topo)
     assert_exact_optimal(res, topo)
-    assert res.stats["pack_skipped"] > 0
+    assert res.figures.packing.skipped > 0
 
 
 @settings(max_examples=60, deadline=None)
 @given(eulerian_topologies())
 def test_random_topologies_packing_shortcuts_agree(topo: Topology) -> None:
-    old = _packing.VERIFY_SHORTCUTS
-    _packing.VERIFY_SHORTCUTS = True
+    old = packing.VERIFY_SHORTCUTS
+    packing.VERIFY_SHORTCUTS = True
     try:
         assert_exact_optimal(synthesize_allgather(topo), topo)
     finally:
-        _packing.VERIFY_SHORTCUTS = old
+        packing.VERIFY_SHORTCUTS = old
 
 
 def test_pack_grows_partial_initial_classes() -> None:
@@ -156,8 +157,8 @@ def test_accept_old_trees_repairs_a_tree_around_a_lost_edge() -> None:
     got, figures = accept_old_trees(arcs, 3, 1, trees, 1)
     assert got is not None
     cap, kept, todo = got
-    assert figures["warm_accept"] == "repair" and todo == []
-    assert figures["reused_tree_units"] == sum(c.mult for c in kept)
+    assert figures.accept == "repair" and todo == []
+    assert figures.reused_tree_units == sum(c.mult for c in kept)
     assert all(v >= 0 for v in cap.values())
     assert {c.root: c.edges for c in kept} == {0: [(0, 2), (2, 1)], 1: [(1, 2), (2, 0)], 2: [(2, 0), (2, 1)]}
 
@@ -170,12 +171,12 @@ def test_warm_start_on_64_gpus_reuses_trees_with_little_packing(failure: str) ->
     topo = load_topology(spec, [failure])
     warm = synthesize_allgather(topo, warm_start=Schedule.from_json(healthy.to_json()))
     assert_exact_optimal(warm, topo)
-    assert warm.stats["warm_accept"] == "repair"
-    assert warm.stats["reused_edges_frac"] > 0.95
+    assert warm.figures.warm_accept == "repair"
+    assert warm.figures.reused_edges_frac > 0.95
     # Nearly every tree is kept whole or repaired; the rest grows with a few max-flows (a cold
     # packing takes about 100 per GPU here).
-    assert warm.stats.get("pack_maxflows", 0) < 2 * topo.nranks
-    assert warm.stats["reused_tree_units"] >= 0.9 * topo.nranks * warm.schedule.nchunks  # type: ignore[union-attr]
+    assert (0 if warm.figures.packing is None else warm.figures.packing.maxflows) < 2 * topo.nranks
+    assert warm.figures.warm.reused_tree_units >= 0.9 * topo.nranks * warm.schedule.nchunks  # type: ignore[union-attr]
 
 
 def test_warm_falls_back_when_lovasz_check_fails(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -200,4 +201,4 @@ def test_warm_falls_back_when_lovasz_check_fails(monkeypatch: pytest.MonkeyPatch
     res = synthesize_allgather(topo, warm_start=healthy)
     assert_exact_optimal(res, topo)
     assert len(calls) >= 2
-    assert res.stats["warm_accept"] in ("all", "none")
+    assert res.figures.warm_accept in ("all", "none")

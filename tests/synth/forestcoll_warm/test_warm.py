@@ -23,13 +23,13 @@ def test_warm_equals_cold_optimum_exactly(spec: str, failure: str) -> None:
     assert_exact_optimal(warm, topo)
     assert warm.schedule is not None and cold.schedule is not None
     assert warm.schedule.rate_GBps(topo) == cold.schedule.rate_GBps(topo)
-    assert 0.0 <= warm.stats["reused_edges_frac"] <= 1.0
+    assert 0.0 <= warm.figures.reused_edges_frac <= 1.0
 
 
 def test_warm_reuses_most_tree_edges_after_fail1() -> None:
     prev = synthesize_allgather(load_topology("hpn:1x2x8")).schedule
     res = synthesize_allgather(load_topology("hpn:1x2x8", ["fail1"]), warm_start=prev)
-    assert res.stats["reused_edges_frac"] > 0.5
+    assert res.figures.reused_edges_frac > 0.5
 
 
 def test_warm_from_unrelated_schedule_still_exact() -> None:

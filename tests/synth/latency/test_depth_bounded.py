@@ -74,16 +74,16 @@ def _check_result(topo, res, max_depth: int) -> None:
     assert sched is not None
     sched.validate(topo)
     assert schedule_depth(sched) <= max_depth
-    assert res.stats["depth"] == schedule_depth(sched)
-    st_ = res.stats
+    assert res.figures.depth == schedule_depth(sched)
+    st_ = res.figures
     algbw = sched.algbw_GBps(topo)
     assert algbw == pytest.approx(res.algbw_GBps, rel=REL)
     # rounding: never above the LP, never below the a-priori rounding guarantee
-    assert algbw <= st_["lp_algbw_GBps"] * (1 + REL)
-    assert algbw >= st_["rounding_bound_algbw_GBps"] * (1 - REL)
+    assert algbw <= st_.lp_algbw_GBps * (1 + REL)
+    assert algbw >= st_.lp.rounding_bound_algbw_GBps * (1 - REL)
     # the certified bound is above the LP and never above the unbounded optimum
-    assert st_["lp_algbw_GBps"] <= st_["depth_bound_algbw_GBps"] * (1 + 1e-7)
-    assert st_["depth_bound_algbw_GBps"] <= st_["unbounded_optimal_algbw_GBps"] * (1 + 1e-7)
+    assert st_.lp_algbw_GBps <= st_.depth_bound_algbw_GBps * (1 + 1e-7)
+    assert st_.depth_bound_algbw_GBps <= st_.unbounded_optimal_algbw_GBps * (1 + 1e-7)
 
 
 @settings(max_examples=12)
@@ -102,8 +102,8 @@ def test_allgather_valid_bounded_and_certified_against_brute_force(topo, d, chun
     _check_result(topo, res, d)
     assert res.schedule.nchunks <= chunks
     # the LP value is achievable (<= true optimum) and the certified bound really bounds it
-    assert res.stats["lp_algbw_GBps"] <= brute * (1 + 1e-7)
-    assert brute <= res.stats["depth_bound_algbw_GBps"] * (1 + 1e-7)
+    assert res.figures.lp_algbw_GBps <= brute * (1 + 1e-7)
+    assert brute <= res.figures.depth_bound_algbw_GBps * (1 + 1e-7)
 
 
 @settings(max_examples=6)
@@ -129,20 +129,20 @@ def test_unbounded_is_todays_optimum_exactly(topo, coll) -> None:
     assert res.algbw_GBps == today.algbw_GBps
     assert res.optimal_algbw_GBps == today.optimal_algbw_GBps
     assert res.schedule.routes == today.schedule.routes and res.schedule.nchunks == today.schedule.nchunks
-    assert res.stats["depth"] == schedule_depth(today.schedule)
+    assert res.figures.depth == schedule_depth(today.schedule)
 
 
 def test_known_values_on_hpn() -> None:
     # healthy 2 hosts x 8: depth 2 (rail, then NVLink) reaches the unbounded optimum in the LP
     topo = load_topology("hpn:1x2x8")
     res = synthesize_depth_bounded("allgather", topo, 2)
-    assert res.stats["lp_algbw_GBps"] == pytest.approx(res.stats["unbounded_optimal_algbw_GBps"], rel=1e-9)
-    assert res.stats["lp_gap_pct"] < 1e-6
+    assert res.figures.lp_algbw_GBps == pytest.approx(res.figures.unbounded_optimal_algbw_GBps, rel=1e-9)
+    assert res.figures.lp_gap_pct < 1e-6
     # fail2: rank 0's NIC at 50 Gbit/s; at depth 2 rank 0's data must cross it to rank 8: 16 / (1 / 6.25)
     bad = load_topology("hpn:1x2x8", ["fail2"])
     r2 = synthesize_depth_bounded("allgather", bad, 2)
     assert r2.algbw_GBps == pytest.approx(100.0, rel=1e-9)
-    assert r2.stats["depth_bound_algbw_GBps"] == pytest.approx(100.0, rel=1e-6)  # certified: the bound is tight
+    assert r2.figures.depth_bound_algbw_GBps == pytest.approx(100.0, rel=1e-6)  # certified: the bound is tight
     with pytest.raises(SolverError, match="no spanning tree of depth <= 1"):
         synthesize_depth_bounded("allgather", bad, 1)  # rails: other hosts' other rails need a relay
 
@@ -155,7 +155,7 @@ def test_warm_start_reuses_trees_and_keeps_the_value() -> None:
     again = synthesize_depth_bounded("allgather", bad, 2)
     assert warm.warm and not again.warm
     _check_result(bad, warm, 2)
-    assert warm.stats["lp_algbw_GBps"] == pytest.approx(again.stats["lp_algbw_GBps"], rel=1e-6)
+    assert warm.figures.lp_algbw_GBps == pytest.approx(again.figures.lp_algbw_GBps, rel=1e-6)
 
 
 def test_deterministic() -> None:
@@ -226,10 +226,10 @@ def test_a_purged_master_reaches_the_same_certified_lp(spec, fail, d, monkeypatc
 
     topo = load_topology(spec, fail)
     full = synthesize_depth_bounded("allgather", topo, d)
-    assert full.stats["columns_dropped"] == 0
+    assert full.figures.lp.columns_dropped == 0
     monkeypatch.setattr(_lp, "_PURGE_ROWS", 3)
     purged = synthesize_depth_bounded("allgather", topo, d)
-    assert purged.stats["columns_dropped"] > 0
-    assert purged.stats["lp_gap_pct"] < 1e-4 and full.stats["lp_gap_pct"] < 1e-4
-    assert purged.stats["lp_algbw_GBps"] == pytest.approx(full.stats["lp_algbw_GBps"], rel=1e-7)
+    assert purged.figures.lp.columns_dropped > 0
+    assert purged.figures.lp_gap_pct < 1e-4 and full.figures.lp_gap_pct < 1e-4
+    assert purged.figures.lp_algbw_GBps == pytest.approx(full.figures.lp_algbw_GBps, rel=1e-7)
     _check_result(topo, purged, d)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from synth.alltoall_cg import alltoall_lp_bound, synthesize_alltoall
-from synth.bounds_alltoall import alltoall_rate_GBps
+from synth.bounds.alltoall import alltoall_rate_GBps
 from synth.errors import SolverError
 from synth.result import Status
 from synth.solvers import LP_SOLVERS, lp_backend, status_from_highs, status_from_mathopt
@@ -63,7 +63,7 @@ def test_both_backends_same_optimum_on_named_specs(spec: str, failure: str | Non
     ref = topo.nranks * alltoall_rate_GBps(topo).rate_GBps
     results = {s: synthesize_alltoall(topo, solver=s) for s in LP_SOLVERS}
     for s, res in results.items():
-        assert res.stats["lp_algbw_GBps"] == pytest.approx(ref, rel=1e-6), s
+        assert res.figures.lp_algbw_GBps == pytest.approx(ref, rel=1e-6), s
         assert res.schedule is not None
         res.schedule.validate(topo)
     assert alltoall_lp_bound(topo, solver="ortools").algbw_GBps == pytest.approx(ref, rel=1e-6)

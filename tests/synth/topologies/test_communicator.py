@@ -203,7 +203,7 @@ def test_alltoall_warm_start_on_a_communicator(ranks: list[int], failure: str, m
     prev = synthesize("alltoall", healthy.communicator(ranks))
     warm = synthesize("alltoall", degraded.communicator(ranks), warm_from=prev)
     cold = synthesize("alltoall", degraded, ranks=ranks)
-    assert isinstance(warm, SynthResult) and warm.warm and warm.stats["warm_mode"] == mode
+    assert isinstance(warm, SynthResult) and warm.warm and warm.figures.warm_mode == mode
     assert warm.optimal_algbw_GBps == pytest.approx(cold.optimal_algbw_GBps, rel=1e-6)
     assert warm.schedule is not None
     assert_uses_only(warm.schedule, degraded, ranks, False)

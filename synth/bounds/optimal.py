@@ -1,11 +1,11 @@
 """Optimal bounds (the physical limit) of every collective on any topology.
 
-* AllGather: exact, by the cut characterisation (:mod:`synth.bounds_allgather`).
+* AllGather: exact, by the cut characterisation (:mod:`synth.bounds.allgather`).
 * ReduceScatter: the AllGather bound of the reversed topology (equal on symmetric links).
 * AllReduce (ReduceScatter then AllGather): ``1 / (1/RS + 1/AG)``, half the AllGather bound on
   symmetric links.
 * AllToAll: maximum concurrent multicommodity flow LP on HiGHS: the compact aggregated LP
-  (:mod:`synth.bounds_alltoall`) up to 32 GPUs, column generation (:mod:`synth.alltoall_cg`) above.
+  (:mod:`synth.bounds.alltoall`) up to 32 GPUs, column generation (:mod:`synth.alltoall_cg`) above.
 
 Bandwidths follow nccl-tests: algbw in GB/s, busbw = algbw·(N−1)/N (AllReduce ×2).
 
@@ -29,10 +29,11 @@ from collections.abc import Sequence
 
 from synth._types import COLLECTIVES, Collective, NodeId, Rank
 from synth._deadline import check_time_limit, solving
-from synth.bounds_allgather import allgather_rate_gbps
-from synth.bounds_alltoall import alltoall_rate_GBps
+from synth.bounds.allgather import allgather_rate_gbps
+from synth.bounds.alltoall import alltoall_rate_GBps
 from synth.errors import SolverError, expect_type, short_repr
 from synth.result import Status
+from synth.routing import has_route_choice
 from synth.topologies.capacity import certify_rate
 from synth.topologies.communicator import communicator
 from synth.topologies.model import Topology
@@ -148,8 +149,6 @@ def optimal_bound(
     bound = _free_bound(collective, topo, time_limit_s, ranks, relay)
     if not routed:
         return bound
-    from synth.routing import has_route_choice
-
     if ranks is not None:
         topo = communicator(topo, ranks, relay=relay)
     if not has_route_choice(topo):

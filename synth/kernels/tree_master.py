@@ -7,10 +7,8 @@ of order N and each μ_s of order 1, which keeps solver tolerances meaningful fo
 
 Examples
 --------
->>> from synth.topologies import named_topology
->>> from synth.alltoall_cg._expanded import Network
->>> net = Network.from_topology(named_topology("nvswitch:3"))
->>> m = TreeMaster("highs", net.n_gpus, net.caps_GBps, scale=1.0)
+>>> caps_GBps = np.full(6, 360.0)  # nvswitch:3: three GPUs, each cabled both ways to one switch
+>>> m = TreeMaster("highs", 3, caps_GBps, scale=1.0)
 >>> m.add_trees(np.arange(3), np.array([[2, 0, 0, 1, 0, 1], [0, 1, 2, 0, 0, 1], [0, 1, 0, 1, 2, 0]]))
 >>> sol = m.solve()
 >>> round(3 / sol.objective, 6)  # algbw = N / T, in GB/s

@@ -28,7 +28,7 @@ import numpy as np
 from scipy.sparse import coo_matrix
 
 from synth.errors import SolverError
-from synth.solvers._highs import quiet_highs
+from synth.kernels.highs import quiet_highs
 from synth.topologies.model import Topology
 
 __all__ = ["ConcurrentFlow", "alltoall_rate_GBps"]

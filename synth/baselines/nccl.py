@@ -193,7 +193,7 @@ def _choice_rings(topo: Topology, choice: BaselineChoice, nchannels: int) -> tup
     layout = choice.layout
     if layout is None:
         return None
-    direct = _gpu_hops(topo)
+    direct = gpu_hops(topo)
     hops = [_host_local(topo, direct), direct]
     attempts = [(False, False, "")]
     if layout.networks == 1:  # any NIC reaches any NIC: the rings may shift NICs between hosts
@@ -209,7 +209,7 @@ def _choice_rings(topo: Topology, choice: BaselineChoice, nchannels: int) -> tup
 
 def _generic_rings(topo: Topology, nchannels: int) -> list[list[Rank]]:
     n = topo.nranks
-    direct = _gpu_hops(topo)
+    direct = gpu_hops(topo)
     base = list(range(n))
     if not all(base[(i + 1) % n] in direct[base[i]] for i in range(n)):
         base = _hamiltonian_cycle({r: set(peers) for r, peers in direct.items()}, n)
@@ -308,7 +308,7 @@ def nccl_ring(collective: Collective, topo: Topology, *, nchannels: int | None =
         what = f"generic ring, {channels} channels"
         reason = choice.reason if choice.layout is None else f"no ring through the NIC layout ({choice.reason})"
     n = topo.nranks
-    direct = _gpu_hops(topo)
+    direct = gpu_hops(topo)
     cache: dict[tuple[Rank, Rank], Hop] = {}
 
     def hop(a: Rank, b: Rank) -> Hop:
@@ -337,7 +337,7 @@ def nccl_ring(collective: Collective, topo: Topology, *, nchannels: int | None =
     return sched
 
 
-def _gpu_hops(topo: Topology) -> dict[Rank, dict[Rank, tuple[str, ...]]]:
+def gpu_hops(topo: Topology) -> dict[Rank, dict[Rank, tuple[str, ...]]]:
     """Each GPU's switch-only hops: the route (:func:`synth.routing.pair_route`) to every GPU it has one to."""
     out: dict[Rank, dict[Rank, tuple[str, ...]]] = {r: {} for r in range(topo.nranks)}
     for (a, b), path in route_table(topo).items():
@@ -389,7 +389,7 @@ def nccl_direct_alltoall(topo: Topology) -> Schedule:
     n = topo.nranks
     choice = baseline_choice(topo)
     layout = choice.layout
-    direct = _gpu_hops(topo)
+    direct = gpu_hops(topo)
     where = {} if layout is None else {r: (h, p) for h, row in enumerate(layout.hosts) for p, r in enumerate(row)}
     routes: list[Route] = []
     for s in range(n):

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from synth.alltoallv_schedule import AllToAllvSchedule, check_demand
-from synth.baselines import _gpu_hops, nccl_direct_alltoall
+from synth.baselines.nccl import gpu_hops, nccl_direct_alltoall
 from synth.topologies.structure import rail_layout
 from synth.schedule import Hop, Route, RouteKind
 from synth.topologies.communicator import communicator_meta
@@ -56,7 +56,7 @@ def two_phase_alltoallv(topo: Topology, demand: Any) -> AllToAllvSchedule:
         return AllToAllvSchedule(sched.nranks, 1, d, sched.routes, topo.fingerprint,
                                  {**sched.meta, "synthesizer": "two-phase-v", "baseline": "no-rails-direct"})
     rails = layout.gpus_per_host
-    direct = _gpu_hops(topo)
+    direct = gpu_hops(topo)
     base = {(r.root, r.dest): r for r in nccl_direct_alltoall(topo).routes}
     routes: list[Route] = []
     for s in range(topo.nranks):

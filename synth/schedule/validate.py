@@ -1,4 +1,15 @@
-"""Postcondition checks of :meth:`synth.schedule.Schedule.validate`."""
+"""Postcondition checks of :meth:`synth.schedule.Schedule.validate`, on a schedule's parts.
+
+Examples
+--------
+>>> from synth.topologies import named_topology
+>>> from synth.schedule.parts import Hop, Route, RouteKind
+>>> path = Route(RouteKind.PATH, 0, 1, (Hop(0, 1, ("gpu0", "gpu1")),), dest=1)
+>>> validate_schedule("alltoall", 2, 1, (path,), named_topology("ring:2"))
+Traceback (most recent call last):
+...
+synth.errors.ScheduleError: block 1->0 carries 0 chunk(s), expected nchunks=1
+"""
 
 from __future__ import annotations
 
@@ -6,11 +17,10 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from synth.errors import ScheduleError
-
-from synth.schedule import Hop
+from synth.schedule.parts import Hop, Route
 
 if TYPE_CHECKING:
-    from synth.schedule import Route, Schedule
+    from synth._types import Collective
     from synth.topologies.model import Topology
 
 __all__ = ["validate_schedule"]
@@ -90,19 +100,21 @@ _ALLOWED = {
 }
 
 
-def validate_schedule(sched: Schedule, topo: Topology) -> None:
-    """Raise :class:`ScheduleError` naming the first route or rank that breaks the postcondition."""
-    n = sched.nranks
+def validate_schedule(collective: Collective, nranks: int, nchunks: int, routes: tuple[Route, ...],
+                      topo: Topology) -> None:
+    """Raise :class:`ScheduleError` naming the first route or rank that breaks the postcondition of a
+    schedule of ``collective`` with these fields on ``topo``."""
+    n = nranks
     if topo.nranks != n:
         raise ScheduleError(f"schedule is for {n} ranks but topology {topo.name!r} has {topo.nranks}")
-    if not sched.routes:
+    if not routes:
         raise ScheduleError("schedule has no routes")
     delivered: dict[tuple[str, int, int | None], int] = defaultdict(int)
     checked: set[Hop] = set()  # schedules share hops between routes; a hop's path is checked once
-    for i, route in enumerate(sched.routes):
+    for i, route in enumerate(routes):
         where = f"route {i} ({route.kind.value}, root {route.root})"
-        if route.kind.value not in _ALLOWED[sched.collective]:
-            raise ScheduleError(f"{where}: {route.kind.value} routes do not belong in a schedule of collective {sched.collective!r}")
+        if route.kind.value not in _ALLOWED[collective]:
+            raise ScheduleError(f"{where}: {route.kind.value} routes do not belong in a schedule of collective {collective!r}")
         if isinstance(route.chunks, bool) or not isinstance(route.chunks, int) or route.chunks < 1:
             raise ScheduleError(f"{where}: chunks must be an integer >= 1, got {route.chunks!r}")
         for rank in (route.root, route.dest, *(r for h in route.hops for r in (h.src, h.dst))):
@@ -120,14 +132,14 @@ def validate_schedule(sched: Schedule, topo: Topology) -> None:
             _check_path(route, where)
         delivered[(route.kind.value, route.root, route.dest)] += route.chunks
     expected: list[tuple[str, int, int | None]] = []
-    for kind in sorted(_ALLOWED[sched.collective]):
+    for kind in sorted(_ALLOWED[collective]):
         if kind == "path":
             expected += [(kind, s, d) for s in range(n) for d in range(n) if s != d]
         else:
             expected += [(kind, r, None) for r in range(n)]
     for key in expected:
         got = delivered.get(key, 0)
-        if got != sched.nchunks:
+        if got != nchunks:
             kind, root, dest = key
             what = f"block {root}->{dest}" if dest is not None else f"{kind.replace('_', '-')} of rank {root}"
-            raise ScheduleError(f"{what} carries {got} chunk(s), expected nchunks={sched.nchunks}")
+            raise ScheduleError(f"{what} carries {got} chunk(s), expected nchunks={nchunks}")

@@ -32,69 +32,18 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
-from synth._types import COLLECTIVES, Collective, NodeId, Rank
+from synth._types import COLLECTIVES, Collective, NodeId
 from synth.errors import ScheduleError, expect_type, short_repr
+from synth.schedule.decode import schedule_fields
+from synth.schedule.parts import SCHEDULE_FORMAT, CutLink, Hop, Route, RouteKind
+from synth.schedule.validate import validate_schedule
 from synth.topologies.model import Topology
 
 __all__ = ["CutLink", "Hop", "Route", "RouteKind", "Schedule", "SCHEDULE_FORMAT"]
-
-SCHEDULE_FORMAT = "loopcoll-schedule/1"
-
-
-class RouteKind(str, Enum):
-    """Shape of a route; the value is the JSON token."""
-
-    OUT_TREE = "out_tree"  # broadcast from root to every GPU
-    IN_TREE = "in_tree"  # reduction from every GPU into root
-    PATH = "path"  # point to point, root -> dest
-
-
-@dataclass(frozen=True, slots=True)
-class Hop:
-    """One GPU→GPU edge of a route in data-flow direction, with its physical node path.
-
-    ``path`` starts at the GPU of ``src``, ends at the GPU of ``dst``; every node in between is
-    a switch.
-    """
-
-    src: Rank
-    dst: Rank
-    path: tuple[NodeId, ...]
-
-    @property
-    def links(self) -> tuple[tuple[NodeId, NodeId], ...]:
-        """The physical links ``(a, b)`` the hop crosses, in order."""
-        return tuple(zip(self.path[:-1], self.path[1:]))
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """``chunks`` chunks moved along a tree or path.
-
-    For ``OUT_TREE`` and ``PATH`` routes ``root`` is the source; for ``IN_TREE`` it is the GPU the
-    reduction ends at. ``dest`` is set for ``PATH`` routes only. Hops are listed parents first
-    (out-tree, path) or leaves first (in-tree): the order data can move in.
-    """
-
-    kind: RouteKind
-    root: Rank
-    chunks: int
-    hops: tuple[Hop, ...]
-    dest: Rank | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CutLink:
-    """A link of a schedule's bottleneck cut ``K_s`` with its ``base_slack`` (MCCL Algorithm 1)."""
-
-    src: NodeId
-    dst: NodeId
-    base_slack: float
 
 
 def _freeze(meta: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -259,10 +208,8 @@ class Schedule:
         contribution reaches its root exactly once; AllReduce both; AllToAll every ordered pair's
         ``nchunks`` chunks arrive.
         """
-        from synth._validate_schedule import validate_schedule
-
         expect_type(topo, Topology, "topo", ScheduleError)
-        validate_schedule(self, topo)
+        validate_schedule(self.collective, self.nranks, self.nchunks, self.routes, topo)
 
     # -- JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -294,9 +241,8 @@ class Schedule:
 
     @classmethod
     def from_dict(cls, doc: Any, *, source: str = "<dict>") -> Schedule:
-        from synth._schedule_io import schedule_from_dict
-
-        return schedule_from_dict(doc, source=source)
+        """Build a schedule from its JSON document, validating every field (:mod:`synth.schedule.decode`)."""
+        return cls(**schedule_fields(doc, source=source))
 
     @classmethod
     def from_json(cls, text: str, *, source: str = "<string>") -> Schedule:

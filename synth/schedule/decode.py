@@ -1,15 +1,24 @@
-"""Reading a schedule back from its JSON document, validating every field."""
+"""Reading a schedule's fields back from its JSON document, validating every one.
+
+:func:`schedule_fields` returns the keyword arguments of :class:`~synth.schedule.model.Schedule`
+(which checks the collective and the counts), built from :mod:`synth.schedule.parts`.
+
+Examples
+--------
+>>> doc = {"format": SCHEDULE_FORMAT, "collective": "allgather", "nranks": 2, "nchunks": 1, "routes": []}
+>>> sorted(schedule_fields(doc))
+['bottleneck', 'collective', 'meta', 'nchunks', 'nranks', 'routes', 'topology_fingerprint']
+"""
 
 from __future__ import annotations
 
-import os
 from typing import Any, cast
 
 from synth._types import Collective
-from synth.errors import ScheduleError, expect_type, short_repr
-from synth.schedule import SCHEDULE_FORMAT, CutLink, Hop, Route, RouteKind, Schedule
+from synth.errors import ScheduleError, short_repr
+from synth.schedule.parts import SCHEDULE_FORMAT, CutLink, Hop, Route, RouteKind
 
-__all__ = ["read_schedule", "schedule_from_dict", "write_schedule"]
+__all__ = ["MAX_INT", "schedule_fields"]
 
 
 #: Integers in a schedule document (ranks, chunk counts) must lie in -1 .. 2^62.
@@ -49,8 +58,8 @@ def _route(doc: Any, i: int, source: str) -> Route:
     )
 
 
-def schedule_from_dict(doc: Any, *, source: str = "<dict>") -> Schedule:
-    """Build a :class:`Schedule` from its JSON document."""
+def schedule_fields(doc: Any, *, source: str = "<dict>") -> dict[str, Any]:
+    """The fields of the schedule a JSON document describes; :class:`ScheduleError` naming the first bad one."""
     if not isinstance(doc, dict):
         raise ScheduleError(f"{source}: a schedule must be a JSON object")
     if doc.get("format") != SCHEDULE_FORMAT:
@@ -71,7 +80,7 @@ def schedule_from_dict(doc: Any, *, source: str = "<dict>") -> Schedule:
     meta = doc.get("meta", {})
     if not isinstance(meta, dict):
         raise ScheduleError(f"{source}: 'meta' must be an object")
-    return Schedule(
+    return dict(
         collective=cast(Collective, doc.get("collective")),  # Schedule checks the name
         nranks=_int(doc.get("nranks"), f"{source}: nranks"),
         nchunks=_int(doc.get("nchunks"), f"{source}: nchunks"),
@@ -81,24 +90,3 @@ def schedule_from_dict(doc: Any, *, source: str = "<dict>") -> Schedule:
         meta=meta,
     )
 
-
-def read_schedule(path: str) -> Schedule:
-    """Read a schedule JSON file written by :func:`write_schedule`."""
-    from pathlib import Path
-
-    expect_type(path, (str, os.PathLike), "path", ScheduleError)
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScheduleError(f"{p}: cannot read schedule file: {exc}") from exc
-    return Schedule.from_json(text, source=str(p))
-
-
-def write_schedule(sched: Schedule, path: str) -> None:
-    """Write a schedule as JSON, atomically."""
-    from synth._atomic import write_text_atomic
-
-    expect_type(sched, Schedule, "sched", ScheduleError)
-    expect_type(path, (str, os.PathLike), "path", ScheduleError)
-    write_text_atomic(path, sched.to_json())
