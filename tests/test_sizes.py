@@ -28,10 +28,6 @@ PENDING: frozenset[str] = frozenset({
     # `deploy`: the store's publish and the executor
     "function: runtime/formats/store.py publish",
     "module: runtime/executor/executor.py",
-    # `daemon`: the client grew past the limit with its keep-alive and limits (issue 30)
-    "module: runtime/service/client.py",
-    # issue 30's telemetry incarnations grew the controller past the limit
-    "module: runtime/loop/controller.py",
 })
 
 
