@@ -19,7 +19,7 @@ from runtime.formats.store import VersionEntry
 from runtime.formats.telemetry import Sample
 
 from .agreement import StagedVersion, SwapReport, agreement_key, default_store, gather_arrivals, newest_common
-from .engine import Timing, reducer, reduction_fallback, run_rank_plan, same_kind
+from .engine import Bound, Timing, reducer, reduction_fallback, run_rank_plan, same_kind
 from .errors import ExecutorError, StagingError
 from .incarnation import incarnation_id
 from .plan import Plan
@@ -51,6 +51,11 @@ class Executor:
         sequence); None: only on :meth:`sync_versions`.
     control_timeout_s
         Timeout of the out-of-band agreement; a rank that does not answer raises :class:`SwapTimeoutError`.
+    collective_timeout_s
+        Bound of each wait of a program's (and an AllToAllv schedule's) transfers on CPU tensors (gloo); a
+        transfer that does not complete, or whose peer's connection breaks, raises
+        :class:`~runtime.executor.errors.CollectiveTimeoutError` naming the peer rank(s), the collective, its seq
+        and version. None: ``control_timeout_s``. CUDA tensors and native fallbacks: the process group's timeout.
     hosts
         Host id per global rank (``inject`` samples count sends within a host); default: ranks
         ``LOCAL_WORLD_SIZE`` apart share a host, or all ranks share one when it is unset.
@@ -70,7 +75,7 @@ class Executor:
     def __init__(self, group: Any = None, *, comm: str = "world", sink: Sink | None = None,
                  sync_every: int | None = None, control_timeout_s: float = 30.0,
                  hosts: Sequence[int] | None = None, store: Any = None, history: int = 100_000,
-                 control_group: Any = None, emulation: Any = None) -> None:
+                 control_group: Any = None, emulation: Any = None, collective_timeout_s: float | None = None) -> None:
         import torch
         import torch.distributed as dist
 
@@ -87,6 +92,7 @@ class Executor:
         self._hosts = list(default_hosts(dist.get_world_size()) if hosts is None else hosts)
         self.sync_every = sync_every
         self.control_timeout_s = control_timeout_s
+        self.collective_timeout_s = control_timeout_s if collective_timeout_s is None else collective_timeout_s
         # dist.new_group is collective over the default group (every process at the same point) unless passed in.
         self._ctrl = control_group if control_group is not None else dist.new_group(
             ranks=self._peers, backend="gloo", timeout=timedelta(seconds=control_timeout_s))
@@ -268,7 +274,7 @@ class Executor:
         if self.throttle is not None:
             self.throttle.begin(seq)
         run_rank_plan(torch, rp, bufs, chunk, self.group, self._peers, reducer(torch, op, dtype) if op is not None else None, timing,
-                      o.element_size(), self.throttle)
+                      o.element_size(), self.throttle, self._bound(coll, seq, device))
         self.history.append((seq, coll, self.active.get(coll)))
         if timing is not None:
             self._pending.append((timing, {"seq": seq, "coll": coll, "version": self.active.get(coll),
@@ -304,6 +310,12 @@ class Executor:
                 self._say_once(f"telemetry sink failed: {exc!r}")
         finally:
             self.telemetry_s += time.perf_counter() - t_cpu
+
+    def _bound(self, coll: str, seq: int, device: Any) -> Bound | None:
+        """What bounds the waits of collective ``seq`` (None on CUDA: a bounded NCCL wait would block the host)."""
+        if device.type == "cuda":
+            return None
+        return Bound(self.collective_timeout_s, self.comm, coll, seq, self.active.get(coll))
 
     def _native(self, coll: str, seq: int) -> None:
         self.history.append((seq, coll, None))
@@ -479,7 +491,8 @@ class Executor:
         if sched is None:
             self._say_once("all_to_all_single with split sizes: native torch.distributed (no AllToAllv schedule)")
         how = all_to_all_single_v(out, inp, outs, ins, sched,
-                                  group=None if self.group is self._dist.group.WORLD else self.group)
+                                  group=None if self.group is self._dist.group.WORLD else self.group,
+                                  bound=self._bound("alltoallv", seq, inp.device))
         self.history.append((seq, "alltoallv" if how == "schedule" else "alltoall", None))
 
     def _op_ok(self, op: Any, t: Any) -> bool:
