@@ -30,13 +30,16 @@ import os
 import re
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from msccl_xml import export
+from msccl_xml._layout import canonical_coll
+from msccl_xml.parser import parse as parse_xml
 from runtime.errors import StoreError
+from runtime.formats.identity import MAX_VERSION, check_digest, check_epoch, new_epoch, sha256_hex, version_digest
 from synth import LoopcollError, Schedule, SynthResult, Topology
 from synth.figures import warm_mode_of
 from synth.fileio import write_text_atomic
@@ -53,7 +56,8 @@ class Band:
     """One size band of a version: sizes ``min_bytes <= S <= max_bytes`` (``None``: no upper end).
 
     ``schedule`` and ``xml`` are paths relative to the store directory; ``xml`` is ``None`` when the
-    schedule does not lower to MSCCL XML, and ``xml_error`` then says why.
+    schedule does not lower to MSCCL XML, and ``xml_error`` then says why. ``schedule_sha256`` and
+    ``xml_sha256`` are the sha256 hex of those files' bytes (``None`` in a manifest written before them).
     """
 
     min_bytes: int
@@ -61,6 +65,13 @@ class Band:
     schedule: str
     xml: str | None = None
     xml_error: str | None = None
+    schedule_sha256: str | None = None
+    xml_sha256: str | None = None
+
+    @property
+    def digest(self) -> str | None:
+        """The band's digest: its XML's, else its schedule's (``DeployedBand.digest``)."""
+        return self.xml_sha256 if self.xml is not None else self.schedule_sha256
 
     def covers(self, nbytes: int) -> bool:
         """Whether a collective of ``nbytes`` bytes falls in this band."""
@@ -68,7 +79,8 @@ class Band:
 
     def to_dict(self) -> dict[str, Any]:
         return {"min_bytes": self.min_bytes, "max_bytes": self.max_bytes, "schedule": self.schedule,
-                "xml": self.xml, "xml_error": self.xml_error}
+                "xml": self.xml, "xml_error": self.xml_error, "schedule_sha256": self.schedule_sha256,
+                "xml_sha256": self.xml_sha256}
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +104,19 @@ class VersionEntry:
     synth_time_s: float = 0.0
     status: str = "optimal"
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    epoch: str = ""
+
+    @property
+    def digest(self) -> str | None:
+        """The version's digest over its bands (``DeployableVersion.digest``); None without band digests."""
+        if any(b.digest is None for b in self.bands):
+            return None
+        return version_digest((b.min_bytes, b.max_bytes, str(b.digest)) for b in self.bands)
+
+    @property
+    def identity(self) -> tuple[str, int, str | None]:
+        """``(epoch, version, digest)``: what executors agree on."""
+        return self.epoch, self.version, self.digest
 
     def band_for(self, nbytes: int) -> int:
         """Index of the band covering ``nbytes`` (the nearest band when none covers it)."""
@@ -112,7 +137,7 @@ class VersionEntry:
             "reason": self.reason, "verdict": None if self.verdict is None else dict(self.verdict),
             "trigger_samples": self.trigger_samples, "created_t_s": self.created_t_s,
             "warm_mode": self.warm_mode, "synth_time_s": self.synth_time_s, "status": self.status,
-            "extra": dict(self.extra),
+            "extra": dict(self.extra), "epoch": self.epoch, "digest": self.digest,
         }
 
     @classmethod
@@ -124,8 +149,10 @@ class VersionEntry:
             bands = tuple(
                 Band(int(b["min_bytes"]), None if b.get("max_bytes") is None else int(b["max_bytes"]),
                      str(b["schedule"]), None if b.get("xml") is None else str(b["xml"]),
-                     None if b.get("xml_error") is None else str(b["xml_error"]))
-                for b in doc["bands"])
+                     None if b.get("xml_error") is None else str(b["xml_error"]),
+                     check_digest(b.get("schedule_sha256"), f"{where}: bands[{i}].schedule_sha256"),
+                     check_digest(b.get("xml_sha256"), f"{where}: bands[{i}].xml_sha256"))
+                for i, b in enumerate(doc["bands"]))
             cut = tuple((str(c["src"]), str(c["dst"]), float(c["base_slack"])) for c in doc.get("cut", ()))
             verdict = doc.get("verdict")
             entry = cls(
@@ -139,11 +166,16 @@ class VersionEntry:
                 warm_mode=None if doc.get("warm_mode") is None else str(doc["warm_mode"]),
                 synth_time_s=float(doc.get("synth_time_s", 0.0)), status=str(doc.get("status", "optimal")),
                 extra=MappingProxyType(dict(doc.get("extra") or {})),
+                epoch="" if doc.get("epoch") in (None, "") else check_epoch(doc["epoch"], f"{where}: epoch"),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StoreError(f"{where}: malformed ({type(exc).__name__}: {str(exc)[:120]})") from None
         if not bands:
             raise StoreError(f"{where}: has no bands")
+        if not 1 <= entry.version <= MAX_VERSION:
+            raise StoreError(f"{where}: version {str(entry.version)[:40]} is outside 1..{MAX_VERSION}")
+        if doc.get("digest") is not None and doc["digest"] != entry.digest:
+            raise StoreError(f"{where}: digest {str(doc['digest'])[:80]!r} is not that of its bands")
         return entry
 
     def __eq__(self, other: object) -> bool:
@@ -175,6 +207,8 @@ class VersionStore:
         self.directory = Path(directory)
         self._lock = threading.RLock()
         self._entries: list[VersionEntry] = []
+        #: This store's epoch (the manifest's; a new one for a store without a manifest).
+        self.epoch = new_epoch()
         if not self.directory.is_dir():
             if not create:
                 raise StoreError(f"store directory {str(self.directory)!r} does not exist")
@@ -186,6 +220,7 @@ class VersionStore:
         if create and not os.access(self.directory, os.W_OK | os.X_OK):
             raise StoreError(f"store directory {str(self.directory)!r} is not writable")
         self._entries = self._read_manifest()
+        self._verify_files(self._entries)
 
     # -- manifest ---------------------------------------------------------------------------
     @property
@@ -210,10 +245,45 @@ class VersionStore:
         raw = doc.get("versions")
         if not isinstance(raw, list):
             raise StoreError(f"{p}: 'versions' must be a list")
-        return [VersionEntry.from_dict(e, where=f"{p}: versions[{i}]") for i, e in enumerate(raw)]
+        if doc.get("epoch") is not None:  # a manifest written before epochs keeps the new one drawn
+            self.epoch = check_epoch(doc["epoch"], f"{p}: epoch")
+        entries = [VersionEntry.from_dict(e, where=f"{p}: versions[{i}]") for i, e in enumerate(raw)]
+        return [e if e.epoch else replace(e, epoch=self.epoch) for e in entries]
+
+    def _verify_files(self, entries: Sequence[VersionEntry]) -> None:
+        """Check every band file against its digest; the newest entry per (comm, collective) is parsed too."""
+        newest = {id(e) for e in self.latest()}
+        for e in entries:
+            for b in e.bands:
+                self.check_file(b.schedule, b.schedule_sha256, e.collective, parse=id(e) in newest)
+                if b.xml is not None:
+                    self.check_file(b.xml, b.xml_sha256, e.collective, parse=id(e) in newest)
+
+    def check_file(self, relative: str, sha256: str | None, collective: str, *, parse: bool = True) -> bytes:
+        """The bytes of store file ``relative``, checked against ``sha256`` and (``parse``) read as a
+        schedule JSON or MSCCL XML of ``collective``; :class:`StoreError` naming the file otherwise."""
+        p = self.path(relative)
+        try:
+            data = p.read_bytes()
+        except OSError as exc:
+            raise StoreError(f"{p}: cannot read: {exc.strerror or exc}") from None
+        if sha256 is not None and sha256_hex(data) != sha256:
+            raise StoreError(f"{p}: content does not match its sha256 in the manifest (changed or swapped)")
+        if parse:
+            try:
+                text = data.decode("utf-8")
+                got = (canonical_coll(parse_xml(text, source=str(p)).coll) if p.suffix == ".xml"
+                       else Schedule.from_json(text, source=str(p)).collective)
+            except UnicodeDecodeError:
+                raise StoreError(f"{p}: not UTF-8 text") from None
+            except LoopcollError as exc:
+                raise StoreError(f"{p}: {str(exc)[:300]}") from None
+            if canonical_coll(str(got)) != canonical_coll(collective):
+                raise StoreError(f"{p}: holds a {got} program, but its manifest entry is {collective}")
+        return data
 
     def _write_manifest(self, entries: Sequence[VersionEntry]) -> None:
-        doc = {"format": STORE_FORMAT, "versions": [e.to_dict() for e in entries]}
+        doc = {"format": STORE_FORMAT, "epoch": self.epoch, "versions": [e.to_dict() for e in entries]}
         try:
             write_text_atomic(self.manifest_path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
         except LoopcollError as exc:
@@ -346,14 +416,14 @@ class VersionStore:
                 nom = {f"{lk.src}->{lk.dst}": lk.gbps for lk in nominal.links}
                 caps = {k: v for k, v in caps.items() if nom.get(k) != v}
             entry = VersionEntry(
-                comm=comm, collective=collective, version=version, bands=tuple(bands),
+                comm=comm, collective=collective, version=version, bands=tuple(self._digested(b) for b in bands),
                 topology_fingerprint=topology.fingerprint, capacities_gbps=MappingProxyType(dict(sorted(caps.items()))),
                 cut=tuple((c.src, c.dst, c.base_slack) for c in sched0.bottleneck),
                 algbw_GBps=_finite(algbw), optimal_algbw_GBps=_finite(optimal), reason=str(reason),
                 verdict=None if verdict is None else MappingProxyType(json.loads(json.dumps(dict(verdict)))),
                 trigger_samples=int(trigger_samples), created_t_s=float(created_t_s),
                 warm_mode=None if warm_mode is None else str(warm_mode), synth_time_s=float(synth_s),
-                status=status, extra=MappingProxyType(dict(extra or {})),
+                status=status, extra=MappingProxyType(dict(extra or {})), epoch=self.epoch,
             )
             if _fail_before_manifest:
                 raise StoreError(f"{comm}/{collective} v{version}: injected failure before the manifest write")
@@ -361,6 +431,12 @@ class VersionStore:
             self._write_manifest(entries)
             self._entries = entries
             return entry
+
+    def _digested(self, band: Band) -> Band:
+        """``band`` with the sha256 of the bytes its files were written with."""
+        def sha(rel: str | None) -> str | None:
+            return None if rel is None else sha256_hex(self.path(rel).read_bytes())
+        return replace(band, schedule_sha256=sha(band.schedule), xml_sha256=sha(band.xml))
 
     def _export(self, sched: Schedule, topology: Topology, rel: str, min_bytes: int = 0,
                 max_bytes: int = 0) -> tuple[str | None, str | None]:
