@@ -6,6 +6,7 @@ torch is imported when an Executor is made, never at module import.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import threading
@@ -27,6 +28,7 @@ from .incarnation import incarnation_id
 from .plan import Plan, compile_program
 from .sources import load_programs
 from .throttle import Throttle, emulation_from_env
+from .versions import Ident, choose, local_digest
 
 __all__ = ["Executor", "SwapReport", "StagedVersion"]
 
@@ -51,6 +53,8 @@ class SwapReport:
     switch_seq: int
     switched: dict[str, tuple[int | None, int]]
     agreement_s: float
+    #: Per collective: ranks that staged a version under another digest than the lowest rank (not switched).
+    disagreed: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
 
 
@@ -159,7 +163,9 @@ class Executor:
         self.sync_index = 0
         self.active: dict[str, int | None] = {}
         self._active_plans: dict[str, tuple[Plan, ...]] = {}
-        self._staged: dict[str, dict[int, tuple[Plan, ...]]] = {}
+        self._staged: dict[str, dict[Ident, tuple[Plan, ...]]] = {}
+        #: Per collective: the (version, epoch, digest) running now (runtime.executor.versions).
+        self.active_identity: dict[str, Ident] = {}
         self._lock = threading.Lock()
         self.refused: dict[int, str] = {}
         self.history: deque[tuple[int, str, int | None]] = deque(maxlen=history)
@@ -203,11 +209,12 @@ class Executor:
             work()
         return fut
 
-    def _stage_now(self, source: Any, version: int) -> StagedVersion:
+    def _stage_now(self, source: Any, version: int, identity: tuple[str, str] | None = None) -> StagedVersion:
         t0 = time.perf_counter()
         programs = load_programs(source)
         if not programs:
             raise StagingError(f"version {version}: nothing to stage")
+        epoch, digest = identity or ("", local_digest(programs))
         plans: dict[str, list[Plan]] = {}
         t1 = time.perf_counter()
         checking = 0.0
@@ -220,7 +227,10 @@ class Executor:
         split = {"load_s": t1 - t0, "check_s": checking, "compile_s": time.perf_counter() - t1 - checking}
         with self._lock:
             for coll, bands in staged.items():
-                self._staged.setdefault(coll, {})[version] = bands
+                mine = self._staged.setdefault(coll, {})
+                for other in [i for i in mine if i[1] != epoch]:  # a push of a new epoch supersedes the old
+                    del mine[other]
+                mine[(version, epoch, digest)] = bands
             self.staging_s[version] = dt
             self.staging_split[version] = split
         return StagedVersion(version, staged, dt)
@@ -266,15 +276,15 @@ class Executor:
             for band in entry["bands"]:
                 lo, hi = int(band["min_bytes"]), band.get("max_bytes")
                 if band.get("xml"):
-                    prog = parse(client.get(band["xml"]).decode(), source=band["xml"])
+                    prog = parse(_fetched(client, band, "xml").decode(), source=band["xml"])
                 else:
                     with tempfile.TemporaryDirectory() as tmp:
                         path = os.path.join(tmp, "schedule.json")
                         with open(path, "wb") as fh:
-                            fh.write(client.get(band["schedule"]))
+                            fh.write(_fetched(client, band, "schedule"))
                         prog = load_programs(path)[0]
                 programs.append(dataclasses.replace(prog, min_bytes=lo, max_bytes=0 if hi is None else int(hi)))
-            self._stage_now(programs, version)
+            self._stage_now(programs, version, (str(entry.get("epoch") or ""), str(entry.get("digest") or "")))
         except Exception as exc:  # noqa: BLE001 - a bad push must not stop training
             with self._lock:
                 self.refused[version] = str(exc)
@@ -324,23 +334,22 @@ class Executor:
             raise ExecutorError(f"comm {self.comm!r}: ranks reached agreement {self.sync_index} at different "
                                 f"collectives {sorted((p[0], p[1]) for p in gathered)}; every rank must issue the same calls")
         switched: dict[str, tuple[int | None, int]] = {}
-        colls = set().union(*(p[2].keys() for p in gathered))
-        for coll in sorted(colls):
-            common = set.intersection(*(set(p[2].get(coll, ())) for p in gathered))
+        chosen, disagreed = choose([p[2] for p in gathered], self.active_identity)
+        for coll, ident in chosen.items():
             cur = self.active.get(coll)
-            newer = [v for v in common if cur is None or v > cur]
-            if newer:
-                v = max(newer)
-                with self._lock:
-                    plans = self._staged[coll][v]
-                    for old in [x for x in self._staged[coll] if x < v]:
-                        del self._staged[coll][old]
-                if coll in self._active_plans:
-                    self._retired = [self._active_plans[coll]]  # kept alive until the next agreement
-                self._active_plans[coll] = plans
-                self.active[coll] = v
-                switched[coll] = (cur, v)
-        rep = SwapReport(self.sync_index, self.seq + 1, switched, time.perf_counter() - t0)
+            with self._lock:
+                plans = self._staged[coll][ident]
+                for old in [x for x in self._staged[coll] if x[1] != ident[1] or x[0] < ident[0]]:
+                    del self._staged[coll][old]
+            if coll in self._active_plans:
+                self._retired = [self._active_plans[coll]]  # kept alive until the next agreement
+            self._active_plans[coll] = plans
+            self.active[coll], self.active_identity[coll] = ident[0], ident
+            switched[coll] = (cur, ident[0])
+        for coll, ranks in disagreed.items():
+            self._say_once(f"{coll}: rank(s) {list(ranks)} staged a version under another digest than rank "
+                           f"{gathered[0][0]}; not switching to it", key=f"disagree/{coll}/{ranks}")
+        rep = SwapReport(self.sync_index, self.seq + 1, switched, time.perf_counter() - t0, disagreed)
         self.swaps.append(rep)
         if switched:
             log.info("comm %r: from seq %d run %s", self.comm, rep.switch_seq, switched)
@@ -681,3 +690,12 @@ class Executor:
         """Emit pending telemetry and release workspaces (the control group stays with torch)."""
         self.flush()
         self._workspaces.clear()
+
+
+def _fetched(client: Any, band: Any, kind: str) -> bytes:
+    """Band file ``kind`` (``"xml"``/``"schedule"``) from the daemon, refused unless it has its manifest sha256."""
+    data: bytes = client.get(band[kind])
+    want = band.get(f"{kind}_sha256")
+    if want and hashlib.sha256(data).hexdigest() != want:
+        raise StagingError(f"{band[kind]}: fetched bytes do not match the manifest's sha256")
+    return data

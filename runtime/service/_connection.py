@@ -439,7 +439,10 @@ class Connection(asyncio.Protocol):
 def file_sha256(fh: BinaryIO) -> str:
     """The sha256 hex of the whole open file ``fh`` (read from its start)."""
     fh.seek(0)
-    return hashlib.file_digest(fh, "sha256").hexdigest()
+    h = hashlib.sha256()
+    for block in iter(lambda: fh.read(1 << 20), b""):
+        h.update(block)
+    return h.hexdigest()
 
 
 def band_digests(entry: Mapping[str, Any]) -> dict[str, str]:

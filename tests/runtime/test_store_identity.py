@@ -1,0 +1,165 @@
+"""Versions with identity (issue 30 item 2): store epoch, digests, lock, corrupt-entry refusal, agreement.
+
+Real stores, a real in-process daemon on loopback and a real client; every test fails on the main of
+before this change (no epoch, no digests, no lock, files never read at load).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime import Client, Controller, profile_from_dict, serve
+from runtime.errors import StoreError, WireError
+from runtime.executor.errors import StagingError
+from runtime.executor.executor import _fetched
+from runtime.executor.versions import choose
+from runtime.formats.store import VersionStore
+from synth import load_topology, synthesize
+
+TOKEN = "identity-token"
+TOPO = load_topology("ring:4")
+
+
+def _store(tmp_path: Path, versions: int = 2) -> VersionStore:
+    store = VersionStore(tmp_path / "store")
+    for _ in range(versions):
+        store.publish("world", "allgather", [(0, None, synthesize("allgather", TOPO))], reason="t", topology=TOPO)
+    return store
+
+
+def _manifest(store: VersionStore) -> dict[str, Any]:
+    return json.loads(store.manifest_path.read_text())
+
+
+def test_lost_manifest_numbers_from_1_under_a_new_epoch(tmp_path: Path) -> None:
+    old = _store(tmp_path)
+    assert _manifest(old)["epoch"] == old.epoch and {e.epoch for e in old.entries()} == {old.epoch}
+    assert VersionStore(old.directory, create=False).epoch == old.epoch  # kept across a restart
+    old.manifest_path.unlink()
+    new = VersionStore(old.directory)
+    e = new.publish("world", "allgather", [(0, None, synthesize("allgather", TOPO))], reason="t", topology=TOPO)
+    assert e.version == 1 and e.epoch == new.epoch != old.epoch
+    # an executor holding (old epoch, v2) takes the new epoch's v1; a stale old-epoch v3 does not win it back
+    held = {"allgather": (2, old.epoch, str(old.entries()[1].digest))}
+    pushed = [(1, e.epoch, str(e.digest))]
+    assert choose([{"allgather": pushed}, {"allgather": pushed}], held)[0] == {"allgather": pushed[0]}
+    assert choose([{"allgather": pushed}], {"allgather": pushed[0]})[0] == {}
+
+
+def test_digests_per_band_and_version_match_the_bytes(tmp_path: Path) -> None:
+    import hashlib
+
+    store = _store(tmp_path, 1)
+    e = store.entries()[0]
+    b = e.bands[0]
+    assert b.schedule_sha256 == hashlib.sha256(store.path(b.schedule).read_bytes()).hexdigest()
+    assert b.xml is not None and b.xml_sha256 == hashlib.sha256(store.path(b.xml).read_bytes()).hexdigest()
+    assert _manifest(store)["versions"][0]["digest"] == e.digest and e.digest is not None
+
+
+def _corrupt(store: VersionStore, how: str) -> str:
+    """Damage ``store`` one way; returns the name the error must contain."""
+    doc = _manifest(store)
+    band = doc["versions"][-1]["bands"][0]
+    if how == "garbage schedule":
+        store.path(band["schedule"]).write_bytes(b"\xff\xfe\x00garbage\x80")
+        return band["schedule"]
+    if how == "garbage schedule, no digests":
+        store.path(band["schedule"]).write_bytes(b"\xff\xfe\x00garbage\x80")
+        band["schedule_sha256"] = band["xml_sha256"] = doc["versions"][-1]["digest"] = None
+        store.manifest_path.write_text(json.dumps(doc))
+        return band["schedule"]
+    if how == "swapped xml":
+        other = doc["versions"][0]["bands"][0]
+        store.path(band["xml"]).write_bytes(store.path(other["schedule"]).read_bytes())
+        return band["xml"]
+    if how == "wrong-collective xml":
+        res = synthesize("allreduce", TOPO)
+        side = VersionStore(store.directory.parent / "side")
+        e = side.publish("world", "allreduce", [(0, None, res)], reason="t", topology=TOPO)
+        assert e.bands[0].xml is not None
+        store.path(band["xml"]).write_bytes(side.path(e.bands[0].xml).read_bytes())
+        band["schedule_sha256"] = band["xml_sha256"] = doc["versions"][-1]["digest"] = None
+        store.manifest_path.write_text(json.dumps(doc))
+        return band["xml"]
+    if how == "huge version":
+        doc["versions"][-1]["version"] = 10**30
+        store.manifest_path.write_text(json.dumps(doc))
+        return "manifest.json"
+    assert how == "manifest not JSON"
+    store.manifest_path.write_bytes(b"\x89PNG not json")
+    return "manifest.json"
+
+
+@pytest.mark.parametrize("how", ["garbage schedule", "garbage schedule, no digests", "swapped xml",
+                                 "wrong-collective xml", "huge version", "manifest not JSON"])
+def test_corrupt_entries_are_refused_at_load_naming_the_file(tmp_path: Path, how: str) -> None:
+    store = _store(tmp_path)
+    name = _corrupt(store, how)
+    with pytest.raises(StoreError) as info:
+        VersionStore(store.directory, create=False)
+    assert name in str(info.value)
+    assert how != "huge version" or "outside 1.." in str(info.value)
+
+
+@pytest.fixture()
+def daemon(tmp_path: Path) -> Iterator[Any]:
+    store = tmp_path / "store"
+    profile = profile_from_dict({"format": "loopcoll.profile/1", "topology": "ring:4", "communicators": [
+        {"name": "world", "ranks": [0, 1, 2, 3], "collectives": [{"collective": "allgather", "sizes": [1 << 20]}]}]})
+    records: list[dict[str, Any]] = []
+    handle = serve(Controller(TOPO, profile, store), token=TOKEN, store_dir=store, log=records.append)
+    handle.store = store  # type: ignore[attr-defined]
+    handle.records = records  # type: ignore[attr-defined]
+    handle.profile = profile  # type: ignore[attr-defined]
+    try:
+        yield handle
+    finally:
+        handle.close()
+
+
+def test_a_second_daemon_on_one_store_is_refused(daemon: Any, tmp_path: Path) -> None:
+    import os
+
+    with pytest.raises(StoreError, match=rf"{daemon.store.name}.* in use by another daemon \(pid {os.getpid()}\)"):
+        serve(Controller(TOPO, daemon.profile, daemon.store), token=TOKEN, store_dir=daemon.store)
+    prof = tmp_path / "p.json"
+    prof.write_text(json.dumps({"format": "loopcoll.profile/1", "topology": "ring:4", "communicators": [
+        {"name": "world", "ranks": [0, 1, 2, 3], "collectives": [{"collective": "allgather", "sizes": [1024]}]}]}))
+    tok = tmp_path / "tok"
+    tok.write_text(TOKEN)
+    tok.chmod(0o600)
+    cli = subprocess.run([sys.executable, "-m", "loopcoll", "daemon", "run", "--topology", "ring:4",
+                          "--profile", str(prof), "--store", str(daemon.store), "--token-file", str(tok),
+                          "--port", "0"], capture_output=True, text=True, timeout=60)
+    assert cli.returncode == 2 and "Traceback" not in cli.stderr, cli.stderr
+    assert cli.stderr.startswith(f"loopcoll: error: store {str(daemon.store)!r} is in use by another daemon (pid {os.getpid()})")
+
+
+def test_a_changed_file_is_neither_served_nor_staged(daemon: Any) -> None:
+    with Client(daemon.address, token=TOKEN, comms=["world"]) as c:
+        entry = c.wait_version("world", "allgather", timeout_s=60)
+        band = dict(entry["bands"][0])
+        assert _fetched(c, band, "xml") == (daemon.store / band["xml"]).read_bytes()
+        (daemon.store / band["xml"]).write_bytes(b"<algo swapped/>")
+        with pytest.raises(WireError, match="does not match its manifest sha256"):
+            c.get(band["xml"])
+        band["schedule_sha256"] = "0" * 64  # the executor's own check, on bytes the daemon still serves
+        with pytest.raises(StagingError, match="do not match the manifest's sha256"):
+            _fetched(c, band, "schedule")
+    assert any(r.get("reason") == "digest" for r in daemon.records)
+
+
+def test_agreement_needs_the_same_digest_on_every_rank() -> None:
+    same, other = (3, "e1", "a" * 64), (3, "e1", "b" * 64)
+    chosen, disagreed = choose([{"allgather": [same]}, {"allgather": [same]}, {"allgather": [other]}], {})
+    assert chosen == {} and disagreed == {"allgather": (2,)}
+    chosen, disagreed = choose([{"allgather": [same]}] * 3, {"allgather": (2, "e1", "c" * 64)})
+    assert chosen == {"allgather": same} and disagreed == {}
