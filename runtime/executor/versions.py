@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from msccl_xml import Program
-from msccl_xml.writer import write
+from msccl_xml import Program, write
 from runtime.formats.identity import sha256_hex, version_digest
 
 __all__ = ["Ident", "choose", "local_digest", "supersedes"]
