@@ -20,7 +20,7 @@ from loopcoll._common import (
 from loopcoll._log import configure_progress
 from loopcoll._schedule_file import read_warm_schedule
 from msccl_xml import export
-from synth import synthesize, write_schedule
+from synth import COLLECTIVES, synthesize, write_schedule
 from synth.errors import RuntimeLimitError, ScheduleError
 from synth.figures import routing_of
 from synth.result import SynthResult
@@ -184,7 +184,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     csub = p.add_subparsers(dest="collective", metavar="COLLECTIVE", parser_class=type(p))
     csub.required = True
-    for collective in ("allgather", "reducescatter", "allreduce", "alltoall"):
+    for collective in COLLECTIVES:
         c = csub.add_parser(collective, help=f"synthesize {collective}", description=f"Synthesize {collective}.")
         add_topology_args(c)
         if collective == "alltoall":

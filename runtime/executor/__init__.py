@@ -2,8 +2,9 @@
 
 torch is imported lazily (when an :class:`Executor` is made); the plan compiler is pure Python. Owns the plan
 compiler and interpreter, hot-swap agreement, telemetry sinks, fault injection (``throttle``), launch helpers and
-the AllToAllv runner (``alltoallv``). Of the runtime it may import :mod:`runtime.formats` (telemetry samples) and
-:mod:`runtime.errors`; it talks to the daemon only through the client object it is given.
+the AllToAllv runner (``alltoallv``). Of the runtime it may import :mod:`runtime.formats` (telemetry samples, the
+store's version entries) and :mod:`runtime.errors`; it talks to the daemon only through the client object it is
+given.
 
 >>> from runtime.executor import compile_program, COLLECTIVES
 >>> COLLECTIVES

@@ -106,7 +106,6 @@ def run_rank_plan(
                 reduce(dst, a, view(op.b))
 
     local(rp.pre_ops)
-    cuda = timing is not None and timing.cuda
     for rnd in rp.rounds:
         if rnd.sends or rnd.recvs:
             p2p = [P2POp(isend, view(m.regions[0]), peers[m.peer], group) for m in rnd.sends]
@@ -117,43 +116,51 @@ def run_rank_plan(
                 for w in batch:
                     w.wait()
             else:
-                if cuda:
-                    t0 = torch.cuda.Event(enable_timing=True)
-                    t0.record()
-                else:
-                    t0 = time.perf_counter()
-                sent: list[float] = []
-                if throttle is not None:
-                    works, sent = _post(dist, p2p, rnd, throttle, chunk * elem_bytes)
-                else:
-                    works = dist.batch_isend_irecv(p2p)
-                per_op = len(works) == len(p2p) and not cuda
-                done: list[Any] = []
-                for w in works:
-                    w.wait()
-                    if per_op:
-                        done.append(time.perf_counter())
-                done[:len(sent)] = sent  # paced sends: each one's own completion, not the batch's
-                if cuda:
-                    t1 = torch.cuda.Event(enable_timing=True)
-                    t1.record()
-                elif not per_op:
-                    t1 = time.perf_counter()
-                if throttle is not None and sent:
-                    if timing.paced_s is None:
-                        timing.paced_s, timing.paced_rounds = {}, []
-                    ends: dict[int, float] = {}
-                    for j, m in enumerate(rnd.sends):
-                        ends[m.peer] = max(ends.get(m.peer, t0), sent[j])
-                    for peer, end in ends.items():
-                        timing.paced_s[peer] = timing.paced_s.get(peer, 0.0) + (end - t0)
-                    assert timing.paced_rounds is not None
-                    timing.paced_rounds.append((t0, ends))
-                for j, m in enumerate(rnd.sends):
-                    timing.first_post.setdefault(m.peer, t0)
-                    timing.last_done[m.peer] = done[j] if per_op else t1
-                    timing.bytes_to[m.peer] = timing.bytes_to.get(m.peer, 0) + m.chunks * chunk * elem_bytes
+                _timed_round(torch, dist, p2p, rnd, throttle, chunk * elem_bytes, timing)
         local(rnd.ops)
+
+
+def _timed_round(torch: Any, dist: Any, p2p: list[Any], rnd: Any, throttle: Any, chunk_bytes: int,
+                 timing: Timing) -> None:
+    """Post and wait one round's transfers, recording into ``timing`` when each peer's sends were posted and
+    done, the bytes sent to it and, under a throttle, its paced time."""
+    cuda = timing.cuda
+    if cuda:
+        t0 = torch.cuda.Event(enable_timing=True)
+        t0.record()
+    else:
+        t0 = time.perf_counter()
+    sent: list[float] = []
+    if throttle is not None:
+        works, sent = _post(dist, p2p, rnd, throttle, chunk_bytes)
+    else:
+        works = dist.batch_isend_irecv(p2p)
+    per_op = len(works) == len(p2p) and not cuda
+    done: list[Any] = []
+    for w in works:
+        w.wait()
+        if per_op:
+            done.append(time.perf_counter())
+    done[:len(sent)] = sent  # paced sends: each one's own completion, not the batch's
+    if cuda:
+        t1 = torch.cuda.Event(enable_timing=True)
+        t1.record()
+    elif not per_op:
+        t1 = time.perf_counter()
+    if throttle is not None and sent:
+        if timing.paced_s is None:
+            timing.paced_s, timing.paced_rounds = {}, []
+        ends: dict[int, float] = {}
+        for j, m in enumerate(rnd.sends):
+            ends[m.peer] = max(ends.get(m.peer, t0), sent[j])
+        for peer, end in ends.items():
+            timing.paced_s[peer] = timing.paced_s.get(peer, 0.0) + (end - t0)
+        assert timing.paced_rounds is not None
+        timing.paced_rounds.append((t0, ends))
+    for j, m in enumerate(rnd.sends):
+        timing.first_post.setdefault(m.peer, t0)
+        timing.last_done[m.peer] = done[j] if per_op else t1
+        timing.bytes_to[m.peer] = timing.bytes_to.get(m.peer, 0) + m.chunks * chunk_bytes
 
 
 def _post(dist: Any, p2p: list[Any], rnd: Any, throttle: Any, chunk_bytes: int) -> tuple[list[Any], list[float]]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from msccl_xml import Program, check, parse
 from runtime.executor.alltoallv import all_to_all_single_v
+from runtime.formats.store import VersionEntry
 from runtime.formats.telemetry import Sample
 
 from .engine import Timing, reducer, run_rank_plan
@@ -260,35 +261,35 @@ class Executor:
         if telemetry and self.sink is None:
             self.sink = client.send_samples
 
-        def on_version(entry: dict) -> None:
-            if entry.get("comm") == self.comm:
+        def on_version(entry: VersionEntry) -> None:
+            if entry.comm == self.comm:
                 threading.Thread(target=self._stage_entry, args=(client, entry), daemon=True,
-                                 name=f"loopcoll-fetch-v{entry.get('version')}").start()
+                                 name=f"loopcoll-fetch-v{entry.version}").start()
 
         client.on_version(on_version)
 
-    def _stage_entry(self, client: Any, entry: dict) -> None:
+    def _stage_entry(self, client: Any, entry: VersionEntry) -> None:
         import tempfile
 
-        version = int(entry["version"])
+        version = entry.version
         try:
             programs = []
-            for band in entry["bands"]:
-                lo, hi = int(band["min_bytes"]), band.get("max_bytes")
-                if band.get("xml"):
-                    prog = parse(_fetched(client, band, "xml").decode(), source=band["xml"])
+            for band in entry.bands:
+                lo, hi = band.min_bytes, band.max_bytes
+                if band.xml:
+                    prog = parse(_fetched(client, band.xml, band.xml_sha256).decode(), source=band.xml)
                 else:
                     with tempfile.TemporaryDirectory() as tmp:
                         path = os.path.join(tmp, "schedule.json")
                         with open(path, "wb") as fh:
-                            fh.write(_fetched(client, band, "schedule"))
+                            fh.write(_fetched(client, band.schedule, band.schedule_sha256))
                         prog = load_programs(path)[0]
-                programs.append(dataclasses.replace(prog, min_bytes=lo, max_bytes=0 if hi is None else int(hi)))
-            self._stage_now(programs, version, (str(entry.get("epoch") or ""), str(entry.get("digest") or "")))
+                programs.append(dataclasses.replace(prog, min_bytes=lo, max_bytes=0 if hi is None else hi))
+            self._stage_now(programs, version, (entry.epoch, entry.digest or ""))
         except Exception as exc:  # noqa: BLE001 - a bad push must not stop training
             with self._lock:
                 self.refused[version] = str(exc)
-            log.error("comm %r: pushed version %s of %s refused: %s", self.comm, version, entry.get("collective"), exc)
+            log.error("comm %r: pushed version %s of %s refused: %s", self.comm, version, entry.collective, exc)
 
     def load(self, source: Any, *, version: int = 1) -> SwapReport:
         """Stage ``source`` now and agree to run it (a collective call: every rank must make it)."""
@@ -692,10 +693,9 @@ class Executor:
         self._workspaces.clear()
 
 
-def _fetched(client: Any, band: Any, kind: str) -> bytes:
-    """Band file ``kind`` (``"xml"``/``"schedule"``) from the daemon, refused unless it has its manifest sha256."""
-    data: bytes = client.get(band[kind])
-    want = band.get(f"{kind}_sha256")
-    if want and hashlib.sha256(data).hexdigest() != want:
-        raise StagingError(f"{band[kind]}: fetched bytes do not match the manifest's sha256")
+def _fetched(client: Any, path: str, sha256: str | None) -> bytes:
+    """Store file ``path`` from the daemon, refused unless it has its manifest ``sha256`` (when there is one)."""
+    data: bytes = client.get(path)
+    if sha256 and hashlib.sha256(data).hexdigest() != sha256:
+        raise StagingError(f"{path}: fetched bytes do not match the manifest's sha256")
     return data

@@ -38,7 +38,7 @@ from typing import Any
 from msccl_xml import export, parse as parse_xml
 from runtime.errors import StoreError
 from runtime.formats.identity import MAX_VERSION, check_digest, check_epoch, new_epoch, sha256_hex, version_digest
-from synth import LoopcollError, Schedule, SynthResult, Topology
+from synth import CutLink, LoopcollError, Schedule, ScheduleError, SynthResult, Topology
 from synth.figures import warm_mode_of
 from synth.fileio import write_text_atomic
 
@@ -91,7 +91,7 @@ class VersionEntry:
     bands: tuple[Band, ...]
     topology_fingerprint: str
     capacities_gbps: Mapping[str, float]
-    cut: tuple[tuple[str, str, float], ...]
+    cut: tuple[CutLink, ...]
     algbw_GBps: float  # noqa: N815
     optimal_algbw_GBps: float  # noqa: N815
     reason: str
@@ -130,7 +130,7 @@ class VersionEntry:
             "bands": [b.to_dict() for b in self.bands],
             "topology_fingerprint": self.topology_fingerprint,
             "capacities_gbps": dict(sorted(self.capacities_gbps.items())),
-            "cut": [{"src": a, "dst": b, "base_slack": s} for a, b, s in self.cut],
+            "cut": [c.to_dict() for c in self.cut],
             "algbw_GBps": self.algbw_GBps, "optimal_algbw_GBps": self.optimal_algbw_GBps,
             "reason": self.reason, "verdict": None if self.verdict is None else dict(self.verdict),
             "trigger_samples": self.trigger_samples, "created_t_s": self.created_t_s,
@@ -151,7 +151,7 @@ class VersionEntry:
                      check_digest(b.get("schedule_sha256"), f"{where}: bands[{i}].schedule_sha256"),
                      check_digest(b.get("xml_sha256"), f"{where}: bands[{i}].xml_sha256"))
                 for i, b in enumerate(doc["bands"]))
-            cut = tuple((str(c["src"]), str(c["dst"]), float(c["base_slack"])) for c in doc.get("cut", ()))
+            cut = tuple(CutLink.from_dict(c, source=f"{where}: cut") for c in doc.get("cut", ()))
             verdict = doc.get("verdict")
             entry = cls(
                 comm=str(doc["comm"]), collective=str(doc["collective"]), version=int(doc["version"]),
@@ -166,6 +166,8 @@ class VersionEntry:
                 extra=MappingProxyType(dict(doc.get("extra") or {})),
                 epoch="" if doc.get("epoch") in (None, "") else check_epoch(doc["epoch"], f"{where}: epoch"),
             )
+        except ScheduleError as exc:
+            raise StoreError(str(exc)) from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StoreError(f"{where}: malformed ({type(exc).__name__}: {str(exc)[:120]})") from None
         if not bands:
@@ -416,7 +418,7 @@ class VersionStore:
             entry = VersionEntry(
                 comm=comm, collective=collective, version=version, bands=tuple(self._digested(b) for b in bands),
                 topology_fingerprint=topology.fingerprint, capacities_gbps=MappingProxyType(dict(sorted(caps.items()))),
-                cut=tuple((c.src, c.dst, c.base_slack) for c in sched0.bottleneck),
+                cut=sched0.bottleneck,
                 algbw_GBps=_finite(algbw), optimal_algbw_GBps=_finite(optimal), reason=str(reason),
                 verdict=None if verdict is None else MappingProxyType(json.loads(json.dumps(dict(verdict)))),
                 trigger_samples=int(trigger_samples), created_t_s=float(created_t_s),

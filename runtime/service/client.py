@@ -3,9 +3,10 @@
 A :class:`Client` connects, sends ``hello`` with the shared token and waits for the daemon's answer (a wrong
 token raises :class:`~runtime.errors.WireError` with reason ``auth``). Then two threads run:
 
-* a **reader** that receives pushed ``version`` messages (kept per (comm, collective), newest wins, and handed
-  to the :meth:`Client.on_version` callbacks) and the replies to :meth:`get`, :meth:`status` and
-  :meth:`push_samples`;
+* a **reader** that receives pushed ``version`` messages (each manifest entry read into a typed
+  :class:`~runtime.formats.store.VersionEntry`; one that does not read, or does not match its message, is
+  refused with an error log line naming it; kept per (comm, collective), newest wins, and handed to the
+  :meth:`Client.on_version` callbacks) and the replies to :meth:`get`, :meth:`status` and :meth:`push_samples`;
 * a **sender** that drains a bounded queue of samples (:meth:`send_samples` never blocks: past
   ``max_queued_samples`` the newest samples are dropped and counted in :attr:`Client.dropped_samples`) into
   ``samples`` messages of at most ``batch_samples`` samples.
@@ -28,19 +29,24 @@ from __future__ import annotations
 import base64
 import binascii
 import itertools
+import logging
 import os
 import queue
 import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from runtime.errors import WireError
+from runtime.errors import StoreError, WireError
+from runtime.formats.store import VersionEntry
+from runtime.formats.telemetry import Sample
 from runtime.service.wire import DAEMON_TO_CLIENT, MAX_MESSAGE_BYTES, ROLES, LineFramer, check_token, decode, encode
 
 __all__ = ["Client", "parse_address", "read_token"]
+
+log = logging.getLogger(__name__)
 
 _BACKOFF_START_S = 0.1
 _BACKOFF_MAX_S = 5.0
@@ -144,8 +150,8 @@ class Client:
         self._plock = threading.Lock()
         self._wlock = threading.Lock()
         self._vlock = threading.Lock()
-        self._versions: dict[tuple[str, str], dict[str, Any]] = {}
-        self._callbacks: list[Callable[[dict[str, Any]], None]] = []
+        self._versions: dict[tuple[str, str], VersionEntry] = {}
+        self._callbacks: list[Callable[[VersionEntry], None]] = []
         self._closing = threading.Event()
         self._connected = threading.Event()
         self._sock: socket.socket | None = None
@@ -157,6 +163,8 @@ class Client:
         #: Successful (re)connections; the last fatal error (e.g. a refused token on reconnect).
         self.connections = 0
         self.error: WireError | None = None
+        #: Pushed versions refused because their manifest entry did not read (each also logged).
+        self.refused_versions = 0
         self._inflight = 0
         self._flush = threading.Condition()
         self._ping_s: float | None = None  # a third of the daemon's idle timeout (from its hello reply)
@@ -268,11 +276,13 @@ class Client:
     def _dispatch(self, msg: dict[str, Any]) -> None:
         kind = msg["type"]
         if kind == "version":
-            entry = msg["manifest_entry"]
-            key = (msg["comm"], msg["collective"])
+            entry = self._read_entry(msg)
+            if entry is None:
+                return
+            key = (entry.comm, entry.collective)
             with self._vlock:
                 old = self._versions.get(key)
-                if old is not None and int(old.get("version", -1)) >= msg["version"]:
+                if old is not None and old.version >= entry.version:
                     return
                 self._versions[key] = entry
                 callbacks = list(self._callbacks)
@@ -292,6 +302,21 @@ class Client:
             return
         if kind == "error":
             self.error = WireError(f"daemon {self.address}: {msg['message']}", reason="remote")
+
+    def _read_entry(self, msg: dict[str, Any]) -> VersionEntry | None:
+        """The pushed manifest entry, typed; ``None`` (logged, counted) when it is malformed or is not the
+        version its message names."""
+        what = f"pushed version {msg['version']} of {msg['comm']}/{msg['collective']} from {self.address}"
+        try:
+            entry = VersionEntry.from_dict(msg["manifest_entry"], where=what)
+            named = (msg["comm"], msg["collective"], msg["version"])
+            if (entry.comm, entry.collective, entry.version) != named:
+                raise StoreError(f"{what}: its entry is version {entry.version} of {entry.comm}/{entry.collective}")
+        except StoreError as exc:
+            self.refused_versions += 1
+            log.error("refused %s", exc)
+            return None
+        return entry
 
     # --- sending ---------------------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
@@ -403,13 +428,13 @@ class Client:
                     return sent
                 self._connected.wait(0.5)
 
-    def send_samples(self, samples: Iterable[Any]) -> None:
+    def send_samples(self, samples: Iterable[Sample | Mapping[str, Any]]) -> None:
         """Queue samples (:class:`~runtime.Sample` or dicts) for the sender thread; never blocks.
 
         Past ``max_queued_samples`` waiting, further samples are dropped and counted in :attr:`dropped_samples`.
         """
         for s in samples:
-            doc = s.to_dict() if hasattr(s, "to_dict") else dict(s)
+            doc = _sample_doc(s)
             try:
                 self._queue.put_nowait(doc)
             except queue.Full:
@@ -427,10 +452,11 @@ class Client:
                 self._flush.wait(min(left, 0.05))
         return True
 
-    def push_samples(self, samples: Iterable[Any], *, batch_samples: int | None = None) -> dict[str, Any]:
+    def push_samples(self, samples: Iterable[Sample | Mapping[str, Any]], *,
+                     batch_samples: int | None = None) -> dict[str, Any]:
         """Send samples synchronously, batch by batch, and return the daemon's totals
         ``{"accepted": n, "rejected": {reason: n}}`` (the controller's validation)."""
-        docs = [s.to_dict() if hasattr(s, "to_dict") else dict(s) for s in samples]
+        docs = [_sample_doc(s) for s in samples]
         step = batch_samples or self.batch_samples
         accepted = 0
         rejected: dict[str, int] = {}
@@ -443,29 +469,29 @@ class Client:
         return {"accepted": accepted, "rejected": dict(sorted(rejected.items()))}
 
     # --- versions, files, status -----------------------------------------------------------------------
-    def versions(self) -> list[dict[str, Any]]:
+    def versions(self) -> list[VersionEntry]:
         """The manifest entries pushed so far, the latest per (comm, collective), sorted by that key."""
         with self._vlock:
-            return [dict(v) for _, v in sorted(self._versions.items())]
+            return [v for _, v in sorted(self._versions.items())]
 
-    def on_version(self, callback: Callable[[dict[str, Any]], None]) -> None:
-        """Call ``callback(manifest_entry)`` for every newer version pushed from now on (on the reader thread);
+    def on_version(self, callback: Callable[[VersionEntry], None]) -> None:
+        """Call ``callback(entry)`` for every newer version pushed from now on (on the reader thread);
         it is first called at once, on this thread, with each version already known."""
         with self._vlock:
             self._callbacks.append(callback)
-            known = [dict(v) for _, v in sorted(self._versions.items())]
+            known = [v for _, v in sorted(self._versions.items())]
         for entry in known:
             callback(entry)
 
     def wait_version(self, comm: str, collective: str, *, newer_than: int = -1,
-                     timeout_s: float | None = None) -> dict[str, Any] | None:
+                     timeout_s: float | None = None) -> VersionEntry | None:
         """Block until a version of (comm, collective) newer than ``newer_than`` is known; ``None`` on timeout."""
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         while True:
             with self._vlock:
                 entry = self._versions.get((comm, collective))
-            if entry is not None and int(entry["version"]) > newer_than:
-                return dict(entry)
+            if entry is not None and entry.version > newer_than:
+                return entry
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.02)
@@ -524,3 +550,7 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+def _sample_doc(sample: Sample | Mapping[str, Any]) -> dict[str, Any]:
+    """A sample as its wire document (a :class:`~runtime.formats.telemetry.Sample` or a mapping already)."""
+    return sample.to_dict() if isinstance(sample, Sample) else dict(sample)

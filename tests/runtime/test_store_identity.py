@@ -146,14 +146,16 @@ def test_a_second_daemon_on_one_store_is_refused(daemon: Any, tmp_path: Path) ->
 def test_a_changed_file_is_neither_served_nor_staged(daemon: Any) -> None:
     with Client(daemon.address, token=TOKEN, comms=["world"]) as c:
         entry = c.wait_version("world", "allgather", timeout_s=60)
-        band = dict(entry["bands"][0])
-        assert _fetched(c, band, "xml") == (daemon.store / band["xml"]).read_bytes()
-        (daemon.store / band["xml"]).write_bytes(b"<algo swapped/>")
+        assert entry is not None
+        band = entry.bands[0]
+        assert band.xml is not None and entry.epoch and entry.digest
+        assert _fetched(c, band.xml, band.xml_sha256) == (daemon.store / band.xml).read_bytes()
+        (daemon.store / band.xml).write_bytes(b"<algo swapped/>")
         with pytest.raises(WireError, match="does not match its manifest sha256"):
-            c.get(band["xml"])
-        band["schedule_sha256"] = "0" * 64  # the executor's own check, on bytes the daemon still serves
+            c.get(band.xml)
+        # the executor's own check, on bytes the daemon still serves
         with pytest.raises(StagingError, match="do not match the manifest's sha256"):
-            _fetched(c, band, "schedule")
+            _fetched(c, band.schedule, "0" * 64)
     assert any(r.get("reason") == "digest" for r in daemon.records)
 
 
