@@ -165,3 +165,80 @@ def test_agreement_needs_the_same_digest_on_every_rank() -> None:
     assert chosen == {} and disagreed == {"allgather": (2,)}
     chosen, disagreed = choose([{"allgather": [same]}] * 3, {"allgather": (2, "e1", "c" * 64)})
     assert chosen == {"allgather": same} and disagreed == {}
+
+
+def _wait_for(pred: Any, what: str, timeout_s: float = 30.0) -> Any:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _follow_two_epochs(rank: int, world: int, sync_dir: str) -> dict[str, Any]:
+    """A gloo rank: follow daemon A (v2 of epoch 1), then daemon B on the same store, its manifest lost."""
+    from runtime.executor.executor import Executor
+
+    d = Path(sync_dir)
+    ex = Executor(comm="world", control_timeout_s=20)
+    out: dict[str, Any] = {}
+    for phase in ("a", "b"):
+        addr = _wait_for(lambda: (d / f"{phase}.addr").exists() and (d / f"{phase}.addr").read_text(), phase)
+        client = Client(addr, token=TOKEN, role="executor", rank=rank, comms=["world"])
+        ex.follow(client, telemetry=False)
+        _wait_for(lambda: any(i[1] != out.get("a", ("", ""))[1] for i in ex._staged.get("allgather", {})),
+                  f"a version of daemon {phase}")
+        ex.sync_versions()
+        out[phase] = ex.active_identity["allgather"]
+        client.close()
+        (d / f"{phase}.done{rank}").write_text("")
+    # ranks staging different programs as one version: not switched, the odd rank reported
+    import dataclasses
+
+    from msccl_xml import lower
+
+    prog = lower(synthesize("allgather", load_topology("ring:2")).schedule, verify=False)
+    ex.stage(dataclasses.replace(prog, name=f"program of rank {rank}"), version=7, background=False).result()
+    out["disagreed"] = ex.sync_versions().disagreed
+    out["after"] = ex.active_identity["allgather"]
+    return out
+
+
+@pytest.mark.slow
+def test_gloo_ranks_take_a_new_epoch_and_refuse_mixed_digests(tmp_path: Path) -> None:
+    import threading
+
+    from runtime.executor.launch import launch
+
+    pytest.importorskip("torch")
+    topo2 = load_topology("ring:2")
+    store = VersionStore(tmp_path / "store")
+    for _ in range(2):  # epoch 1 holds v1 and v2
+        store.publish("world", "allgather", [(0, None, synthesize("allgather", topo2))], reason="t", topology=topo2)
+    profile = profile_from_dict({"format": "loopcoll.profile/1", "topology": "ring:2", "communicators": [
+        {"name": "world", "ranks": [0, 1], "collectives": [{"collective": "allgather", "sizes": [1 << 20]}]}]})
+    sync = tmp_path / "sync"
+    sync.mkdir()
+    epochs: list[str] = []
+
+    def daemons() -> None:
+        for phase in ("a", "b"):
+            controller = Controller(topo2, profile, store.directory)
+            epochs.append(controller.store.epoch)
+            with serve(controller, token=TOKEN, store_dir=store.directory, log=lambda r: None) as h:
+                (sync / f"{phase}.addr").write_text(h.address)
+                _wait_for(lambda: all((sync / f"{phase}.done{r}").exists() for r in (0, 1)), "ranks", 60)
+            store.manifest_path.unlink()  # the manifest is lost before daemon B starts
+
+    t = threading.Thread(target=daemons, daemon=True)
+    t.start()
+    res = launch(_follow_two_epochs, 2, str(sync), timeout_s=90)
+    t.join(10)
+    for r in res:
+        assert r["a"][:2] == (2, epochs[0])
+        assert r["b"][:2] == (1, epochs[1]) and epochs[1] != epochs[0]
+        assert r["disagreed"] == {"allgather": (1,)} and r["after"] == r["b"]
