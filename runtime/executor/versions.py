@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from msccl_xml import Program, write
-from runtime.formats.identity import sha256_hex, version_digest
+from runtime.formats.identity import sha256_hex, supersedes, version_digest
 
-__all__ = ["Ident", "choose", "local_digest", "supersedes"]
+__all__ = ["Ident", "choose", "local_digest"]
 
 Ident = tuple[int, str, str]
 
@@ -33,11 +33,6 @@ Ident = tuple[int, str, str]
 def local_digest(programs: Iterable[Program]) -> str:
     """The digest of locally staged programs: over their size bands and the sha256 of their XML."""
     return version_digest((p.min_bytes or 0, p.max_bytes or None, sha256_hex(write(p).encode())) for p in programs)
-
-
-def supersedes(new: Ident, cur: Ident | None) -> bool:
-    """Whether ``new`` replaces the active ``cur``: a higher version of its epoch, or another epoch."""
-    return cur is None or (new[1] == cur[1] and new[0] > cur[0]) or new[1] != cur[1]
 
 
 def choose(staged: Sequence[Mapping[str, Sequence[Ident]]],
@@ -48,7 +43,8 @@ def choose(staged: Sequence[Mapping[str, Sequence[Ident]]],
     for coll in sorted(set().union(*(s.keys() for s in staged))):
         per_rank = [set(s.get(coll, ())) for s in staged]
         common = set.intersection(*per_rank)
-        newer = [i for i in common if supersedes(i, active.get(coll))]
+        held, epoch = active.get(coll, (None, None, None))[:2]
+        newer = [i for i in common if supersedes(i[0], i[1], held, epoch)]
         if newer:
             chosen[coll] = max(newer)
         numbers = set.intersection(*({i[:2] for i in r} for r in per_rank))

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from runtime.errors import StoreError
 
-__all__ = ["MAX_VERSION", "StoreLock", "check_digest", "new_epoch", "sha256_hex", "version_digest"]
+__all__ = ["MAX_VERSION", "StoreLock", "check_digest", "new_epoch", "sha256_hex", "supersedes", "version_digest"]
 
 #: Version numbers are 1 ..= MAX_VERSION (a larger one in a manifest is refused as corrupt).
 MAX_VERSION = 1_000_000_000
@@ -56,6 +56,18 @@ def version_digest(bands: Iterable[tuple[int, int | None, str]]) -> str:
     for lo, hi, digest in bands:
         h.update(f"{lo}:{'inf' if hi is None else hi}:{digest}\n".encode())
     return h.hexdigest()
+
+
+def supersedes(new_version: int, new_epoch: str, old_version: int | None, old_epoch: str | None) -> bool:
+    """Whether version ``new_version`` of store epoch ``new_epoch`` replaces the held one (None: none held).
+
+    A higher number of the same epoch does; so does any version of another epoch (a store that lost its
+    manifest numbers from 1 again under a new epoch: the newest pushed wins).
+
+    >>> supersedes(1, "e2", 2, "e1"), supersedes(2, "e1", 2, "e1"), supersedes(3, "e1", 2, "e1")
+    (True, False, True)
+    """
+    return old_version is None or new_epoch != old_epoch or new_version > old_version
 
 
 def check_digest(value: object, where: str) -> str | None:

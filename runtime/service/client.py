@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from runtime.errors import StoreError, WireError
+from runtime.formats.identity import supersedes
 from runtime.formats.store import VersionEntry
 from runtime.formats.telemetry import Sample
 from runtime.service.wire import DAEMON_TO_CLIENT, MAX_MESSAGE_BYTES, ROLES, LineFramer, check_token, decode, encode
@@ -187,6 +188,7 @@ class Client:
             sock.sendall(encode({"type": "hello", "token": self._token, "role": self.role, "rank": self.rank,
                                  "comms": list(self.comms)}))
             reply = None
+            early: list[dict[str, Any]] = []  # versions pushed right after the hello reply
             while reply is None:
                 data = sock.recv(65536)
                 if not data:
@@ -196,7 +198,7 @@ class Client:
                     if reply is None:
                         reply = msg
                     else:
-                        self._dispatch(msg)  # versions pushed right after the hello reply
+                        early.append(msg)
             if reply["type"] == "error":
                 reason = "auth" if "token" in reply["message"] else "remote"
                 raise WireError(f"daemon {self.address}: {reply['message']}", reason=reason)
@@ -225,6 +227,8 @@ class Client:
         self._sock = sock
         self.connections += 1
         self._connected.set()
+        for msg in early:  # once connected: a callback may fetch the version's files at once
+            self._dispatch(msg)
 
     def _lost(self, sock: socket.socket) -> None:
         self._connected.clear()
@@ -282,8 +286,8 @@ class Client:
             key = (entry.comm, entry.collective)
             with self._vlock:
                 old = self._versions.get(key)
-                if old is not None and old.version >= entry.version:
-                    return
+                if old is not None and not supersedes(entry.version, entry.epoch, old.version, old.epoch):
+                    return  # a lower or equal number of the held epoch (docs/executor.md, Guarantees)
                 self._versions[key] = entry
                 callbacks = list(self._callbacks)
             for cb in callbacks:

@@ -159,6 +159,22 @@ def test_a_changed_file_is_neither_served_nor_staged(daemon: Any) -> None:
     assert any(r.get("reason") == "digest" for r in daemon.records)
 
 
+def test_a_reconnecting_client_takes_the_new_epochs_version_1(tmp_path: Path) -> None:
+    store = _store(tmp_path)  # epoch 1: v1, v2
+    profile = profile_from_dict({"format": "loopcoll.profile/1", "topology": "ring:4", "communicators": [
+        {"name": "world", "ranks": [0, 1, 2, 3], "collectives": [{"collective": "allgather", "sizes": [1 << 20]}]}]})
+    a = serve(Controller(TOPO, profile, store.directory), token=TOKEN, store_dir=store.directory, log=lambda r: None)
+    with Client(a.address, token=TOKEN, role="executor", comms=["world"]) as c:
+        held = c.wait_version("world", "allgather", newer_than=1, timeout_s=30)
+        assert held is not None and (held.version, held.epoch) == (2, store.epoch)
+        a.close()
+        store.manifest_path.unlink()
+        controller = Controller(TOPO, profile, store.directory)
+        with serve(controller, port=a.port, token=TOKEN, store_dir=store.directory, log=lambda r: None):
+            got = _wait_for(lambda: [v for v in c.versions() if v.epoch == controller.store.epoch], "the new epoch")
+    assert [(v.version, v.digest) for v in got] == [(1, controller.store.latest()[0].digest)]
+
+
 def test_agreement_needs_the_same_digest_on_every_rank() -> None:
     same, other = (3, "e1", "a" * 64), (3, "e1", "b" * 64)
     chosen, disagreed = choose([{"allgather": [same]}, {"allgather": [same]}, {"allgather": [other]}], {})
@@ -180,22 +196,23 @@ def _wait_for(pred: Any, what: str, timeout_s: float = 30.0) -> Any:
 
 
 def _follow_two_epochs(rank: int, world: int, sync_dir: str) -> dict[str, Any]:
-    """A gloo rank: follow daemon A (v2 of epoch 1), then daemon B on the same store, its manifest lost."""
+    """A gloo rank: follow daemon A (v2 of epoch 1); its client reconnects to daemon B, started on the same
+    address and store after the manifest was lost."""
     from runtime.executor.executor import Executor
 
     d = Path(sync_dir)
     ex = Executor(comm="world", control_timeout_s=20)
     out: dict[str, Any] = {}
+    addr = _wait_for(lambda: (d / "a.addr").exists() and (d / "a.addr").read_text(), "daemon A")
+    client = Client(addr, token=TOKEN, role="executor", rank=rank, comms=["world"])
+    ex.follow(client, telemetry=False)
     for phase in ("a", "b"):
-        addr = _wait_for(lambda: (d / f"{phase}.addr").exists() and (d / f"{phase}.addr").read_text(), phase)
-        client = Client(addr, token=TOKEN, role="executor", rank=rank, comms=["world"])
-        ex.follow(client, telemetry=False)
         _wait_for(lambda: any(i[1] != out.get("a", ("", ""))[1] for i in ex._staged.get("allgather", {})),
                   f"a version of daemon {phase}")
         ex.sync_versions()
         out[phase] = ex.active_identity["allgather"]
-        client.close()
         (d / f"{phase}.done{rank}").write_text("")
+    client.close()
     # ranks staging different programs as one version: not switched, the odd rank reported
     import dataclasses
 
@@ -226,10 +243,12 @@ def test_gloo_ranks_take_a_new_epoch_and_refuse_mixed_digests(tmp_path: Path) ->
     epochs: list[str] = []
 
     def daemons() -> None:
+        port = 0
         for phase in ("a", "b"):
             controller = Controller(topo2, profile, store.directory)
             epochs.append(controller.store.epoch)
-            with serve(controller, token=TOKEN, store_dir=store.directory, log=lambda r: None) as h:
+            with serve(controller, port=port, token=TOKEN, store_dir=store.directory, log=lambda r: None) as h:
+                port = h.port
                 (sync / f"{phase}.addr").write_text(h.address)
                 _wait_for(lambda: all((sync / f"{phase}.done{r}").exists() for r in (0, 1)), "ranks", 60)
             store.manifest_path.unlink()  # the manifest is lost before daemon B starts
