@@ -245,8 +245,10 @@ class VersionStore:
         raw = doc.get("versions")
         if not isinstance(raw, list):
             raise StoreError(f"{p}: 'versions' must be a list")
-        if doc.get("epoch") is not None:  # a manifest written before epochs keeps the new one drawn
+        if doc.get("epoch") is not None:
             self.epoch = check_epoch(doc["epoch"], f"{p}: epoch")
+        elif raw:  # written before epochs: one derived from its first entry, the same at every load
+            self.epoch = sha256_hex(json.dumps(raw[0], sort_keys=True).encode())[:16]
         entries = [VersionEntry.from_dict(e, where=f"{p}: versions[{i}]") for i, e in enumerate(raw)]
         return [e if e.epoch else replace(e, epoch=self.epoch) for e in entries]
 
