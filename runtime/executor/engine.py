@@ -12,9 +12,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import ExecutorError
 from .plan import Op, RankPlan, Region
 
-__all__ = ["Timing", "reducer", "run_rank_plan"]
+__all__ = ["Timing", "reducer", "reduction_fallback", "run_rank_plan", "same_kind"]
 
 
 @dataclass
@@ -184,3 +185,32 @@ def _post(dist: Any, p2p: list[Any], rnd: Any, throttle: Any, chunk_bytes: int) 
         works[j] = dist.isend(p2p[j].tensor, p2p[j].peer, p2p[j].group)
         sent[j] = time.perf_counter()
     return works, sent
+
+
+def reduction_fallback(ops: Any, op: Any, floating: bool) -> str | None:
+    """Why a reduction ``op`` (of ``torch.distributed.ReduceOp`` ``ops``) on a tensor (``floating``
+    point or not) goes to native torch.distributed; ``None`` when a program runs it.
+
+    >>> import torch.distributed as dist
+    >>> reduction_fallback(dist.ReduceOp, dist.ReduceOp.SUM, False) is None
+    True
+    >>> reduction_fallback(dist.ReduceOp, dist.ReduceOp.AVG, False)
+    'AVG on an integer tensor: native torch.distributed'
+    """
+    avg = getattr(ops, "AVG", None)
+    if op == avg and not floating:
+        return "AVG on an integer tensor: native torch.distributed"
+    if op not in (ops.SUM, ops.PRODUCT, ops.MAX, ops.MIN, ops.BAND, ops.BOR, ops.BXOR, avg):
+        return f"reduction {op}: native torch.distributed"
+    return None
+
+
+def same_kind(comm: str, *tensors: Any) -> None:
+    """Raise :class:`ExecutorError` unless ``tensors`` share one dtype and device.
+
+    >>> import torch
+    >>> same_kind("w", torch.zeros(2), torch.ones(3))
+    """
+    kinds = {(t.dtype, t.device) for t in tensors}
+    if len(kinds) != 1:
+        raise ExecutorError(f"comm {comm!r}: tensors differ in dtype/device: {sorted(map(str, kinds))}")

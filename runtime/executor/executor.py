@@ -5,95 +5,36 @@ torch is imported when an Executor is made, never at module import.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import logging
-import os
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from msccl_xml import Program, check, parse
 from runtime.executor.alltoallv import all_to_all_single_v
 from runtime.formats.store import VersionEntry
 from runtime.formats.telemetry import Sample
 
-from .engine import Timing, reducer, run_rank_plan
-from .errors import ExecutorError, StagingError, SwapTimeoutError
+from .agreement import (Ident, StagedVersion, SwapReport, add_staged, agreement_key, choose, default_store,
+                        gather_arrivals, take)
+from .engine import Timing, reducer, reduction_fallback, run_rank_plan, same_kind
+from .errors import ExecutorError, StagingError
 from .incarnation import incarnation_id
-from .plan import Plan, compile_program
-from .sources import load_programs
+from .plan import Plan
+from .sources import entry_programs, load_programs, local_digest
+from .staging import compile_programs
+from .telemetry import collective_samples, default_hosts, demand_sample
+from .workspaces import Workspaces
 from .throttle import Throttle, emulation_from_env
-from .versions import Ident, choose, local_digest
 
 __all__ = ["Executor", "SwapReport", "StagedVersion"]
 
 log = logging.getLogger("loopcoll.executor")
 Sink = Callable[[list[Sample]], None]
 
-
-@dataclass(frozen=True)
-class StagedVersion:
-    """A version ready to switch to: per collective, its plans (size bands) and the staging time."""
-
-    version: int
-    plans: dict[str, tuple[Plan, ...]]
-    staging_s: float
-
-
-@dataclass(frozen=True)
-class SwapReport:
-    """Outcome of one agreement: the switch point and what switched (collective -> (old, new) version)."""
-
-    sync_index: int
-    switch_seq: int
-    switched: dict[str, tuple[int | None, int]]
-    agreement_s: float
-    #: Per collective: ranks that staged a version under another digest than the lowest rank (not switched).
-    disagreed: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
-
-
-
-def default_store(dist: Any) -> Any:
-    """The default process group's ``torch.distributed.Store``, or None: the agreement uses it only to
-    name the ranks that miss an agreement (best-effort).
-
-    torch (2.13) has no public accessor for it; ``distributed_c10d._get_default_store`` is the one call
-    that returns the store ``init_process_group`` made (a new ``TCPStore`` would need the rendezvous
-    address, and ``env://`` is only one of the init methods). Pass ``store=`` to :class:`Executor` to
-    avoid it; any failure here means "no store", as before.
-    """
-    try:
-        return dist.distributed_c10d._get_default_store()
-    except Exception:  # noqa: BLE001 - naming ranks is best-effort without a store
-        return None
-
-
-def agreement_key(store: Any, comm: str, peers: Sequence[int], global_rank: int) -> str:
-    """The store-key prefix of one executor's agreement arrivals: ``loopcoll/executor/COMM/PEERS#N/arrived/``.
-
-    ``N`` numbers this rank's executors of the communicator in order (the members make them in the same
-    order, so they agree on it); it is counted in ``store``, the object the keys live in (not in
-    process-wide state). Without a store nothing is written, so ``N`` is 1.
-
-    >>> import torch.distributed as dist
-    >>> s = dist.HashStore()
-    >>> agreement_key(s, "dp0", [0, 1], 0), agreement_key(s, "dp0", [0, 1], 0), agreement_key(None, "dp0", [0, 1], 0)
-    ('loopcoll/executor/dp0/0-1#1/arrived/', 'loopcoll/executor/dp0/0-1#2/arrived/', 'loopcoll/executor/dp0/0-1#1/arrived/')
-    """
-    base = f"loopcoll/executor/{comm}/{'-'.join(map(str, peers))}"
-    number = 1
-    if store is not None:
-        try:
-            number = int(store.add(f"{base}/made/{global_rank}", 1))
-        except Exception:  # noqa: BLE001 - best-effort like every use of the store here
-            number = 1
-    return f"{base}#{number}/arrived/"
 
 class Executor:
     """Runs collectives on ``group`` with loaded MSCCL programs, falling back to native torch.distributed.
@@ -145,11 +86,7 @@ class Executor:
         self.global_rank = dist.get_rank()
         self._peers = [dist.get_global_rank(pg, r) if pg is not dist.group.WORLD else r
                        for r in range(self.size)]
-        if hosts is None:
-            lws = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
-            world = dist.get_world_size()
-            hosts = [g // lws for g in range(world)] if lws > 0 else [0] * world
-        self._hosts = list(hosts)
+        self._hosts = list(default_hosts(dist.get_world_size()) if hosts is None else hosts)
         self.sync_every = sync_every
         self.control_timeout_s = control_timeout_s
         # dist.new_group is collective over the default group: every process (members or not) makes it at the
@@ -165,8 +102,7 @@ class Executor:
         self.active: dict[str, int | None] = {}
         self._active_plans: dict[str, tuple[Plan, ...]] = {}
         self._staged: dict[str, dict[Ident, tuple[Plan, ...]]] = {}
-        #: Per collective: the (version, epoch, digest) running now (runtime.executor.versions).
-        self.active_identity: dict[str, Ident] = {}
+        self.active_identity: dict[str, Ident] = {}  # per collective: (version, epoch, digest) running now
         self._lock = threading.Lock()
         self.refused: dict[int, str] = {}
         self.history: deque[tuple[int, str, int | None]] = deque(maxlen=history)
@@ -174,7 +110,7 @@ class Executor:
         self.staging_s: dict[int, float] = {}
         #: Per version: seconds loading (file/lowering), checking (msccl_xml.check) and compiling the plans.
         self.staging_split: dict[int, dict[str, float]] = {}
-        self._workspaces: OrderedDict[tuple, Any] = OrderedDict()
+        self._workspaces = Workspaces(torch)
         self._said: set[str] = set()
         self._pending: deque[tuple[Timing, dict]] = deque()
         self._retired: list[tuple[Plan, ...]] = []
@@ -213,43 +149,16 @@ class Executor:
     def _stage_now(self, source: Any, version: int, identity: tuple[str, str] | None = None) -> StagedVersion:
         t0 = time.perf_counter()
         programs = load_programs(source)
-        if not programs:
-            raise StagingError(f"version {version}: nothing to stage")
         epoch, digest = identity or ("", local_digest(programs))
-        plans: dict[str, list[Plan]] = {}
         t1 = time.perf_counter()
-        checking = 0.0
-        for prog in programs:
-            plan, check_s = self._validate(prog, version)
-            checking += check_s
-            plans.setdefault(plan.collective, []).append(plan)
-        staged = {c: tuple(sorted(p, key=lambda x: x.min_bytes)) for c, p in plans.items()}
+        staged, split = compile_programs(programs, size=self.size, comm=self.comm, version=version)
         dt = time.perf_counter() - t0
-        split = {"load_s": t1 - t0, "check_s": checking, "compile_s": time.perf_counter() - t1 - checking}
         with self._lock:
             for coll, bands in staged.items():
-                mine = self._staged.setdefault(coll, {})
-                for other in [i for i in mine if i[1] != epoch]:  # a push of a new epoch supersedes the old
-                    del mine[other]
-                mine[(version, epoch, digest)] = bands
+                add_staged(self._staged.setdefault(coll, {}), (version, epoch, digest), bands)
             self.staging_s[version] = dt
-            self.staging_split[version] = split
+            self.staging_split[version] = {"load_s": t1 - t0, **split}
         return StagedVersion(version, staged, dt)
-
-    def _validate(self, prog: Program, version: int) -> tuple[Plan, float]:
-        where = f"version {version} program {prog.name!r}"
-        if prog.ngpus != self.size:
-            raise StagingError(f"{where}: ngpus={prog.ngpus} but comm {self.comm!r} has {self.size} ranks")
-        t0 = time.perf_counter()
-        result = check(prog)
-        check_s = time.perf_counter() - t0
-        if not result.valid:
-            raise StagingError(f"{where} fails validation: {result.errors[0]}")
-        try:
-            plan = compile_program(prog)
-        except ExecutorError as exc:
-            raise StagingError(f"{where}: {exc}") from exc
-        return plan, check_s
 
     def follow(self, client: Any, *, telemetry: bool = True) -> None:
         """Take versions pushed by the loopcoll daemon through ``client`` (a ``runtime.Client``) and send it samples.
@@ -269,23 +178,9 @@ class Executor:
         client.on_version(on_version)
 
     def _stage_entry(self, client: Any, entry: VersionEntry) -> None:
-        import tempfile
-
         version = entry.version
         try:
-            programs = []
-            for band in entry.bands:
-                lo, hi = band.min_bytes, band.max_bytes
-                if band.xml:
-                    prog = parse(_fetched(client, band.xml, band.xml_sha256).decode(), source=band.xml)
-                else:
-                    with tempfile.TemporaryDirectory() as tmp:
-                        path = os.path.join(tmp, "schedule.json")
-                        with open(path, "wb") as fh:
-                            fh.write(_fetched(client, band.schedule, band.schedule_sha256))
-                        prog = load_programs(path)[0]
-                programs.append(dataclasses.replace(prog, min_bytes=lo, max_bytes=0 if hi is None else hi))
-            self._stage_now(programs, version, (entry.epoch, entry.digest or ""))
+            self._stage_now(entry_programs(entry, client.get), version, (entry.epoch, entry.digest or ""))
         except Exception as exc:  # noqa: BLE001 - a bad push must not stop training
             with self._lock:
                 self.refused[version] = str(exc)
@@ -301,8 +196,8 @@ class Executor:
         """Agree the switch point with every rank (out-of-band all-gather on a gloo group); collective.
 
         Each rank contributes (the versions it has staged per collective, its last issued seq). The
-        highest version staged on *all* ranks and newer than the active one runs from the next
-        collective on. Raises :class:`SwapTimeoutError` naming ranks that do not answer in time.
+        newest (version, epoch, digest) staged on *all* ranks that supersedes the active one runs from the
+        next collective on (``agreement.choose``). Raises :class:`SwapTimeoutError` naming late ranks.
         """
         dist = self._dist
         t0 = time.perf_counter()
@@ -310,64 +205,28 @@ class Executor:
         with self._lock:
             staged = {c: sorted(v) for c, v in self._staged.items()}
         payload = (self.rank, self.seq, staged)
-        key = self._key
-        if self._store is not None:
-            try:
-                self._store.set(key + str(self.rank), str(self.sync_index))
-            except Exception:  # noqa: BLE001
-                pass
-        gathered: list[Any] = [None] * self.size
-        try:
-            dist.all_gather_object(gathered, payload, group=self._ctrl)
-        except Exception as exc:  # noqa: BLE001 - gloo raises RuntimeError/DistBackendError
-            missing = self._missing_ranks(key)
-            if missing is None:
-                who = "the store that names missing ranks is unreachable (rank 0 hosts the default store)"
-            elif missing:
-                who = f"rank(s) {missing} did not reach it"
-            else:
-                who = "all ranks had arrived; one failed during it"
-            raise SwapTimeoutError(
-                f"comm {self.comm!r}: version agreement {self.sync_index} failed within "
-                f"{self.control_timeout_s:g} s: {who} ({str(exc).splitlines()[0][:200]})", ranks=missing or ()) from exc
+        gathered = gather_arrivals(dist, self._ctrl, payload, store=self._store, key=self._key, rank=self.rank,
+                                   size=self.size, sync_index=self.sync_index,
+                                   what=f"comm {self.comm!r}: version agreement {self.sync_index}",
+                                   timeout_s=self.control_timeout_s)
         seqs = {p[1] for p in gathered}
         if len(seqs) != 1:
             raise ExecutorError(f"comm {self.comm!r}: ranks reached agreement {self.sync_index} at different "
                                 f"collectives {sorted((p[0], p[1]) for p in gathered)}; every rank must issue the same calls")
-        switched: dict[str, tuple[int | None, int]] = {}
         chosen, disagreed = choose([p[2] for p in gathered], self.active_identity)
-        for coll, ident in chosen.items():
-            cur = self.active.get(coll)
-            with self._lock:
-                plans = self._staged[coll][ident]
-                for old in [x for x in self._staged[coll] if x[1] != ident[1] or x[0] < ident[0]]:
-                    del self._staged[coll][old]
+        switched = {coll: (self.active.get(coll), ident[0]) for coll, ident in chosen.items()}
+        for coll, plans in take(self._staged, chosen, self._lock).items():
             if coll in self._active_plans:
                 self._retired = [self._active_plans[coll]]  # kept alive until the next agreement
             self._active_plans[coll] = plans
-            self.active[coll], self.active_identity[coll] = ident[0], ident
-            switched[coll] = (cur, ident[0])
+            self.active[coll], self.active_identity[coll] = chosen[coll][0], chosen[coll]
         for coll, ranks in disagreed.items():
-            self._say_once(f"{coll}: rank(s) {list(ranks)} staged a version under another digest than rank "
-                           f"{gathered[0][0]}; not switching to it", key=f"disagree/{coll}/{ranks}")
+            self._say_once(f"{coll}: rank(s) {list(ranks)} staged a version under another digest; not switching")
         rep = SwapReport(self.sync_index, self.seq + 1, switched, time.perf_counter() - t0, disagreed)
         self.swaps.append(rep)
         if switched:
             log.info("comm %r: from seq %d run %s", self.comm, rep.switch_seq, switched)
         return rep
-
-    def _missing_ranks(self, key: str) -> list[int] | None:
-        """Ranks whose arrival at this agreement is not in the store; None when the store cannot be read."""
-        if self._store is None:
-            return None
-        missing = []
-        try:
-            for r in range(self.size):
-                if not self._store.check([key + str(r)]) or int(self._store.get(key + str(r))) < self.sync_index:
-                    missing.append(r)
-        except Exception:  # noqa: BLE001 - e.g. the store's host rank died
-            return None
-        return missing
 
     # ------------------------------------------------------------------ helpers
     def _say_once(self, msg: str, key: str | None = None) -> None:
@@ -396,16 +255,7 @@ class Executor:
         return None
 
     def _ws(self, tag: str, numel: int, dtype: Any, device: Any) -> Any:
-        key = (tag, numel, dtype, str(device))
-        t = self._workspaces.get(key)
-        if t is None:
-            t = self._torch.empty(numel, dtype=dtype, device=device)
-            self._workspaces[key] = t
-            while len(self._workspaces) > 32:
-                self._workspaces.popitem(last=False)
-        else:
-            self._workspaces.move_to_end(key)
-        return t
+        return self._workspaces.get(tag, numel, dtype, device)
 
     def _run(self, plan: Plan, coll: str, i: Any, o: Any, chunk: int, op: Any, seq: int) -> None:
         torch = self._torch
@@ -443,64 +293,28 @@ class Executor:
         self._flush_pending(block=True)
 
     def _emit(self, timing: Timing, meta: dict) -> None:
-        if self.sink is None or not timing.bytes_to:
+        sink = self.sink
+        if sink is None or not timing.bytes_to:
             return
         t_cpu = time.perf_counter()
         try:
-            self._emit_samples(timing, meta)
+            samples = collective_samples(timing, meta, comm=self.comm, me=self.global_rank, peers=self._peers,
+                                         hosts=self._hosts, incarnation=self.incarnation)
+            try:
+                sink(samples)
+            except Exception as exc:  # noqa: BLE001 - telemetry must never stop training
+                self._say_once(f"telemetry sink failed: {exc!r}")
         finally:
             self.telemetry_s += time.perf_counter() - t_cpu
 
-    def _emit_samples(self, timing: Timing, meta: dict) -> None:
-        me = self.global_rank
-        t_s = meta["t_wall"]
-        samples = []
-        inject_bytes = 0
-        first: Any = None
-        last: Any = None
-        for peer in sorted(timing.bytes_to):
-            g = self._peers[peer]
-            busy = timing.busy_s(peer)
-            samples.append(Sample(t_s, self.comm, meta["seq"], meta["version"], "pair", me, g, timing.bytes_to[peer],
-                                  busy, meta["coll"], "executor", incarnation=self.incarnation))
-            if self._hosts[g] == self._hosts[me]:
-                inject_bytes += timing.bytes_to[peer]
-                a, b = timing.first_post[peer], timing.last_done[peer]
-                if timing.cuda:
-                    first = a if first is None or a.elapsed_time(first) > 0 else first
-                    last = b if last is None or last.elapsed_time(b) > 0 else last
-                else:
-                    first = a if first is None else min(first, a)
-                    last = b if last is None else max(last, b)
-        if inject_bytes:
-            busy = max(first.elapsed_time(last) / 1e3, 1e-9) if timing.cuda else max(last - first, 1e-9)
-            if timing.paced_rounds is not None:  # fault injection: summed per-round busy time (engine.Timing)
-                local = [p for p in timing.bytes_to if self._hosts[self._peers[p]] == self._hosts[me]]
-                busy = max(sum(max(ends[p] for p in local if p in ends) - t0
-                               for t0, ends in timing.paced_rounds if any(p in ends for p in local)), 1e-9)
-            samples.append(Sample(t_s, self.comm, meta["seq"], meta["version"], "inject", me, None, inject_bytes,
-                                  busy, meta["coll"], "executor", incarnation=self.incarnation))
-        sink = self.sink
-        if sink is None:
-            return
-        try:
-            sink(samples)
-        except Exception as exc:  # noqa: BLE001 - telemetry must never stop training
-            self._say_once(f"telemetry sink failed: {exc!r}")
-
     def _native(self, coll: str, seq: int) -> None:
         self.history.append((seq, coll, None))
-
-    def _check_same(self, *ts: Any) -> None:
-        d = {(t.dtype, t.device) for t in ts}
-        if len(d) != 1:
-            raise ExecutorError(f"comm {self.comm!r}: tensors differ in dtype/device: {sorted(map(str, d))}")
 
     # ------------------------------------------------------------------ collectives
     def all_gather_into_tensor(self, out: Any, inp: Any) -> None:
         """``out`` (N·n elements) = concatenation of every rank's ``inp`` (n elements), like torch's."""
         seq = self._begin()
-        self._check_same(out, inp)
+        same_kind(self.comm, out, inp)
         n, N = inp.numel(), self.size
         if out.numel() != N * n:
             raise ExecutorError(f"all_gather_into_tensor: output has {out.numel()} elements, expected {N}x{n}")
@@ -536,7 +350,7 @@ class Executor:
         """``out`` (n elements) = this rank's block of the reduction of every rank's ``inp`` (N·n)."""
         op = self._dist.ReduceOp.SUM if op is None else op
         seq = self._begin()
-        self._check_same(out, inp)
+        same_kind(self.comm, out, inp)
         n, N = out.numel(), self.size
         if inp.numel() != N * n:
             raise ExecutorError(f"reduce_scatter_tensor: input has {inp.numel()} elements, expected {N}x{n}")
@@ -605,7 +419,7 @@ class Executor:
         Split sizes are not run by programs yet: such calls go to the native collective.
         """
         seq = self._begin()
-        self._check_same(out, inp)
+        same_kind(self.comm, out, inp)
         N = self.size
         if output_split_sizes is not None or input_split_sizes is not None:
             self._alltoallv(out, inp, output_split_sizes, input_split_sizes, seq)
@@ -656,12 +470,9 @@ class Executor:
         ins = [int(x) for x in in_splits] if in_splits is not None else [inp.numel() // n] * n
         outs = [int(x) for x in out_splits] if out_splits is not None else [out.numel() // n] * n
         if self.sink is not None:
-            sends = [0] * self._dist.get_world_size()
-            for r, k in enumerate(ins):
-                sends[self._peers[r]] = k * inp.element_size()
             try:
-                self.sink([Sample(time.time(), self.comm, seq, None, "demand", self.global_rank, None, sum(sends),
-                                  1e-9, "alltoallv", "executor", {"send_bytes": sends}, self.incarnation)])
+                self.sink([demand_sample(self.comm, seq, self.global_rank, ins, inp.element_size(), self._peers,
+                                         self._dist.get_world_size(), self.incarnation)])
             except Exception as exc:  # noqa: BLE001 - telemetry must never stop training
                 self._say_once(f"telemetry sink failed: {exc!r}")
         sched = getattr(self, "alltoallv_schedule", None)
@@ -674,14 +485,10 @@ class Executor:
         self.history.append((seq, "alltoallv" if how == "schedule" else "alltoall", None))
 
     def _op_ok(self, op: Any, t: Any) -> bool:
-        R = self._dist.ReduceOp
-        if op == getattr(R, "AVG", None) and not t.is_floating_point():
-            self._say_once("AVG on an integer tensor: native torch.distributed")
-            return False
-        if op not in (R.SUM, R.PRODUCT, R.MAX, R.MIN, R.BAND, R.BOR, R.BXOR, getattr(R, "AVG", None)):
-            self._say_once(f"reduction {op}: native torch.distributed")
-            return False
-        return True
+        why = reduction_fallback(self._dist.ReduceOp, op, t.is_floating_point())
+        if why is not None:
+            self._say_once(why)
+        return why is None
 
     def _finish_avg(self, op: Any, t: Any) -> None:
         if op == getattr(self._dist.ReduceOp, "AVG", None) and self.history and self.history[-1][2] is not None:
@@ -691,11 +498,3 @@ class Executor:
         """Emit pending telemetry and release workspaces (the control group stays with torch)."""
         self.flush()
         self._workspaces.clear()
-
-
-def _fetched(client: Any, path: str, sha256: str | None) -> bytes:
-    """Store file ``path`` from the daemon, refused unless it has its manifest ``sha256`` (when there is one)."""
-    data: bytes = client.get(path)
-    if sha256 and hashlib.sha256(data).hexdigest() != sha256:
-        raise StagingError(f"{path}: fetched bytes do not match the manifest's sha256")
-    return data

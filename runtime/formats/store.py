@@ -29,24 +29,28 @@ import math
 import os
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from msccl_xml import export, parse as parse_xml
+from msccl_xml import parse as parse_xml
+from msccl_xml.deploy import DeployableVersion, fit_bands
+from msccl_xml.limits import RUNTIMES
+from msccl_xml.targets import MscclTarget, TorchTarget
 from runtime.errors import StoreError
 from runtime.formats.identity import MAX_VERSION, check_digest, check_epoch, new_epoch, sha256_hex, version_digest
 from synth import CutLink, LoopcollError, Schedule, ScheduleError, SynthResult, Topology
 from synth.figures import warm_mode_of
-from synth.fileio import write_text_atomic
+from synth.fileio import write_bytes_atomic, write_text_atomic
 
 __all__ = ["STORE_FORMAT", "Band", "VersionEntry", "VersionStore"]
 
 STORE_FORMAT = "loopcoll.store/1"
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _MAX_MANIFEST_BYTES = 64 << 20
+_XML, _NO_XML = MscclTarget("msccl-executor-nccl"), TorchTarget()
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,11 +114,6 @@ class VersionEntry:
         if any(b.digest is None for b in self.bands):
             return None
         return version_digest((b.min_bytes, b.max_bytes, str(b.digest)) for b in self.bands)
-
-    @property
-    def identity(self) -> tuple[str, int, str | None]:
-        """``(epoch, version, digest)``: what executors agree on."""
-        return self.epoch, self.version, self.digest
 
     def band_for(self, nbytes: int) -> int:
         """Index of the band covering ``nbytes`` (the nearest band when none covers it)."""
@@ -193,6 +192,16 @@ def _check_name(value: str, what: str) -> str:
     return value
 
 
+def _newest(entries: Iterable[VersionEntry]) -> dict[tuple[str, str], VersionEntry]:
+    """The entry of the highest version per (comm, collective)."""
+    best: dict[tuple[str, str], VersionEntry] = {}
+    for e in entries:
+        key = (e.comm, e.collective)
+        if key not in best or e.version > best[key].version:
+            best[key] = e
+    return best
+
+
 def _finite(x: float) -> float:
     return float(x) if math.isfinite(x) else 0.0
 
@@ -254,7 +263,7 @@ class VersionStore:
 
     def _verify_files(self, entries: Sequence[VersionEntry]) -> None:
         """Check every band file against its digest; the newest entry per (comm, collective) is parsed too."""
-        newest = {id(e) for e in self.latest()}
+        newest = {id(e) for e in _newest(entries).values()}
         for e in entries:
             for b in e.bands:
                 self.check_file(b.schedule, b.schedule_sha256, e.collective, parse=id(e) in newest)
@@ -294,7 +303,9 @@ class VersionStore:
     def reload(self) -> list[VersionEntry]:
         """Re-read the manifest from disk (another process may have published)."""
         with self._lock:
-            self._entries = self._read_manifest()
+            entries = self._read_manifest()
+            self._verify_files(entries)
+            self._entries = entries
             return list(self._entries)
 
     # -- queries ----------------------------------------------------------------------------
@@ -304,12 +315,8 @@ class VersionStore:
 
     def latest(self, comm: str | None = None, collective: str | None = None) -> list[VersionEntry]:
         """The newest version of each (comm, collective), sorted by name; optionally filtered."""
-        best: dict[tuple[str, str], VersionEntry] = {}
-        for e in self.entries():
-            if (comm is None or e.comm == comm) and (collective is None or e.collective == collective):
-                key = (e.comm, e.collective)
-                if key not in best or e.version > best[key].version:
-                    best[key] = e
+        best = _newest(e for e in self.entries()
+                       if (comm is None or e.comm == comm) and (collective is None or e.collective == collective))
         return [best[k] for k in sorted(best)]
 
     def next_version(self, comm: str, collective: str) -> int:
@@ -345,7 +352,7 @@ class VersionStore:
         self,
         comm: str,
         collective: str,
-        results_by_band: Sequence[tuple[int, int | None, SynthResult | Schedule]],
+        results_by_band: Sequence[tuple[int, int | None, SynthResult | Schedule]] | DeployableVersion,
         *,
         reason: str,
         topology: Topology,
@@ -359,76 +366,41 @@ class VersionStore:
     ) -> VersionEntry:
         """Write a new version (files first, then the manifest) and return its entry.
 
-        ``results_by_band`` lists ``(min_bytes, max_bytes, result)``; ``topology`` is the (measured)
-        topology the schedules were made for: its capacities go into the entry (only the links that
-        differ from ``nominal`` when that is given). MSCCL XML is exported per band when
-        ``export_xml``; an export error is recorded in the band (``xml_error``), the schedule is still
-        published. ``_fail_before_manifest`` raises after the files are written (crash tests).
+        ``results_by_band`` is a fitted :class:`~msccl_xml.deploy.DeployableVersion` (its bands'
+        bytes are written as they are; MSCCL XML when its target is an MSCCL runtime), or lists
+        ``(min_bytes, max_bytes, result)``, fitted here with :func:`msccl_xml.deploy.fit_bands`
+        (no re-synthesis): MSCCL XML of msccl-executor-nccl per band when ``export_xml``, an export
+        error recorded in the band (``xml_error``), the schedule still published; a result shared by
+        several bands is written once. ``topology`` is the (measured) topology the schedules were
+        made for: its capacities go into the entry (only the links that differ from ``nominal`` when
+        that is given). ``_fail_before_manifest`` raises after the files are written (crash tests).
         """
         _check_name(comm, "communicator")
         _check_name(collective, "collective")
-        if not results_by_band:
-            raise StoreError(f"{comm}/{collective}: nothing to publish (no bands)")
+        version = self._fitted(comm, collective, results_by_band, topology, export_xml)
         with self._lock:
-            version = self.next_version(comm, collective)
-            rel_dir = f"{comm}/{collective}/v{version}"
-            try:
-                self.path(rel_dir).mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StoreError(f"store {str(self.directory)!r}: cannot create {rel_dir}: "
-                                 f"{exc.strerror or exc}") from exc
-            bands: list[Band] = []
-            first: SynthResult | Schedule | None = None
-            written: dict[int, Band] = {}  # a result shared by several bands is written once
-            for i, (lo, hi, res) in enumerate(results_by_band):
-                sched = res.schedule if isinstance(res, SynthResult) else res
-                if sched is None:
-                    raise StoreError(f"{comm}/{collective} band {i}: the synthesis produced no schedule")
-                first = first or res
-                if id(res) in written:
-                    same = written[id(res)]
-                    bands.append(Band(int(lo), None if hi is None else int(hi), same.schedule, same.xml,
-                                      same.xml_error))
-                    continue
-                rel = f"{rel_dir}/b{i}.schedule.json"
-                try:
-                    write_text_atomic(self.path(rel), sched.to_json())
-                except LoopcollError as exc:
-                    raise StoreError(f"store {str(self.directory)!r}: cannot write {rel}: {exc}") from exc
-                xml_rel: str | None = None
-                xml_err: str | None = None
-                if export_xml:
-                    xml_rel, xml_err = self._export(sched, topology, f"{rel_dir}/b{i}.msccl.xml", int(lo),
-                                                    0 if hi is None else int(hi))
-                bands.append(Band(int(lo), None if hi is None else int(hi), rel, xml_rel, xml_err))
-                written[id(res)] = bands[-1]
-            assert first is not None
-            sched0 = first.schedule if isinstance(first, SynthResult) else first
-            assert sched0 is not None
-            if isinstance(first, SynthResult):
-                algbw, optimal = first.algbw_GBps, first.optimal_algbw_GBps
-                warm_mode = warm_mode_of(first.figures)
-                synth_s, status = first.solve_time_s, first.status.value
-            else:
-                algbw = sched0.algbw_GBps(topology)
-                optimal = float(sched0.meta.get("optimal_algbw_GBps", algbw))
-                warm_mode, synth_s, status = None, 0.0, "given"
+            number = self.next_version(comm, collective)
+            bands = self._write_bands(version, f"{comm}/{collective}/v{number}")
+            first = version.result
             caps = {f"{lk.src}->{lk.dst}": lk.gbps for lk in topology.links}
             if nominal is not None:
                 nom = {f"{lk.src}->{lk.dst}": lk.gbps for lk in nominal.links}
                 caps = {k: v for k, v in caps.items() if nom.get(k) != v}
+            warm_mode = None if first is None else warm_mode_of(first.figures)
             entry = VersionEntry(
-                comm=comm, collective=collective, version=version, bands=tuple(self._digested(b) for b in bands),
+                comm=comm, collective=collective, version=number, bands=tuple(self._digested(b) for b in bands),
                 topology_fingerprint=topology.fingerprint, capacities_gbps=MappingProxyType(dict(sorted(caps.items()))),
-                cut=sched0.bottleneck,
-                algbw_GBps=_finite(algbw), optimal_algbw_GBps=_finite(optimal), reason=str(reason),
+                cut=version.schedule.bottleneck,
+                algbw_GBps=_finite(version.algbw_GBps), optimal_algbw_GBps=_finite(version.optimal_algbw_GBps),
+                reason=str(reason),
                 verdict=None if verdict is None else MappingProxyType(json.loads(json.dumps(dict(verdict)))),
                 trigger_samples=int(trigger_samples), created_t_s=float(created_t_s),
-                warm_mode=None if warm_mode is None else str(warm_mode), synth_time_s=float(synth_s),
-                status=status, extra=MappingProxyType(dict(extra or {})), epoch=self.epoch,
+                warm_mode=None if warm_mode is None else str(warm_mode),
+                synth_time_s=float(0.0 if first is None else first.solve_time_s),
+                status=version.status, extra=MappingProxyType(dict(extra or {})), epoch=self.epoch,
             )
             if _fail_before_manifest:
-                raise StoreError(f"{comm}/{collective} v{version}: injected failure before the manifest write")
+                raise StoreError(f"{comm}/{collective} v{number}: injected failure before the manifest write")
             entries = [*self._entries, entry]
             self._write_manifest(entries)
             self._entries = entries
@@ -440,12 +412,48 @@ class VersionStore:
             return None if rel is None else sha256_hex(self.path(rel).read_bytes())
         return replace(band, schedule_sha256=sha(band.schedule), xml_sha256=sha(band.xml))
 
-    def _export(self, sched: Schedule, topology: Topology, rel: str, min_bytes: int = 0,
-                max_bytes: int = 0) -> tuple[str | None, str | None]:
-        try:  # the band's range goes into <algo minBytes maxBytes>
-            export(sched, topology, str(self.path(rel)), min_bytes=min_bytes, max_bytes=max_bytes)
-        except LoopcollError as exc:
-            return None, str(exc)[:500]
-        except (OSError, ValueError, RecursionError) as exc:
-            return None, f"{type(exc).__name__}: {str(exc)[:400]}"
-        return rel, None
+    @staticmethod
+    def _fitted(comm: str, collective: str,
+                given: Sequence[tuple[int, int | None, SynthResult | Schedule]] | DeployableVersion,
+                topology: Topology, export_xml: bool) -> DeployableVersion:
+        """``given`` as a version: itself, or its bands fitted to msccl-executor-nccl (torch without XML)."""
+        if isinstance(given, DeployableVersion):
+            return given
+        if not given:
+            raise StoreError(f"{comm}/{collective}: nothing to publish (no bands)")
+        for i, (_, _, res) in enumerate(given):
+            if isinstance(res, SynthResult) and res.schedule is None:
+                raise StoreError(f"{comm}/{collective} band {i}: the synthesis produced no schedule")
+        return fit_bands(given, topology, _XML if export_xml else _NO_XML, strict=False)
+
+    def _write_bands(self, version: DeployableVersion, rel_dir: str) -> tuple[Band, ...]:
+        """Write each band's schedule JSON and (MSCCL targets) XML under ``rel_dir``; a shared band refers
+        to the files of the band it shares."""
+        try:
+            self.path(rel_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"store {str(self.directory)!r}: cannot create {rel_dir}: "
+                             f"{exc.strerror or exc}") from exc
+        xml = version.target in RUNTIMES
+        bands: list[Band] = []
+        for i, b in enumerate(version.bands):
+            lo, hi = int(b.min_bytes), None if b.max_bytes is None else int(b.max_bytes)
+            if b.shares is not None:
+                same = bands[b.shares]
+                bands.append(Band(lo, hi, same.schedule, same.xml, same.xml_error))
+                continue
+            rel = f"{rel_dir}/b{i}.schedule.json"
+            try:
+                write_text_atomic(self.path(rel), b.schedule.to_json())
+            except LoopcollError as exc:
+                raise StoreError(f"store {str(self.directory)!r}: cannot write {rel}: {exc}") from exc
+            xml_rel: str | None = None
+            xml_err = None if b.error is None or not xml else b.error[:500]
+            if xml and b.program is not None:
+                xml_rel = f"{rel_dir}/b{i}.msccl.xml"
+                try:
+                    write_bytes_atomic(self.path(xml_rel), b.program)
+                except LoopcollError as exc:
+                    xml_rel, xml_err = None, str(exc)[:500]
+            bands.append(Band(lo, hi, rel, xml_rel, xml_err))
+        return tuple(bands)

@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from msccl_xml.deploy import fit
+from msccl_xml.targets import MscclTarget, TorchTarget
 from runtime.contention.gate import ContentionGate, GateConfig
 from runtime.errors import ProfileError, RuntimeStateError
 from runtime.formats.profile import JobProfile
@@ -215,10 +217,13 @@ class ScheduleManager:
         ranks, relay = self.members[comm]
         return topo if ranks is None else topo.communicator(ranks, relay=relay)
 
-    def _synthesize(self, key: tuple[str, str], topo: Topology, warm: SynthResult | Schedule | None) -> SynthResult:
+    def _synthesize(self, key: tuple[str, str], topo: Topology, warm: SynthResult | Schedule | None,
+                    chunks: int | None = None) -> SynthResult:
+        """Synthesize ``key`` on ``topo`` (warm when it can); ``chunks`` overrides the config's."""
         collective = Collective.parse(key[1])
         ranks, relay = self.members[key[0]]
-        chunks = self.config.alltoall_chunks if collective is Collective.ALLTOALL else self.config.chunks
+        if chunks is None:
+            chunks = self.config.alltoall_chunks if collective is Collective.ALLTOALL else self.config.chunks
         try:
             return synthesize(collective, topo, chunks=chunks, warm_from=warm,
                               solver=self.config.solver, time_limit_s=self.config.time_limit_s,
@@ -234,15 +239,20 @@ class ScheduleManager:
     def _publish(self, key: tuple[str, str], result: SynthResult, topo: Topology, reason: str,
                  verdict: Verdict | None, trigger_samples: int, now: float) -> VersionEntry:
         comm, coll = key
-        bands = [(lo, hi, result) for lo, hi, _ in size_bands(self.sizes[key])]
-        entry = self.store.publish(comm, coll, bands, reason=reason, topology=self.comm_topology(comm, topo),
+        comm_topo = self.comm_topology(comm, topo)
+        version = fit(result, comm_topo, MscclTarget() if self.config.export_xml else TorchTarget(),
+                      bands=[(lo, hi) for lo, hi, _ in size_bands(self.sizes[key])],
+                      resynthesize=lambda cap: self._synthesize(key, topo, None, chunks=cap), strict=False)
+        entry = self.store.publish(comm, coll, version, reason=reason, topology=comm_topo,
                                    nominal=self.comm_topology(comm, self.nominal),
                                    verdict=None if verdict is None else verdict.to_dict(),
-                                   trigger_samples=trigger_samples, created_t_s=now,
-                                   export_xml=self.config.export_xml)
-        assert result.schedule is not None
-        self.schedules[(comm, coll, entry.version)] = result.schedule
-        self.deployed[key] = Deployed(entry, result.schedule, result, entry.cut, now)
+                                   trigger_samples=trigger_samples, created_t_s=now)
+        if version.note is not None:
+            self._log({"event": "capped", "t_s": now, "comm": comm, "collective": coll, "version": entry.version,
+                       "chunks": version.capped_chunks, "message": version.note})
+        result = version.result or result
+        self.schedules[(comm, coll, entry.version)] = version.schedule
+        self.deployed[key] = Deployed(entry, version.schedule, result, entry.cut, now)
         self.counters.publications += 1
         if self.gate is not None:
             self.gate.reconfigured(f"{comm}/{coll}")

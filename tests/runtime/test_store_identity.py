@@ -6,6 +6,7 @@ before this change (no epoch, no digests, no lock, files never read at load).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -18,8 +19,8 @@ import pytest
 from runtime import Client, Controller, profile_from_dict, serve
 from runtime.errors import StoreError, WireError
 from runtime.executor.errors import StagingError
-from runtime.executor.executor import _fetched
-from runtime.executor.versions import choose
+from runtime.executor.agreement import choose
+from runtime.executor.sources import entry_programs
 from runtime.formats.store import VersionStore
 from synth import load_topology, synthesize
 
@@ -149,13 +150,14 @@ def test_a_changed_file_is_neither_served_nor_staged(daemon: Any) -> None:
         assert entry is not None
         band = entry.bands[0]
         assert band.xml is not None and entry.epoch and entry.digest
-        assert _fetched(c, band.xml, band.xml_sha256) == (daemon.store / band.xml).read_bytes()
+        assert [p.coll for p in entry_programs(entry, c.get)] == ["allgather"]
         (daemon.store / band.xml).write_bytes(b"<algo swapped/>")
         with pytest.raises(WireError, match="does not match its manifest sha256"):
             c.get(band.xml)
         # the executor's own check, on bytes the daemon still serves
-        with pytest.raises(StagingError, match="do not match the manifest's sha256"):
-            _fetched(c, band.schedule, "0" * 64)
+        other = dataclasses.replace(band, xml=None, xml_sha256=None, schedule_sha256="0" * 64)
+        with pytest.raises(StagingError, match=f"{band.schedule}: fetched bytes do not match the manifest's sha256"):
+            entry_programs(dataclasses.replace(entry, bands=(other,)), c.get)
     assert any(r.get("reason") == "digest" for r in daemon.records)
 
 
@@ -214,8 +216,6 @@ def _follow_two_epochs(rank: int, world: int, sync_dir: str) -> dict[str, Any]:
         (d / f"{phase}.done{rank}").write_text("")
     client.close()
     # ranks staging different programs as one version: not switched, the odd rank reported
-    import dataclasses
-
     from msccl_xml import lower
 
     prog = lower(synthesize("allgather", load_topology("ring:2")).schedule, verify=False)
