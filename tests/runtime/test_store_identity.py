@@ -63,6 +63,11 @@ def test_digests_per_band_and_version_match_the_bytes(tmp_path: Path) -> None:
     assert b.schedule_sha256 == hashlib.sha256(store.path(b.schedule).read_bytes()).hexdigest()
     assert b.xml is not None and b.xml_sha256 == hashlib.sha256(store.path(b.xml).read_bytes()).hexdigest()
     assert _manifest(store)["versions"][0]["digest"] == e.digest and e.digest is not None
+    from msccl_xml.deploy import deploy
+
+    v = deploy(TOPO, "allgather", target="msccl-executor-nccl", bands=[(0, 4095), (4096, None)])
+    fitted = store.publish("world", "allgather", v, reason="t", topology=TOPO)
+    assert fitted.digest == v.digest and [b.digest for b in fitted.bands] == [b.digest for b in v.bands]
 
 
 def _corrupt(store: VersionStore, how: str) -> str:
