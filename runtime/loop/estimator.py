@@ -57,6 +57,7 @@ from synth.routing import pair_route
 __all__ = ["LinkEstimate", "LinkEstimator", "Measurement", "ScheduleRouting"]
 
 LinkKey = tuple[str, str]
+_PACE_ROUTINGS = 16  # routings whose pacing runs are kept (one per running version)
 #: One measurement of a collective: (kind, src, dst or None, bytes, busy_s).
 Measurement = tuple[str, int, "int | None", float, float]
 
@@ -201,7 +202,7 @@ class LinkEstimator:
 
     def __init__(self, nominal: Topology, *, alpha: float = 0.012, tau_s: float | None = None,
                  slow_tolerance: float = 0.1, pace_tolerance: float = 0.1, snap: float = 0.02,
-                 window: int = 8) -> None:
+                 window: int = 8, pace_window: int = 16) -> None:
         if not 0.0 < alpha <= 1.0:
             raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
         if tau_s is not None and not (math.isfinite(tau_s) and tau_s > 0):
@@ -218,6 +219,8 @@ class LinkEstimator:
         self._last: dict[LinkKey, tuple[float, float]] = {}
         self._recent: dict[LinkKey, deque[float]] = {}
         self.window = max(1, int(window))
+        self.pace_window = max(1, int(pace_window))
+        self._pace: dict[int, tuple[ScheduleRouting, dict[tuple[Any, ...], dict[tuple[int, int], deque[float]]]]] = {}
         self.groups = 0
 
     # -- updates ----------------------------------------------------------------------------
@@ -287,32 +290,58 @@ class LinkEstimator:
         """Slow measurements explained by a slow feeder upstream of them (pacing), cycles resolved.
 
         Edge m → f when a feeder pair f of m (slow or not) runs at a per-chunk rate at most
-        ``1 + pace_tolerance`` times m's: m relays at its input's pace. Measurements that pace each
+        ``1 + pace_tolerance`` times m's: m relays at its input's pace. The ratio compared is the
+        **median over m's current slow run** (its consecutive slow collectives of this routing, at
+        most ``pace_window`` of them): one pair of independently noisy samples decides nothing, and
+        on noise-free telemetry the median is the current ratio. Measurements that pace each
         other in a cycle (a ring slowed as a whole) form one strongly connected component; a component
         with an edge leaving it is paced by something upstream, one without (a sink) holds the cause
         and is kept as evidence.
         """
         import networkx as nx
 
+        runs = self._pace_runs(routing)
         g = nx.DiGraph()
+        slow_nodes = set()
         for (kind, src, dst, _rate, _links, pc), is_slow in zip(rows, verdicts):
             if not is_slow:
                 continue
             node = (kind, src, dst)
+            slow_nodes.add(node)
             g.add_node(node)
             if kind == "pair" and dst is not None:
                 feeders: Iterable[tuple[int, int]] = routing.upstream.get((src, dst), ())
             else:
                 feeders = {f for (u, _v), ups in routing.upstream.items() if u == src for f in ups}
-            limit = (1.0 + self.pace_tolerance) * pc
+            run = runs.setdefault(node, {})
             for f in sorted(feeders):
-                if rates.get(f, math.inf) <= limit and ("pair", *f) != node:
+                if ("pair", *f) != node:
+                    run.setdefault(f, deque(maxlen=self.pace_window)).append(rates.get(f, math.inf) / pc)
+        for node in [n for n in runs if n not in slow_nodes]:
+            del runs[node]  # its slow run ended
+        spread = _pooled_log_spread(h for run in runs.values() for h in run.values())
+        for node in sorted(slow_nodes, key=repr):
+            for f, hist in sorted(runs[node].items()):
+                # the median's standard error (1.2533 σ / √n) three times over widens the tolerance
+                limit = (1.0 + self.pace_tolerance) * math.exp(3.0 * 1.2533 * spread / math.sqrt(len(hist)))
+                if _median(hist) <= limit:
                     g.add_edge(node, ("pair", *f))
         if g.number_of_edges() == 0:
             return set()
         cond = nx.condensation(g)
         members = cond.graph["mapping"]
         return {n for n in g.nodes if cond.out_degree(members[n]) > 0}
+
+    def _pace_runs(self, routing: ScheduleRouting) -> dict[tuple[Any, ...], dict[tuple[int, int], deque[float]]]:
+        """Per slow measurement of ``routing``, its feeders' recent per-chunk rate ratios (bounded: the
+        last ``_PACE_ROUTINGS`` routings seen keep theirs)."""
+        entry = self._pace.pop(id(routing), None)
+        if entry is None or entry[0] is not routing:
+            entry = (routing, {})
+        self._pace[id(routing)] = entry  # most recent last
+        while len(self._pace) > _PACE_ROUTINGS:
+            del self._pace[next(iter(self._pace))]
+        return entry[1]
 
     # -- queries ----------------------------------------------------------------------------
     def estimate_gbps(self, key: LinkKey) -> float:
@@ -403,6 +432,35 @@ class LinkEstimator:
             self._last.pop(k, None)
             self._count.pop(k, None)
             self._recent.pop(k, None)
+
+
+def _median(xs: Iterable[float]) -> float:
+    """The median (mean of the middle two for an even count; infinities allowed).
+
+    >>> _median([3.0, 1.0, 2.0]), _median([1.0, math.inf])
+    (2.0, inf)
+    """
+    v = sorted(xs)
+    k = len(v) // 2
+    return v[k] if len(v) % 2 else (v[k - 1] + v[k]) / 2.0
+
+
+def _pooled_log_spread(hists: Iterable[Sequence[float]]) -> float:
+    """Robust σ of log ratios pooled over histories: 1.4826 × the median absolute deviation of each
+    finite entry from its own history's median (0 on noise-free telemetry, where a history is constant).
+
+    >>> _pooled_log_spread([[1.0, 1.0], [2.0]]), round(_pooled_log_spread([[1.0, math.e, 1 / math.e]]), 4)
+    (0.0, 1.4826)
+    """
+    devs = []
+    for h in hists:
+        if len(h) < 2:
+            continue
+        med = _median(h)
+        if not math.isfinite(med):
+            continue
+        devs += [abs(math.log(x / med)) for x in h if math.isfinite(x) and x > 0]
+    return 1.4826 * _median(devs) if devs else 0.0
 
 
 def _round_gbps(x: float) -> float:
