@@ -58,6 +58,7 @@ __all__ = ["LinkEstimate", "LinkEstimator", "Measurement", "ScheduleRouting"]
 
 LinkKey = tuple[str, str]
 _PACE_ROUTINGS = 16  # routings whose pacing runs are kept (one per running version)
+_NOISE_WINDOW = 32  # collectives over which the timing jitter is learnt
 #: One measurement of a collective: (kind, src, dst or None, bytes, busy_s).
 Measurement = tuple[str, int, "int | None", float, float]
 
@@ -159,6 +160,16 @@ class ScheduleRouting:
         return None
 
 
+@dataclass(slots=True)
+class _PaceState:
+    """Pacing memory of one routing: per slow measurement, its feeders' per-chunk rate ratios over
+    its current slow run; per measurement, its last not-slow rate (the jitter is learnt from them)."""
+
+    routing: ScheduleRouting
+    runs: dict[tuple[Any, ...], dict[tuple[int, int], deque[float]]] = field(default_factory=dict)
+    last_rate: dict[tuple[Any, ...], float] = field(default_factory=dict)
+
+
 @dataclass(frozen=True, slots=True)
 class LinkEstimate:
     """The smoothed capacity ``M_a`` of one link and how it was reached."""
@@ -220,7 +231,8 @@ class LinkEstimator:
         self._recent: dict[LinkKey, deque[float]] = {}
         self.window = max(1, int(window))
         self.pace_window = max(1, int(pace_window))
-        self._pace: dict[int, tuple[ScheduleRouting, dict[tuple[Any, ...], dict[tuple[int, int], deque[float]]]]] = {}
+        self._pace: dict[int, _PaceState] = {}
+        self._noise: deque[float] = deque(maxlen=_NOISE_WINDOW)  # per collective: median |Δ log rate|
         self.groups = 0
 
     # -- updates ----------------------------------------------------------------------------
@@ -300,7 +312,9 @@ class LinkEstimator:
         """
         import networkx as nx
 
-        runs = self._pace_runs(routing)
+        st = self._pace_state(routing)
+        learnt = self._learn_noise(st, rows, verdicts)
+        runs = st.runs
         g = nx.DiGraph()
         slow_nodes = set()
         for (kind, src, dst, _rate, _links, pc), is_slow in zip(rows, verdicts):
@@ -319,7 +333,7 @@ class LinkEstimator:
                     run.setdefault(f, deque(maxlen=self.pace_window)).append(rates.get(f, math.inf) / pc)
         for node in [n for n in runs if n not in slow_nodes]:
             del runs[node]  # its slow run ended
-        spread = _pooled_log_spread(h for run in runs.values() for h in run.values())
+        spread = max(learnt, _pooled_log_spread(h for run in runs.values() for h in run.values()))
         for node in sorted(slow_nodes, key=repr):
             for f, hist in sorted(runs[node].items()):
                 # the median's standard error (1.2533 σ / √n) three times over widens the tolerance
@@ -332,16 +346,37 @@ class LinkEstimator:
         members = cond.graph["mapping"]
         return {n for n in g.nodes if cond.out_degree(members[n]) > 0}
 
-    def _pace_runs(self, routing: ScheduleRouting) -> dict[tuple[Any, ...], dict[tuple[int, int], deque[float]]]:
-        """Per slow measurement of ``routing``, its feeders' recent per-chunk rate ratios (bounded: the
-        last ``_PACE_ROUTINGS`` routings seen keep theirs)."""
-        entry = self._pace.pop(id(routing), None)
-        if entry is None or entry[0] is not routing:
-            entry = (routing, {})
-        self._pace[id(routing)] = entry  # most recent last
+    def _pace_state(self, routing: ScheduleRouting) -> _PaceState:
+        """The pacing memory of ``routing`` (the last ``_PACE_ROUTINGS`` routings seen keep theirs)."""
+        st = self._pace.pop(id(routing), None)
+        if st is None or st.routing is not routing:
+            st = _PaceState(routing)
+        self._pace[id(routing)] = st  # most recent last
         while len(self._pace) > _PACE_ROUTINGS:
             del self._pace[next(iter(self._pace))]
-        return entry[1]
+        return st
+
+    def _learn_noise(self, st: _PaceState, rows: Sequence[tuple[Any, ...]], verdicts: Sequence[bool]) -> float:
+        """Fold this collective's timing jitter in; returns the learnt spread of a log rate *ratio*.
+
+        For each measurement that is not slow now, ``|Δ log rate|`` since its previous not-slow
+        collective of the same routing; the collective's value is their median, the spread
+        1.4826 × the median of the last ``_NOISE_WINDOW`` values (the ratio of two samples has √2
+        times one sample's σ, which cancels against the difference's √2). A rate that steps once
+        (a change of capacity) moves one collective's value only; noise-free telemetry learns 0.
+        """
+        devs = []
+        for (kind, src, dst, rate, _links, _pc), is_slow in zip(rows, verdicts):
+            node = (kind, src, dst)
+            if is_slow:
+                continue
+            prev = st.last_rate.get(node)
+            if prev is not None:
+                devs.append(abs(math.log(rate / prev)))
+            st.last_rate[node] = rate
+        if devs:
+            self._noise.append(_median(devs))
+        return 1.4826 * _median(self._noise) if self._noise else 0.0
 
     # -- queries ----------------------------------------------------------------------------
     def estimate_gbps(self, key: LinkKey) -> float:
