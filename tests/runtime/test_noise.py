@@ -102,7 +102,8 @@ def test_fail2_adapts_under_noise(noise_free: TimelineResult, sigma: float, outl
 def test_no_publication_over_5000_noisy_healthy_collectives() -> None:
     res = run_timeline(scenario_from_dict({
         "format": "loopcoll.scenario/1", "topology": "hpn:1x2x2", "duration_s": 0.112,
-        "workload": [{"comm": "world", "collective": "allgather", "size_bytes": 4 << 20}], "events": []}),
+        "workload": [{"comm": "world", "collective": "allgather", "size_bytes": 4 << 20}], "events": [],
+        "fast_forward": False}),
         noise=TimingNoise(0.10, 0.01, seed=2))
     assert len(res.rows) >= 5000 and not any(r.get("fast_forward") for r in res.rows)
     assert res.publications == 0 and res.syntheses == 1 and res.false_positives == 0  # bootstrap only
