@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _report import timed, write_results
 
 from runtime import Client, Controller, profile_from_dict, serve
+from runtime.formats.store import VersionEntry
 from synth import load_topology, read_schedule
 from tests.runtime.drill import degraded_samples
 
@@ -53,8 +54,8 @@ def _daemon(store: str, records: list[dict[str, Any]]) -> Any:
     return serve(controller, token=TOKEN, store_dir=store, log=records.append)
 
 
-def _schedule(store: str, entry: dict[str, Any]) -> Any:
-    return read_schedule(os.path.join(store, entry["bands"][0]["schedule"]))
+def _schedule(store: str, entry: VersionEntry) -> Any:
+    return read_schedule(os.path.join(store, entry.bands[0].schedule))
 
 
 def _flat(by_host: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -68,7 +69,7 @@ def transport_rows(repeats: int) -> list[dict[str, Any]]:
         with Client(daemon.address, token=TOKEN, comms=["world"]) as client:
             entry = client.wait_version("world", "allgather", timeout_s=120)
             assert entry is not None
-            healthy = _flat(degraded_samples(_schedule(store, entry), load_topology(SPEC), version=entry["version"],
+            healthy = _flat(degraded_samples(_schedule(store, entry), load_topology(SPEC), version=entry.version,
                                              n_collectives=1000, factor=1.0))
 
             med, times, _ = timed(lambda: client.push_samples(healthy), repeats)
@@ -107,13 +108,13 @@ def reaction_once() -> tuple[float, float]:
         with Client(daemon.address, token=TOKEN, role="executor", rank=0, comms=["world"]) as client:
             v1 = client.wait_version("world", "allgather", timeout_s=120)
             assert v1 is not None
-            samples = _flat(degraded_samples(_schedule(store, v1), load_topology(SPEC), version=v1["version"],
+            samples = _flat(degraded_samples(_schedule(store, v1), load_topology(SPEC), version=v1.version,
                                              n_collectives=200))
             arrived: dict[str, float] = {}
             done = threading.Event()
 
-            def on_version(e: dict[str, Any]) -> None:
-                if e["version"] > v1["version"] and not done.is_set():
+            def on_version(e: VersionEntry) -> None:
+                if e.version > v1.version and not done.is_set():
                     arrived["t"] = time.time()
                     done.set()
 
@@ -123,7 +124,7 @@ def reaction_once() -> tuple[float, float]:
             if not done.wait(120):
                 raise SystemExit("no new version within 120 s")
         publish = next(r["t_s"] for r in records  # the daemon's record of pushing the new version
-                       if r.get("event") == "publish" and r["version"] > v1["version"])
+                       if r.get("event") == "publish" and r["version"] > v1.version)
     return arrived["t"] - t_start, arrived["t"] - publish
 
 

@@ -25,7 +25,7 @@ from benchmarks._report import RESULTS, markdown_table  # noqa: E402
 from msccl_xml import lower  # noqa: E402
 from runtime.executor.launch import launch  # noqa: E402
 from runtime.executor.measure import bench  # noqa: E402
-from synth import named_topology, synthesize  # noqa: E402
+from synth import COLLECTIVES, named_topology, synthesize  # noqa: E402
 
 
 def parse_size(text: str) -> int:
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", nargs="+", default=["1M", "16M"], help="sizes S (default 1M 16M; --full: 1M..256M)")
     ap.add_argument("--full", action="store_true", help="sizes 1M 4M 16M 64M 256M")
     ap.add_argument("--collectives", nargs="+", default=["allgather", "allreduce"],
-                    choices=["allgather", "reducescatter", "allreduce", "alltoall"])
+                    choices=COLLECTIVES)
     ap.add_argument("--topology", default=None, help="named topology, {n} = process count (default nvswitch:{n})")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--iters", type=int, default=3)

@@ -22,12 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import timed, write_results  # noqa: E402
 
 from mscclpp_plan import PlanLimitError, check, lower_schedule, plan_algbw_GBps  # noqa: E402
-from synth import load_topology, synthesize  # noqa: E402
+from synth import COLLECTIVES, load_topology, synthesize  # noqa: E402
 from synth.errors import TopologyError  # noqa: E402
 
 SPECS = ("hpn:1x2x8", "h200-proto", "dgx-a100:2", "nvswitch:8", "ring:6", "torus:3x3")
 FAILURES = (None, "fail1", "fail2", "fail3")
-COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall")
 
 
 def main() -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
@@ -29,7 +28,7 @@ from typing import Any, cast
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._report import write_results  # noqa: E402
-from msccl_xml import export, parse, program_algbw_GBps  # noqa: E402
+from msccl_xml import parse, program_algbw_GBps, render_xml  # noqa: E402
 from synth import Collective, synthesize  # noqa: E402
 from synth.errors import RuntimeLimitError, XmlError  # noqa: E402
 from synth.figures import binding_limit_of  # noqa: E402
@@ -69,8 +68,7 @@ def _xml_algbw(topo: Topology, result: Any) -> tuple[float | None, str]:
     """The exported XML's algbw (``export`` checks the executor's limits), or None and why: over a
     limit, or a free-routing hop that the executor would route otherwise."""
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            text = export(result.schedule, topo, str(Path(tmp) / "x.xml"))
+        text = render_xml(result.schedule, topo)
     except XmlError as exc:
         return None, "runtime limit" if isinstance(exc, RuntimeLimitError) else "hop off its route"
     return program_algbw_GBps(parse(text), topo), ""

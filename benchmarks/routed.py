@@ -26,7 +26,6 @@ import argparse
 import math
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._report import write_results  # noqa: E402
-from msccl_xml import export, parse, program_algbw_GBps  # noqa: E402
+from msccl_xml import parse, program_algbw_GBps, render_xml  # noqa: E402
 from synth import optimal_bound, synthesize  # noqa: E402
 from synth.errors import RuntimeLimitError  # noqa: E402
 from synth.figures import routing_of  # noqa: E402
@@ -73,8 +72,7 @@ def _fabric_row(family: str, topo: Topology, coll: str, tree_limit_s: float) -> 
     xml: float | None = None
     for cap in (4, 2, 1, None):  # an XML over the runtime's limits: fewer chunks, as `synth -o` does for trees
         try:
-            with tempfile.TemporaryDirectory() as tmp:
-                text = export(exported.schedule, topo, str(Path(tmp) / "x.xml"))
+            text = render_xml(exported.schedule, topo)
             xml = program_algbw_GBps(parse(text), topo)
             break
         except RuntimeLimitError as exc:

@@ -7,6 +7,7 @@ import argparse
 from loopcoll._common import add_topology_args, parse_sizes, print_json, topology_from_args
 from loopcoll._log import configure_progress
 from msccl_xml import program_to_schedule, read
+from msccl_xml.deploy import unbounded_chunk_cap
 from synth import COLLECTIVES, Schedule, optimal_bound, read_schedule, synthesize
 from synth.baselines import describe_baseline, nccl_direct_alltoall, nccl_ring
 from synth.bounds import busbw_GBps
@@ -62,7 +63,6 @@ def _schedules(args: argparse.Namespace, topo: Topology, sizes: list[int]) -> li
         static = res.schedule
     for k in kinds:
         if k == "pareto":
-            from loopcoll._latency import unbounded_chunk_cap
             from synth.latency.pareto import pareto_set
 
             cap = args.chunks

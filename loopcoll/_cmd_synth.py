@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
-from collections.abc import Callable
 from typing import Any
 
 from loopcoll._cmd_alltoallv import add_synth_parser
@@ -15,14 +13,16 @@ from loopcoll._common import (
     print_json,
     result_json,
     topology_from_args,
-    xml_chunk_cap,
 )
 from loopcoll._log import configure_progress
 from loopcoll._schedule_file import read_warm_schedule
-from msccl_xml import export
-from synth import synthesize, write_schedule
-from synth.errors import RuntimeLimitError, ScheduleError
+from msccl_xml.deploy import fit
+from msccl_xml.targets import MscclTarget, Target
+from mscclpp_plan.target import MscclppTarget
+from synth import COLLECTIVES, synthesize, write_schedule
+from synth.errors import ScheduleError
 from synth.figures import routing_of
+from synth.fileio import write_bytes_atomic
 from synth.result import SynthResult
 from synth.schedule import Schedule
 from synth.topologies.model import Topology
@@ -104,74 +104,28 @@ def _cg_options(args: argparse.Namespace) -> dict[str, Any]:
 def _export_fitting(
     args: argparse.Namespace, topo: Topology, warm: Schedule | None, result: SynthResult
 ) -> tuple[SynthResult, tuple[int, str] | None]:
-    """Export ``result`` as XML; without ``--chunks``, re-synthesize a tree collective with fewer
-    chunks per source while the schedule exceeds the MSCCL runtime's limits.
+    """Fit ``result`` to ``-o``'s target (:func:`msccl_xml.deploy.fit`: without ``--chunks`` it may
+    re-synthesize with fewer chunks) and write the program atomically.
 
     Returns the exported result and, when chunks were capped, (the cap, a note).
     """
-    assert result.schedule is not None
-    mscclpp = getattr(args, "format", "xml") == "mscclpp"
-    if mscclpp and args.protocol != "Simple":
-        from mscclpp_plan import PlanError
+    def again(cap: int) -> SynthResult:
+        return synthesize(args.collective, topo, chunks=cap, warm_from=warm, routing=args.routing)
 
-        raise PlanError(f"--protocol {args.protocol}: MSCCL++ plans are lowered with protocol Simple only "
-                        "(LL packets are read and checked, not generated)")
-
-    def write_out(sched: Schedule) -> None:
-        if mscclpp:
-            from mscclpp_plan import export as export_plan
-
-            export_plan(sched, topo, args.output, inplace=getattr(args, "inplace", False))
-        else:
-            export(sched, topo, args.output, runtime=args.runtime, protocol=args.protocol)
-
-    try:
-        write_out(result.schedule)
-        return result, None
-    except RuntimeLimitError as exc:
-        if args.collective == "alltoall" and args.chunks is None and result.schedule.nchunks > 10:
-            # The automatic chunk choice went above 10 per block: fall back to 10, as before it.
-            return _alltoall_at_10(args, topo, warm, result.schedule.nchunks, exc, write_out)
-        if args.collective == "alltoall" or args.chunks is not None:
-            raise
-        first = exc
-    uncapped = result.schedule.nchunks
-    if mscclpp:  # MSCCL++ limits operations per threadblock, not offsets: halve the chunks
-        cap = max(1, uncapped // 2) if uncapped > 1 else 0
-    else:
-        cap = min(uncapped - 1, xml_chunk_cap(args.runtime, topo.nranks))
-    log = logging.getLogger("synth.cli")
-    while cap >= 1:
-        log.warning("%s; re-synthesizing with at most %d chunks per source", first, cap)
-        capped = synthesize(args.collective, topo, chunks=cap, warm_from=warm, routing=args.routing)
-        if capped.schedule is None:
-            raise ScheduleError(f"{args.collective} on {topo.name} with at most {cap} chunks per source: no schedule "
-                                f"({capped.status.value}: {capped.message})")
-        try:
-            write_out(capped.schedule)
-        except RuntimeLimitError as exc:
-            first = exc
-            cap = min(cap, capped.schedule.nchunks) // 2
-            continue
-        target = "MSCCL++" if mscclpp else args.runtime
-        note = (f"re-synthesized with at most {cap} chunks per source: the uncapped schedule's {uncapped} "
-                f"chunks exceed {target}'s limits")
-        return capped, (cap, note)
-    raise RuntimeLimitError(f"{first} (even with 1 chunk per source)")
+    version = fit(result, topo, _target(args), protocol=args.protocol,
+                  resynthesize=None if args.chunks is not None else again)
+    program = version.bands[0].program
+    assert program is not None and version.result is not None  # fit is strict: a program or an error
+    write_bytes_atomic(args.output, program)
+    capped = None if version.capped_chunks is None or version.note is None else (version.capped_chunks, version.note)
+    return version.result, capped
 
 
-def _alltoall_at_10(args: argparse.Namespace, topo: Topology, warm: Schedule | None, chosen: int,
-                    exc: RuntimeLimitError, write_out: Callable[[Schedule], None]) -> tuple[SynthResult,
-                                                                                            tuple[int, str]]:
-    """AllToAll re-synthesized with 10 chunks per block when the chosen K's XML is over the limits."""
-    logging.getLogger("synth.cli").warning("%s; re-synthesizing with 10 chunks per block", exc)
-    capped = synthesize("alltoall", topo, chunks=10, warm_from=warm, routing=args.routing)
-    if capped.schedule is None:
-        raise ScheduleError(f"alltoall on {topo.name} with 10 chunks per block: no schedule "
-                            f"({capped.status.value}: {capped.message})")
-    write_out(capped.schedule)
-    target = "MSCCL++" if getattr(args, "format", "xml") == "mscclpp" else args.runtime
-    return capped, (10, f"re-synthesized with 10 chunks per block: the chosen {chosen} exceed {target}'s limits")
+def _target(args: argparse.Namespace) -> Target:
+    """``-o``'s export target: ``--format mscclpp`` (``--inplace``), else the MSCCL ``--runtime``."""
+    if getattr(args, "format", "xml") == "mscclpp":
+        return MscclppTarget(inplace=getattr(args, "inplace", False))
+    return MscclTarget(args.runtime)
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -184,7 +138,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     csub = p.add_subparsers(dest="collective", metavar="COLLECTIVE", parser_class=type(p))
     csub.required = True
-    for collective in ("allgather", "reducescatter", "allreduce", "alltoall"):
+    for collective in COLLECTIVES:
         c = csub.add_parser(collective, help=f"synthesize {collective}", description=f"Synthesize {collective}.")
         add_topology_args(c)
         if collective == "alltoall":

@@ -9,7 +9,6 @@ import re
 import sys
 from typing import Any
 
-from msccl_xml import runtime_limits
 from synth.errors import LoopcollError, TopologyError
 from synth.figures import (
     AllToAllFigures,
@@ -23,7 +22,7 @@ from synth.result import SynthResult
 from synth.topologies import FAILURES, NAMED_SPECS, Topology, load_topology
 
 __all__ = ["add_topology_args", "check_outputs", "parse_size", "parse_sizes", "positive_seconds", "print_json",
-           "result_json", "topology_from_args", "xml_chunk_cap"]
+           "result_json", "topology_from_args"]
 
 SPEC_HELP = "a named spec (" + ", ".join(NAMED_SPECS) + ") or a topology JSON file"
 
@@ -120,15 +119,6 @@ def positive_seconds(text: str) -> float:
     2.5
     """
     return positive_number(text, "seconds")
-
-
-def xml_chunk_cap(runtime: str, nranks: int) -> int:
-    """Most chunks per source the MSCCL ``runtime`` addresses on ``nranks`` GPUs (int16 buffer offsets).
-
-    >>> xml_chunk_cap("msccl-executor-nccl", 256)
-    128
-    """
-    return (runtime_limits(runtime).max_offset + 1) // nranks
 
 
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}

@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from loopcoll._common import parse_sizes, print_json, result_json, xml_chunk_cap
-from msccl_xml import export
+from loopcoll._common import parse_sizes, print_json, result_json
+from msccl_xml.deploy import fit_bands, unbounded_chunk_cap
+from msccl_xml.targets import MscclTarget
 from synth import Schedule, write_schedule
 from synth.errors import LoopcollError, ScheduleError
 from synth.figures import DepthFigures
+from synth.fileio import write_bytes_atomic
 from synth.latency import synthesize_depth_bounded
 from synth.latency.pareto import pareto_set
 from synth.latency.select import choose_bands
 from synth.result import Status
 from synth.topologies.model import Topology
 
-__all__ = ["band_path", "parse_depths", "run_max_depth", "run_sizes", "unbounded_chunk_cap"]
+__all__ = ["band_path", "parse_depths", "run_max_depth", "run_sizes"]
 
 
 def parse_depths(text: str) -> list[int | None]:
@@ -56,37 +57,14 @@ def band_path(path: str, index: int) -> str:
     return str(p.with_name(f"{p.stem}.b{index}{p.suffix}"))
 
 
-def unbounded_chunk_cap(collective: str, nranks: int, sizes: Sequence[int], runtime: str = "msccl-executor-nccl") -> int:
-    """Most chunks per source for the ``D = inf`` point of ``--sizes`` / ``--schedules pareto``: what
-    the MSCCL ``runtime`` can address and the flow simulator takes at every representative size.
-
-    ForestColl's uncapped optimum can need hundreds of chunks per source (293 on 128 or 256 GPUs
-    after ``fail2``, far more on measured capacities); the choice simulates every point and exports
-    one XML per band, so the point is synthesized with at most this many (it is the exact optimum
-    whenever that fits; otherwise ForestColl's best fixed-k schedule, whose gap is reported). A tree
-    chunk crosses ``nranks - 1`` GPU hops (twice for AllReduce); slices per chunk as
-    :func:`synth.simulation.auto_slices`.
-
-    >>> unbounded_chunk_cap("allgather", 256, [256 << 20, 256 << 28])
-    128
-    >>> unbounded_chunk_cap("allreduce", 1024, [1 << 20])
-    5
-    """
-    from synth.simulation.simulator import MAX_SLICE_TRANSFERS, slices_for_chunk
-
-    hops = (nranks - 1) * (2 if collective == "allreduce" else 1)
-
-    def transfers(k: int) -> int:
-        return max(slices_for_chunk(s / (nranks * k)) for s in sizes) * k * nranks * hops
-
-    cap = xml_chunk_cap(runtime, nranks)
-    while cap > 1 and transfers(cap) > MAX_SLICE_TRANSFERS:
-        cap -= 1
-    return max(cap, 1)
-
-
-def _export(sched: Schedule, topo: Topology, path: str, args: argparse.Namespace, lo: int = 0, hi: int | None = None) -> None:
-    export(sched, topo, path, runtime=args.runtime, protocol=args.protocol, min_bytes=lo, max_bytes=hi or 0)
+def _write_programs(per_band: list[tuple[int, int | None, Schedule]], topo: Topology, paths: list[str],
+                    args: argparse.Namespace) -> None:
+    """Write each band's MSCCL XML (``--runtime``, ``--protocol``, the band's own bounds) to its path,
+    after every band's program is made and checked (:func:`msccl_xml.deploy.fit_bands`)."""
+    version = fit_bands(per_band, topo, MscclTarget(args.runtime), protocol=args.protocol, share=False)
+    for band, path in zip(version.bands, paths):
+        assert band.program is not None  # strict: a program or an error
+        write_bytes_atomic(path, band.program)
 
 
 def run_max_depth(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -> int:
@@ -96,7 +74,7 @@ def run_max_depth(args: argparse.Namespace, topo: Topology, warm: Schedule | Non
     if res.schedule is None:
         raise ScheduleError(f"{args.collective} on {topo.name}: no schedule ({res.status.value}: {res.message})")
     if args.output:
-        _export(res.schedule, topo, args.output, args)
+        _write_programs([(0, None, res.schedule)], topo, [args.output], args)
     if args.schedule_out:
         write_schedule(res.schedule, args.schedule_out)
     st = res.figures
@@ -123,7 +101,7 @@ def run_sizes(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -
     sizes = parse_sizes(args.sizes)
     unbounded = args.chunks
     if unbounded is None:
-        unbounded = unbounded_chunk_cap(args.collective, topo.nranks, sizes, args.runtime)
+        unbounded = unbounded_chunk_cap(args.collective, topo.nranks, sizes, MscclTarget(args.runtime))
     points = pareto_set(args.collective, topo, depths=parse_depths(args.depths), chunks=args.chunks,
                         unbounded_chunks=unbounded, time_limit_s=args.time_limit)
     from synth.simulation.costmodel import executor_for, inherited_costs, inherited_note, load_profile
@@ -132,11 +110,13 @@ def run_sizes(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -
     bands = choose_bands(points, topo, sizes, profile)
     used = {executor_for(p.schedule) for p in points}
     written: list[str] = []
+    if args.output:
+        _write_programs([(b.min_bytes, b.max_bytes, points[b.point].schedule) for b in bands], topo,
+                        [band_path(args.output, i) for i in range(len(bands))], args)
     for i, b in enumerate(bands):
         sched = points[b.point].schedule
         if args.output:
             written.append(band_path(args.output, i))
-            _export(sched, topo, written[-1], args, b.min_bytes, b.max_bytes)
         if args.schedule_out:
             written.append(band_path(args.schedule_out, i))
             write_schedule(sched.with_meta(band={"min_bytes": b.min_bytes, "max_bytes": b.max_bytes}), written[-1])

@@ -15,7 +15,7 @@ False
 from __future__ import annotations
 
 from .algbw import program_algbw_GBps, program_link_loads, switch_path
-from ._export import export
+from ._export import export, render_xml
 from .checker import CheckResult, CheckStatus, check, check_file, check_text, verdict_message
 from .limits import RUNTIMES, RuntimeLimits, runtime_limits
 from .lint import lint_text
@@ -49,6 +49,7 @@ __all__ = [
     "program_link_loads",
     "program_to_schedule",
     "read",
+    "render_xml",
     "runtime_limits",
     "switch_path",
     "verdict_message",

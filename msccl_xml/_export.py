@@ -1,4 +1,4 @@
-"""Schedule → checked MSCCL XML on disk (atomic): the library's ``msccl_xml.export``."""
+"""Schedule → checked MSCCL XML text (:func:`render_xml`), and on disk atomically (``msccl_xml.export``)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,35 @@ from .lowering import lower
 from .parser import parse
 from .writer import write
 
-__all__ = ["export"]
+__all__ = ["export", "render_xml"]
 
 
 def export(
     sched: Schedule, topo: Topology, path: str, *, runtime: str = "msccl-executor-nccl", protocol: str = "Simple",
     min_bytes: int = 0, max_bytes: int = 0,
 ) -> str:
-    """Lower, write, re-parse and check; write the file only when the program checks valid.
+    """Lower, check (:func:`render_xml`) and write the XML to ``path`` atomically; returns the text.
+
+    The file is written only when the program checks valid.
+
+    Raises
+    ------
+    XmlError
+        As :func:`render_xml`, or if ``path`` is not a path or cannot be written.
+    """
+    expect_type(sched, Schedule, "sched", XmlError)
+    expect_type(topo, Topology, "topo", XmlError)
+    expect_type(path, (str, os.PathLike), "path", XmlError)
+    text = render_xml(sched, topo, runtime=runtime, protocol=protocol, min_bytes=min_bytes, max_bytes=max_bytes)
+    write_text_atomic(path, text)
+    return text
+
+
+def render_xml(
+    sched: Schedule, topo: Topology, *, runtime: str = "msccl-executor-nccl", protocol: str = "Simple",
+    min_bytes: int = 0, max_bytes: int = 0,
+) -> str:
+    """The checked MSCCL XML text of ``sched``: lower, write, re-parse and check; nothing is written.
 
     The XML names peers, not physical paths: the executor sends every transfer along its pair's
     route (:func:`synth.routing.pair_route`, also :func:`msccl_xml.switch_path`). Schedules of
@@ -38,12 +59,19 @@ def export(
     Raises
     ------
     XmlError
-        If lowering fails, the re-parsed program is invalid, or its algbw on ``topo`` differs from
-        the schedule's (naming the first hop whose path differs from the runtime's).
+        If lowering fails (:class:`~synth.errors.RuntimeLimitError` for a runtime limit), the
+        re-parsed program is invalid, or its algbw on ``topo`` differs from the schedule's (naming
+        the first hop whose path differs from the runtime's).
+
+    Examples
+    --------
+    >>> from synth import load_topology, synthesize
+    >>> topo = load_topology("ring:4")
+    >>> render_xml(synthesize("allgather", topo).schedule, topo).startswith("<algo name=")
+    True
     """
     expect_type(sched, Schedule, "sched", XmlError)
     expect_type(topo, Topology, "topo", XmlError)
-    expect_type(path, (str, os.PathLike), "path", XmlError)
     program = lower(sched, protocol=protocol, runtime=runtime, verify=False, min_bytes=min_bytes,
                     max_bytes=max_bytes)  # checked below, once
     text = write(program)
@@ -57,9 +85,7 @@ def export(
             f"lowered program for {sched.collective} on {topo.name} runs at {xml_GBps:.6g} GB/s, not the "
             f"schedule's {sched_GBps:.6g} GB/s: {_path_mismatch(sched, topo)}"
         )
-    write_text_atomic(path, text)
     return text
-
 
 
 def _path_mismatch(sched: Schedule, topo: Topology) -> str:

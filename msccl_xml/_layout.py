@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from synth.collective import COLLECTIVES
+
 from .program import BufferKind, Program
 
 __all__ = ["Contribution", "Layout", "Slot", "Value", "combine", "describe_mismatch", "layout_for"]
@@ -31,7 +33,7 @@ Value = tuple[Contribution, ...] | None
 Slot = tuple[str, int]
 
 _CANONICAL = {"reduce_scatter": "reducescatter"}
-POSTCONDITION_COLLS = frozenset({"allgather", "reducescatter", "alltoall", "allreduce"})
+POSTCONDITION_COLLS = frozenset(COLLECTIVES)
 
 
 @dataclass(frozen=True, slots=True)

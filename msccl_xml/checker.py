@@ -33,7 +33,7 @@ from enum import Enum
 
 from synth.errors import XmlError, expect_type
 
-from ._layout import canonical_coll, layout_for
+from ._layout import POSTCONDITION_COLLS, canonical_coll, layout_for
 from ._matching import match_problems
 from ._simulate import simulate
 from ._structure import structural_problems
@@ -183,7 +183,7 @@ def check(
         sim_errors, sim_warnings = simulate(program, layout, fifo_depth=fifo_depth)
         errors.extend(sim_errors)
         warnings.extend(sim_warnings)
-    if canonical_coll(program.coll) not in ("allgather", "reducescatter", "alltoall", "allreduce"):
+    if canonical_coll(program.coll) not in POSTCONDITION_COLLS:
         warnings.append(f"algo: no postcondition is checked for coll {program.coll!r}")
     return _result(program, runtime, errors, warnings)
 

@@ -24,10 +24,10 @@ from synth.errors import RuntimeLimitError, XmlError, expect_type
 from synth.schedule import Schedule
 
 from ._lower_assign import assign_channels, build_threadblocks
-from ._lower_ops import build_ops
+from ._lower_ops import Ops, build_ops
 from ._structure import rank_xml_nodes
 from .checker import check
-from .limits import band_attrs, runtime_limits
+from .limits import RuntimeLimits, band_attrs, runtime_limits
 from .program import Gpu, Program, Protocol, Threadblock
 
 __all__ = ["lower"]
@@ -107,6 +107,19 @@ def lower(
     """
     expect_type(schedule, Schedule, "schedule", XmlError)
     limits = runtime_limits(runtime)
+    max_channels, band = _check_options(schedule, limits, runtime, protocol, inplace, max_channels, min_bytes,
+                                        max_bytes)
+    ops = _build_ops(schedule, limits, runtime, inplace)
+    tbs = _place(ops, schedule.nranks, limits, max_channels, runtime)
+    program = _program(schedule, ops, tbs, protocol=protocol, runtime=runtime, inplace=inplace, name=name, band=band)
+    if verify:
+        _verify(program, runtime)
+    return program
+
+
+def _check_options(schedule: Schedule, limits: RuntimeLimits, runtime: str, protocol: str, inplace: bool,
+                   max_channels: int | None, min_bytes: int, max_bytes: int) -> tuple[int, tuple[int, int]]:
+    """Validate :func:`lower`'s options against ``limits``: (channels to use, the band's XML attributes)."""
     if protocol not in _PROTOCOLS:
         raise XmlError(f"unknown protocol {protocol!r}; expected one of {sorted(_PROTOCOLS)}")
     if max_channels is None:
@@ -117,7 +130,7 @@ def lower(
         )
     if min_bytes < 0 or max_bytes < 0:
         raise XmlError(f"min_bytes and max_bytes must be >= 0, got {min_bytes!r}, {max_bytes!r}")
-    min_bytes_attr, max_bytes_attr = band_attrs(limits, min_bytes, max_bytes)
+    band = band_attrs(limits, min_bytes, max_bytes)
     coll = schedule.collective
     if inplace and coll == "alltoall":
         raise XmlError("lowering: in-place alltoall is not supported; use inplace=False")
@@ -130,6 +143,11 @@ def lower(
             f"lowering: {n} ranks x {nchunks} chunks = {n * nchunks} chunks per buffer, but {runtime} "
             f"stores chunk offsets as int16 (at most {limits.max_offset}); use at most {fit} chunks per source"
         )
+    return max_channels, band
+
+
+def _build_ops(schedule: Schedule, limits: RuntimeLimits, runtime: str, inplace: bool) -> Ops:
+    """The schedule's operations in their global order, within the runtime's scratch offsets."""
     ops = build_ops(schedule, inplace=inplace, max_cnt=limits.max_cnt)
     scratch = max(ops.scratch.values(), default=0)
     if scratch > limits.max_offset + 1:
@@ -137,6 +155,12 @@ def lower(
             f"lowering: a rank relays {scratch} scratch chunks, but {runtime} stores chunk offsets as int16 "
             f"(at most {limits.max_offset}); lower the schedule's nchunks"
         )
+    return ops
+
+
+def _place(ops: Ops, n: int, limits: RuntimeLimits, max_channels: int,
+           runtime: str) -> dict[int, tuple[Threadblock, ...]]:
+    """Channels and threadblocks within the runtime's step, peer and threadblock limits."""
     budget = limits.max_steps_per_tb
     for _ in range(8):  # nops are added after placement: shrink the budget until they fit
         lanes = assign_channels(ops.ops, ops.chains, max_channels=max_channels, max_steps=budget,
@@ -156,6 +180,14 @@ def lower(
             f"{limits.max_steps_per_tb}; lower the schedule's nchunks or allow more channels"
         )
     _check_rank_sizes(tbs, n, limits.max_tbs_per_gpu, limits.max_nodes, runtime)
+    return tbs
+
+
+def _program(schedule: Schedule, ops: Ops, tbs: dict[int, tuple[Threadblock, ...]], *, protocol: str,
+             runtime: str, inplace: bool, name: str | None, band: tuple[int, int]) -> Program:
+    """The program's GPUs (buffer sizes, threadblocks) and its ``<algo>`` attributes."""
+    coll, n, nchunks = schedule.collective, schedule.nranks, schedule.nchunks
+    min_bytes_attr, max_bytes_attr = band
     sizes = _buffer_sizes(coll, n, nchunks, inplace)
     gpus = tuple(
         Gpu(id=r, i_chunks=sizes[0], o_chunks=sizes[1], s_chunks=ops.scratch.get(r, 0),
@@ -163,7 +195,7 @@ def lower(
         for r in range(n)
     )
     nchannels = 1 + max((tb.chan for g in gpus for tb in g.threadblocks), default=0)
-    program = Program(
+    return Program(
         name=name if name is not None else f"loopcoll_{coll}_{n}r_{nchunks}c",
         proto=_PROTOCOLS[protocol],
         nchannels=nchannels,
@@ -176,9 +208,6 @@ def lower(
         max_bytes=max_bytes_attr,
         gpus=gpus,
     )
-    if verify:
-        _verify(program, runtime)
-    return program
 
 
 def _check_rank_sizes(tbs: dict[int, tuple[Threadblock, ...]], n: int, max_tbs: int, max_nodes: int,

@@ -26,7 +26,7 @@ from .checker import (
     plan_algbw_GBps,
     plan_link_loads,
 )
-from ._export import export
+from ._export import export, render_plan
 from .errors import PlanError, PlanLimitError
 from .limits import MSCCLPP_COMMIT
 from .lowering import lower, lower_schedule
@@ -70,6 +70,7 @@ __all__ = [
     "plan_algbw_GBps",
     "plan_link_loads",
     "read",
+    "render_plan",
     "to_obj",
     "write",
     "write_file",

@@ -1,4 +1,4 @@
-"""Schedule → checked MSCCL++ plan on disk (atomic)."""
+"""Schedule → checked MSCCL++ plan text (:func:`render_plan`), and on disk atomically (:func:`export`)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,29 @@ from .lowering import lower_schedule
 from .reader import parse
 from .writer import write
 
-__all__ = ["export"]
+__all__ = ["export", "render_plan"]
 
 
 def export(
     sched: Schedule, topo: Topology, path: str | os.PathLike[str], *, inplace: bool = False, name: str | None = None
 ) -> str:
-    """Lower, write, re-parse and check; write the file only when the plan checks valid and runs at
-    the schedule's algbw on ``topo``. Returns the JSON text.
+    """Lower and check (:func:`render_plan`), then write the plan to ``path`` atomically; returns the JSON text.
+
+    Raises
+    ------
+    PlanError
+        As :func:`render_plan`, or if ``path`` is not a path.
+    """
+    need(topo, Topology, "topo")
+    need_path(path, "path")
+    text = render_plan(sched, topo, inplace=inplace, name=name)
+    write_text_atomic(path, text)
+    return text
+
+
+def render_plan(sched: Schedule, topo: Topology, *, inplace: bool = False, name: str | None = None) -> str:
+    """The checked MSCCL++ plan JSON of ``sched``: lower, write, re-parse and check; valid and at the
+    schedule's algbw on ``topo``, or an error. Nothing is written.
 
     Raises
     ------
@@ -31,9 +46,15 @@ def export(
         If lowering fails (:class:`~mscclpp_plan.errors.PlanLimitError` for a limit), the
         re-parsed plan is invalid, or its algbw differs from the schedule's (a transfer that
         leaves the runtime's switch path, as for MSCCL XML).
+
+    Examples
+    --------
+    >>> from synth import load_topology, synthesize
+    >>> topo = load_topology("ring:4")
+    >>> render_plan(synthesize("allgather", topo).schedule, topo).startswith("{")
+    True
     """
     need(topo, Topology, "topo")
-    need_path(path, "path")
     plan = lower_schedule(sched, topo, inplace=inplace, name=name, verify=False)
     text = write(plan)
     parsed = parse(text)
@@ -46,5 +67,4 @@ def export(
             f"lowered plan for {sched.collective} on {topo.name} runs at {plan_GBps:.6g} GB/s, not the schedule's "
             f"{sched_GBps:.6g} GB/s: a plan names peers, not physical paths, and some hop leaves the switch path"
         )
-    write_text_atomic(path, text)
     return text

@@ -42,6 +42,7 @@ from collections.abc import Sequence
 
 from msccl_xml import Program, StepType
 from msccl_xml import lower as msccl_lower
+from synth.collective import COLLECTIVES
 from synth.schedule import Schedule
 from synth.topologies import Topology
 
@@ -140,7 +141,7 @@ def lower(
                 need_int(h, "hosts entry", lo=-(2**31))
     n, c = program.ngpus, program.nchunksperloop
     coll = program.coll.replace("_", "").lower()
-    if coll not in ("allgather", "reducescatter", "allreduce", "alltoall"):
+    if coll not in COLLECTIVES:
         raise PlanError(f"program {program.name!r}: collective {program.coll!r} has no MSCCL++ lowering here")
     if c % n and coll in ("allgather", "reducescatter"):
         raise PlanError(f"program {program.name!r}: nchunksperloop {c} is not a multiple of {n} ranks")

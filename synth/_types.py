@@ -1,12 +1,10 @@
-"""Type aliases shared across the synthesis core."""
+"""Type aliases shared across the synthesis core (the collective is :class:`synth.collective.Collective`)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from synth.collective import COLLECTIVES, Collective
 
 __all__ = ["Collective", "NodeId", "Rank", "COLLECTIVES"]
 
 NodeId = str
 Rank = int
-Collective = Literal["allgather", "reducescatter", "allreduce", "alltoall"]
-COLLECTIVES: tuple[Collective, ...] = ("allgather", "reducescatter", "allreduce", "alltoall")

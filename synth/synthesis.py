@@ -43,8 +43,6 @@ def _routed(collective: Collective, topo: Topology, chunks: int | None, warm_fro
     """Routed synthesis, with the free-routing optimum and the executor's loss in its routing figures."""
     from synth.routed import synthesize_routed
 
-    if collective not in ("allgather", "reducescatter", "allreduce", "alltoall"):
-        raise SolverError(f"unknown collective {collective!r}")
     result = synthesize_routed(collective, topo, chunks=chunks, warm_from=warm_from, solver=solver,
                                time_limit_s=time_limit_s)
     free = optimal_bound(collective, topo).algbw_GBps
@@ -61,21 +59,21 @@ def _routed(collective: Collective, topo: Topology, chunks: int | None, warm_fro
 
 
 @overload
-def synthesize(collective: Literal["alltoallv"], topo: Topology, *, chunks: int | None = None,
+def synthesize(collective: Literal["alltoallv"], topo: Topology, *, chunks: int | None = None,  # type: ignore[overload-overlap]
                warm_from: Any = None, max_steps: int | None = None, solver: str = "highs",
                time_limit_s: float | None = None, ranks: Sequence[Rank] | None = None, relay: bool = False,
                demand: Any = None, routing: str = "auto") -> AllToAllvResult: ...
 
 
 @overload
-def synthesize(collective: Collective, topo: Topology, *, chunks: int | None = None,
+def synthesize(collective: Collective | str, topo: Topology, *, chunks: int | None = None,
                warm_from: Any = None, max_steps: int | None = None,
                solver: str = "highs", time_limit_s: float | None = None, ranks: Sequence[Rank] | None = None,
                relay: bool = False, demand: Any = None, routing: str = "auto") -> SynthResult: ...
 
 
-def synthesize(  # type: ignore[misc]
-    collective: Collective | Literal["alltoallv"],
+def synthesize(
+    collective: Collective | str,
     topo: Topology,
     *,
     chunks: int | None = None,
@@ -128,6 +126,7 @@ def synthesize(  # type: ignore[misc]
         return _alltoallv(topo, demand, chunks, max_steps, solver, time_limit_s, warm_from, routing)
     if demand is not None:
         raise SolverError(f"demand= is for alltoallv only, not {collective!r}")
+    kind = Collective.parse(collective)
     if isinstance(warm_from, Schedule):
         _check_warm_schedule(warm_from, topo)
     elif warm_from is not None and not isinstance(warm_from, SynthResult):
@@ -135,15 +134,15 @@ def synthesize(  # type: ignore[misc]
     if routing not in ROUTINGS:
         raise SolverError(f"routing must be one of {', '.join(ROUTINGS)}, got {short_repr(routing)}")
     routed = routing == "routed" or (routing == "auto" and has_route_choice(topo))
-    _check_applies(collective, routed, max_steps, solver)
+    _check_applies(kind, routed, max_steps, solver)
     if routed:
-        return _certified(topo, _routed(collective, topo, chunks, warm_from, solver, time_limit_s))  # type: ignore[arg-type]
-    if collective == "alltoall":
+        return _certified(topo, _routed(kind, topo, chunks, warm_from, solver, time_limit_s))
+    if kind is Collective.ALLTOALL:
         from synth.alltoall_cg import synthesize_alltoall
 
         return _certified(topo, synthesize_alltoall(topo, nchunks=chunks, max_steps=max_steps, solver=solver,
                                                     time_limit_s=time_limit_s, warm_start=warm_from))
-    return _forestcoll(collective, topo, chunks, warm_from, time_limit_s)
+    return _forestcoll(kind, topo, chunks, warm_from, time_limit_s)
 
 
 def _checked_args(topo: Topology, chunks: int | None, time_limit_s: float | None, ranks: Sequence[Rank] | None,
@@ -163,11 +162,9 @@ def _checked_args(topo: Topology, chunks: int | None, time_limit_s: float | None
     return topo, time_limit_s
 
 
-def _check_applies(collective: str, routed: bool, max_steps: int | None, solver: str) -> None:
+def _check_applies(collective: Collective, routed: bool, max_steps: int | None, solver: str) -> None:
     """Refuse an option that the collective's synthesizer would not use (rather than ignore it)."""
-    if collective not in ("allgather", "reducescatter", "allreduce", "alltoall"):
-        raise SolverError(f"unknown collective {collective!r}")
-    if collective == "alltoall":
+    if not collective.is_tree:
         return
     if max_steps is not None:
         raise SolverError(f"max_steps={max_steps!r} does not apply to {collective}: it bounds the hops of "
@@ -191,15 +188,15 @@ def _alltoallv(topo: Topology, demand: Any, chunks: int | None, max_steps: int |
                                 warm_start=cast("AllToAllvResult | None", warm_from))
 
 
-def _forestcoll(collective: str, topo: Topology, chunks: int | None, warm_from: Schedule | SynthResult | None,
+def _forestcoll(collective: Collective, topo: Topology, chunks: int | None, warm_from: Schedule | SynthResult | None,
                 time_limit_s: float | None) -> SynthResult:
     """A tree collective by ForestColl; a time limit keeps the warm start's schedule where it is valid."""
     from synth import forestcoll_warm
 
     fn = {
-        "allgather": forestcoll_warm.synthesize_allgather,
-        "reducescatter": forestcoll_warm.synthesize_reducescatter,
-        "allreduce": forestcoll_warm.synthesize_allreduce,
+        Collective.ALLGATHER: forestcoll_warm.synthesize_allgather,
+        Collective.REDUCESCATTER: forestcoll_warm.synthesize_reducescatter,
+        Collective.ALLREDUCE: forestcoll_warm.synthesize_allreduce,
     }[collective]
     warm_schedule = warm_from.schedule if isinstance(warm_from, SynthResult) else warm_from
     start = time.perf_counter()

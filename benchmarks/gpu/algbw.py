@@ -21,12 +21,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks.gpu import _workers as W  # noqa: E402
 from benchmarks.gpu._common import (add_common, command_line, environment, fmt_size, launch_workers,  # noqa: E402
                                     resolve, write_outputs)
+from synth import COLLECTIVES  # noqa: E402
 
 TARGETS = ["executor >= 0.95x the batched-P2P ceiling at >= 64 MB",
            "executor >= 0.9x native NCCL at 1 GB",
            "probe on 2xH200 NV18: native AllGather 14/131/361/451/518 GB/s at 1/8/64/256/1024 MB; one batched "
            "isend/irecv AllGather 51/255/393/550 GB/s at 8/64/256/1024 MB"]
-COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,10 +30,10 @@ TARGET = "every case equal to native (0 failures)"
 def programs(n: int) -> dict[str, list]:
     """Per schedule variant: the MSCCL programs of the four collectives for n ranks."""
     from msccl_xml import lower
-    from synth import named_topology, synthesize
+    from synth import COLLECTIVES, named_topology, synthesize
 
     return {name: [lower(synthesize(c, named_topology(f"{name}:{n}")).schedule)
-                   for c in ("allgather", "reducescatter", "allreduce", "alltoall")] for name in ("nvswitch", "ring")}
+                   for c in COLLECTIVES] for name in ("nvswitch", "ring")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from msccl_xml import check, lower
 from synth import LoopcollError
+from synth.collective import TREE_COLLECTIVES, Collective
 from synth.paths import switch_path
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.simulation import simulate
@@ -302,8 +303,9 @@ def double_tree(collective: str, topo: Topology) -> Schedule:
     >>> s.nchunks, len(s.routes), len(chunk_graphs(s))
     (2, 16, 2)
     """
-    if collective not in ("allgather", "reducescatter", "allreduce"):
+    if collective not in TREE_COLLECTIVES:
         raise TransformError(f"double_tree supports allgather, reducescatter, allreduce, not {collective!r}")
+    kind = Collective(collective)
     n = topo.nranks
     cache: dict[tuple[int, int], Hop] = {}
 
@@ -316,11 +318,11 @@ def double_tree(collective: str, topo: Topology) -> Schedule:
             k = base.index(root)
             order = base[k:] + base[:k]
             down = tuple(hop(order[(i - 1) // 2], order[i]) for i in range(1, n))
-            if collective in ("reducescatter", "allreduce"):
+            if kind.in_trees:
                 routes.append(Route(RouteKind.IN_TREE, root, 1, tuple(hop(h.dst, h.src) for h in reversed(down))))
-            if collective in ("allgather", "allreduce"):
+            if kind.out_trees:
                 routes.append(Route(RouteKind.OUT_TREE, root, 1, down))
     meta: dict[str, Any] = {"synthesizer": "double-tree"}
-    sched = Schedule(collective, n, 2, tuple(routes), meta=meta)  # type: ignore[arg-type]
+    sched = Schedule(kind, n, 2, tuple(routes), meta=meta)
     sched.validate(topo)
     return sched

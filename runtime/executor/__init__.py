@@ -1,8 +1,10 @@
 """Executor: runs MSCCL programs on torch.distributed point-to-point ops, with passive telemetry and hot-swap.
 
 torch is imported lazily (when an :class:`Executor` is made); the plan compiler is pure Python. Owns the plan
-compiler and interpreter, hot-swap agreement, telemetry sinks, fault injection (``throttle``), launch helpers and
-the AllToAllv runner (``alltoallv``). Of the runtime it may import :mod:`runtime.formats` (telemetry samples) and
+compiler and interpreter, staging (``sources``: what becomes a program, ``staging``: checked and compiled),
+the hot-swap agreement (``agreement``), telemetry samples and sinks (``telemetry``, ``sinks``), fault injection
+(``throttle``), launch helpers and the AllToAllv runner (``alltoallv``); ``executor`` is the public class.
+Of the runtime it may import :mod:`runtime.formats` (telemetry samples, the store's version entries) and
 :mod:`runtime.errors`; it talks to the daemon only through the client object it is given.
 
 >>> from runtime.executor import compile_program, COLLECTIVES
@@ -13,7 +15,8 @@ the AllToAllv runner (``alltoallv``). Of the runtime it may import :mod:`runtime
 from __future__ import annotations
 
 from .errors import ExecutorError, StagingError, SwapTimeoutError
-from .executor import Executor, StagedVersion, SwapReport
+from .agreement import StagedVersion, SwapReport
+from .executor import Executor
 from .plan import COLLECTIVES, Plan, compile_program
 from .sinks import JsonlSink, MemorySink, client_sink
 from .sources import load_programs

@@ -12,9 +12,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import ExecutorError
 from .plan import Op, RankPlan, Region
 
-__all__ = ["Timing", "reducer", "run_rank_plan"]
+__all__ = ["Timing", "reducer", "reduction_fallback", "run_rank_plan", "same_kind"]
 
 
 @dataclass
@@ -106,7 +107,6 @@ def run_rank_plan(
                 reduce(dst, a, view(op.b))
 
     local(rp.pre_ops)
-    cuda = timing is not None and timing.cuda
     for rnd in rp.rounds:
         if rnd.sends or rnd.recvs:
             p2p = [P2POp(isend, view(m.regions[0]), peers[m.peer], group) for m in rnd.sends]
@@ -117,43 +117,51 @@ def run_rank_plan(
                 for w in batch:
                     w.wait()
             else:
-                if cuda:
-                    t0 = torch.cuda.Event(enable_timing=True)
-                    t0.record()
-                else:
-                    t0 = time.perf_counter()
-                sent: list[float] = []
-                if throttle is not None:
-                    works, sent = _post(dist, p2p, rnd, throttle, chunk * elem_bytes)
-                else:
-                    works = dist.batch_isend_irecv(p2p)
-                per_op = len(works) == len(p2p) and not cuda
-                done: list[Any] = []
-                for w in works:
-                    w.wait()
-                    if per_op:
-                        done.append(time.perf_counter())
-                done[:len(sent)] = sent  # paced sends: each one's own completion, not the batch's
-                if cuda:
-                    t1 = torch.cuda.Event(enable_timing=True)
-                    t1.record()
-                elif not per_op:
-                    t1 = time.perf_counter()
-                if throttle is not None and sent:
-                    if timing.paced_s is None:
-                        timing.paced_s, timing.paced_rounds = {}, []
-                    ends: dict[int, float] = {}
-                    for j, m in enumerate(rnd.sends):
-                        ends[m.peer] = max(ends.get(m.peer, t0), sent[j])
-                    for peer, end in ends.items():
-                        timing.paced_s[peer] = timing.paced_s.get(peer, 0.0) + (end - t0)
-                    assert timing.paced_rounds is not None
-                    timing.paced_rounds.append((t0, ends))
-                for j, m in enumerate(rnd.sends):
-                    timing.first_post.setdefault(m.peer, t0)
-                    timing.last_done[m.peer] = done[j] if per_op else t1
-                    timing.bytes_to[m.peer] = timing.bytes_to.get(m.peer, 0) + m.chunks * chunk * elem_bytes
+                _timed_round(torch, dist, p2p, rnd, throttle, chunk * elem_bytes, timing)
         local(rnd.ops)
+
+
+def _timed_round(torch: Any, dist: Any, p2p: list[Any], rnd: Any, throttle: Any, chunk_bytes: int,
+                 timing: Timing) -> None:
+    """Post and wait one round's transfers, recording into ``timing`` when each peer's sends were posted and
+    done, the bytes sent to it and, under a throttle, its paced time."""
+    cuda = timing.cuda
+    if cuda:
+        t0 = torch.cuda.Event(enable_timing=True)
+        t0.record()
+    else:
+        t0 = time.perf_counter()
+    sent: list[float] = []
+    if throttle is not None:
+        works, sent = _post(dist, p2p, rnd, throttle, chunk_bytes)
+    else:
+        works = dist.batch_isend_irecv(p2p)
+    per_op = len(works) == len(p2p) and not cuda
+    done: list[Any] = []
+    for w in works:
+        w.wait()
+        if per_op:
+            done.append(time.perf_counter())
+    done[:len(sent)] = sent  # paced sends: each one's own completion, not the batch's
+    if cuda:
+        t1 = torch.cuda.Event(enable_timing=True)
+        t1.record()
+    elif not per_op:
+        t1 = time.perf_counter()
+    if throttle is not None and sent:
+        if timing.paced_s is None:
+            timing.paced_s, timing.paced_rounds = {}, []
+        ends: dict[int, float] = {}
+        for j, m in enumerate(rnd.sends):
+            ends[m.peer] = max(ends.get(m.peer, t0), sent[j])
+        for peer, end in ends.items():
+            timing.paced_s[peer] = timing.paced_s.get(peer, 0.0) + (end - t0)
+        assert timing.paced_rounds is not None
+        timing.paced_rounds.append((t0, ends))
+    for j, m in enumerate(rnd.sends):
+        timing.first_post.setdefault(m.peer, t0)
+        timing.last_done[m.peer] = done[j] if per_op else t1
+        timing.bytes_to[m.peer] = timing.bytes_to.get(m.peer, 0) + m.chunks * chunk_bytes
 
 
 def _post(dist: Any, p2p: list[Any], rnd: Any, throttle: Any, chunk_bytes: int) -> tuple[list[Any], list[float]]:
@@ -177,3 +185,32 @@ def _post(dist: Any, p2p: list[Any], rnd: Any, throttle: Any, chunk_bytes: int) 
         works[j] = dist.isend(p2p[j].tensor, p2p[j].peer, p2p[j].group)
         sent[j] = time.perf_counter()
     return works, sent
+
+
+def reduction_fallback(ops: Any, op: Any, floating: bool) -> str | None:
+    """Why a reduction ``op`` (of ``torch.distributed.ReduceOp`` ``ops``) on a tensor (``floating``
+    point or not) goes to native torch.distributed; ``None`` when a program runs it.
+
+    >>> import torch.distributed as dist
+    >>> reduction_fallback(dist.ReduceOp, dist.ReduceOp.SUM, False) is None
+    True
+    >>> reduction_fallback(dist.ReduceOp, dist.ReduceOp.AVG, False)
+    'AVG on an integer tensor: native torch.distributed'
+    """
+    avg = getattr(ops, "AVG", None)
+    if op == avg and not floating:
+        return "AVG on an integer tensor: native torch.distributed"
+    if op not in (ops.SUM, ops.PRODUCT, ops.MAX, ops.MIN, ops.BAND, ops.BOR, ops.BXOR, avg):
+        return f"reduction {op}: native torch.distributed"
+    return None
+
+
+def same_kind(comm: str, *tensors: Any) -> None:
+    """Raise :class:`ExecutorError` unless ``tensors`` share one dtype and device.
+
+    >>> import torch
+    >>> same_kind("w", torch.zeros(2), torch.ones(3))
+    """
+    kinds = {(t.dtype, t.device) for t in tensors}
+    if len(kinds) != 1:
+        raise ExecutorError(f"comm {comm!r}: tensors differ in dtype/device: {sorted(map(str, kinds))}")

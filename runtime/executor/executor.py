@@ -5,27 +5,28 @@ torch is imported when an Executor is made, never at module import.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import os
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from msccl_xml import Program, check, parse
 from runtime.executor.alltoallv import all_to_all_single_v
+from runtime.formats.store import VersionEntry
 from runtime.formats.telemetry import Sample
 
-from .engine import Timing, reducer, run_rank_plan
-from .errors import ExecutorError, StagingError, SwapTimeoutError
+from .agreement import StagedVersion, SwapReport, agreement_key, default_store, gather_arrivals, newest_common
+from .engine import Timing, reducer, reduction_fallback, run_rank_plan, same_kind
+from .errors import ExecutorError, StagingError
 from .incarnation import incarnation_id
-from .plan import Plan, compile_program
-from .sources import load_programs
+from .plan import Plan
+from .sources import entry_programs, load_programs
+from .staging import compile_programs
+from .telemetry import collective_samples, default_hosts, demand_sample
+from .workspaces import Workspaces
 from .throttle import Throttle, emulation_from_env
 
 __all__ = ["Executor", "SwapReport", "StagedVersion"]
@@ -33,62 +34,6 @@ __all__ = ["Executor", "SwapReport", "StagedVersion"]
 log = logging.getLogger("loopcoll.executor")
 Sink = Callable[[list[Sample]], None]
 
-
-@dataclass(frozen=True)
-class StagedVersion:
-    """A version ready to switch to: per collective, its plans (size bands) and the staging time."""
-
-    version: int
-    plans: dict[str, tuple[Plan, ...]]
-    staging_s: float
-
-
-@dataclass(frozen=True)
-class SwapReport:
-    """Outcome of one agreement: the switch point and what switched (collective -> (old, new) version)."""
-
-    sync_index: int
-    switch_seq: int
-    switched: dict[str, tuple[int | None, int]]
-    agreement_s: float
-
-
-
-def default_store(dist: Any) -> Any:
-    """The default process group's ``torch.distributed.Store``, or None: the agreement uses it only to
-    name the ranks that miss an agreement (best-effort).
-
-    torch (2.13) has no public accessor for it; ``distributed_c10d._get_default_store`` is the one call
-    that returns the store ``init_process_group`` made (a new ``TCPStore`` would need the rendezvous
-    address, and ``env://`` is only one of the init methods). Pass ``store=`` to :class:`Executor` to
-    avoid it; any failure here means "no store", as before.
-    """
-    try:
-        return dist.distributed_c10d._get_default_store()
-    except Exception:  # noqa: BLE001 - naming ranks is best-effort without a store
-        return None
-
-
-def agreement_key(store: Any, comm: str, peers: Sequence[int], global_rank: int) -> str:
-    """The store-key prefix of one executor's agreement arrivals: ``loopcoll/executor/COMM/PEERS#N/arrived/``.
-
-    ``N`` numbers this rank's executors of the communicator in order (the members make them in the same
-    order, so they agree on it); it is counted in ``store``, the object the keys live in (not in
-    process-wide state). Without a store nothing is written, so ``N`` is 1.
-
-    >>> import torch.distributed as dist
-    >>> s = dist.HashStore()
-    >>> agreement_key(s, "dp0", [0, 1], 0), agreement_key(s, "dp0", [0, 1], 0), agreement_key(None, "dp0", [0, 1], 0)
-    ('loopcoll/executor/dp0/0-1#1/arrived/', 'loopcoll/executor/dp0/0-1#2/arrived/', 'loopcoll/executor/dp0/0-1#1/arrived/')
-    """
-    base = f"loopcoll/executor/{comm}/{'-'.join(map(str, peers))}"
-    number = 1
-    if store is not None:
-        try:
-            number = int(store.add(f"{base}/made/{global_rank}", 1))
-        except Exception:  # noqa: BLE001 - best-effort like every use of the store here
-            number = 1
-    return f"{base}#{number}/arrived/"
 
 class Executor:
     """Runs collectives on ``group`` with loaded MSCCL programs, falling back to native torch.distributed.
@@ -140,11 +85,7 @@ class Executor:
         self.global_rank = dist.get_rank()
         self._peers = [dist.get_global_rank(pg, r) if pg is not dist.group.WORLD else r
                        for r in range(self.size)]
-        if hosts is None:
-            lws = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
-            world = dist.get_world_size()
-            hosts = [g // lws for g in range(world)] if lws > 0 else [0] * world
-        self._hosts = list(hosts)
+        self._hosts = list(default_hosts(dist.get_world_size()) if hosts is None else hosts)
         self.sync_every = sync_every
         self.control_timeout_s = control_timeout_s
         # dist.new_group is collective over the default group: every process (members or not) makes it at the
@@ -167,7 +108,7 @@ class Executor:
         self.staging_s: dict[int, float] = {}
         #: Per version: seconds loading (file/lowering), checking (msccl_xml.check) and compiling the plans.
         self.staging_split: dict[int, dict[str, float]] = {}
-        self._workspaces: OrderedDict[tuple, Any] = OrderedDict()
+        self._workspaces = Workspaces(torch)
         self._said: set[str] = set()
         self._pending: deque[tuple[Timing, dict]] = deque()
         self._retired: list[tuple[Plan, ...]] = []
@@ -206,39 +147,15 @@ class Executor:
     def _stage_now(self, source: Any, version: int) -> StagedVersion:
         t0 = time.perf_counter()
         programs = load_programs(source)
-        if not programs:
-            raise StagingError(f"version {version}: nothing to stage")
-        plans: dict[str, list[Plan]] = {}
         t1 = time.perf_counter()
-        checking = 0.0
-        for prog in programs:
-            plan, check_s = self._validate(prog, version)
-            checking += check_s
-            plans.setdefault(plan.collective, []).append(plan)
-        staged = {c: tuple(sorted(p, key=lambda x: x.min_bytes)) for c, p in plans.items()}
+        staged, split = compile_programs(programs, size=self.size, comm=self.comm, version=version)
         dt = time.perf_counter() - t0
-        split = {"load_s": t1 - t0, "check_s": checking, "compile_s": time.perf_counter() - t1 - checking}
         with self._lock:
             for coll, bands in staged.items():
                 self._staged.setdefault(coll, {})[version] = bands
             self.staging_s[version] = dt
-            self.staging_split[version] = split
+            self.staging_split[version] = {"load_s": t1 - t0, **split}
         return StagedVersion(version, staged, dt)
-
-    def _validate(self, prog: Program, version: int) -> tuple[Plan, float]:
-        where = f"version {version} program {prog.name!r}"
-        if prog.ngpus != self.size:
-            raise StagingError(f"{where}: ngpus={prog.ngpus} but comm {self.comm!r} has {self.size} ranks")
-        t0 = time.perf_counter()
-        result = check(prog)
-        check_s = time.perf_counter() - t0
-        if not result.valid:
-            raise StagingError(f"{where} fails validation: {result.errors[0]}")
-        try:
-            plan = compile_program(prog)
-        except ExecutorError as exc:
-            raise StagingError(f"{where}: {exc}") from exc
-        return plan, check_s
 
     def follow(self, client: Any, *, telemetry: bool = True) -> None:
         """Take versions pushed by the loopcoll daemon through ``client`` (a ``runtime.Client``) and send it samples.
@@ -250,35 +167,21 @@ class Executor:
         if telemetry and self.sink is None:
             self.sink = client.send_samples
 
-        def on_version(entry: dict) -> None:
-            if entry.get("comm") == self.comm:
+        def on_version(entry: VersionEntry) -> None:
+            if entry.comm == self.comm:
                 threading.Thread(target=self._stage_entry, args=(client, entry), daemon=True,
-                                 name=f"loopcoll-fetch-v{entry.get('version')}").start()
+                                 name=f"loopcoll-fetch-v{entry.version}").start()
 
         client.on_version(on_version)
 
-    def _stage_entry(self, client: Any, entry: dict) -> None:
-        import tempfile
-
-        version = int(entry["version"])
+    def _stage_entry(self, client: Any, entry: VersionEntry) -> None:
+        version = entry.version
         try:
-            programs = []
-            for band in entry["bands"]:
-                lo, hi = int(band["min_bytes"]), band.get("max_bytes")
-                if band.get("xml"):
-                    prog = parse(client.get(band["xml"]).decode(), source=band["xml"])
-                else:
-                    with tempfile.TemporaryDirectory() as tmp:
-                        path = os.path.join(tmp, "schedule.json")
-                        with open(path, "wb") as fh:
-                            fh.write(client.get(band["schedule"]))
-                        prog = load_programs(path)[0]
-                programs.append(dataclasses.replace(prog, min_bytes=lo, max_bytes=0 if hi is None else int(hi)))
-            self._stage_now(programs, version)
+            self._stage_now(entry_programs(entry, client.get), version)
         except Exception as exc:  # noqa: BLE001 - a bad push must not stop training
             with self._lock:
                 self.refused[version] = str(exc)
-            log.error("comm %r: pushed version %s of %s refused: %s", self.comm, version, entry.get("collective"), exc)
+            log.error("comm %r: pushed version %s of %s refused: %s", self.comm, version, entry.collective, exc)
 
     def load(self, source: Any, *, version: int = 1) -> SwapReport:
         """Stage ``source`` now and agree to run it (a collective call: every rank must make it)."""
@@ -299,65 +202,29 @@ class Executor:
         with self._lock:
             staged = {c: sorted(v) for c, v in self._staged.items()}
         payload = (self.rank, self.seq, staged)
-        key = self._key
-        if self._store is not None:
-            try:
-                self._store.set(key + str(self.rank), str(self.sync_index))
-            except Exception:  # noqa: BLE001
-                pass
-        gathered: list[Any] = [None] * self.size
-        try:
-            dist.all_gather_object(gathered, payload, group=self._ctrl)
-        except Exception as exc:  # noqa: BLE001 - gloo raises RuntimeError/DistBackendError
-            missing = self._missing_ranks(key)
-            if missing is None:
-                who = "the store that names missing ranks is unreachable (rank 0 hosts the default store)"
-            elif missing:
-                who = f"rank(s) {missing} did not reach it"
-            else:
-                who = "all ranks had arrived; one failed during it"
-            raise SwapTimeoutError(
-                f"comm {self.comm!r}: version agreement {self.sync_index} failed within "
-                f"{self.control_timeout_s:g} s: {who} ({str(exc).splitlines()[0][:200]})", ranks=missing or ()) from exc
+        gathered = gather_arrivals(dist, self._ctrl, payload, store=self._store, key=self._key, rank=self.rank,
+                                   size=self.size, sync_index=self.sync_index,
+                                   what=f"comm {self.comm!r}: version agreement {self.sync_index}",
+                                   timeout_s=self.control_timeout_s)
         seqs = {p[1] for p in gathered}
         if len(seqs) != 1:
             raise ExecutorError(f"comm {self.comm!r}: ranks reached agreement {self.sync_index} at different "
                                 f"collectives {sorted((p[0], p[1]) for p in gathered)}; every rank must issue the same calls")
-        switched: dict[str, tuple[int | None, int]] = {}
-        colls = set().union(*(p[2].keys() for p in gathered))
-        for coll in sorted(colls):
-            common = set.intersection(*(set(p[2].get(coll, ())) for p in gathered))
-            cur = self.active.get(coll)
-            newer = [v for v in common if cur is None or v > cur]
-            if newer:
-                v = max(newer)
-                with self._lock:
-                    plans = self._staged[coll][v]
-                    for old in [x for x in self._staged[coll] if x < v]:
-                        del self._staged[coll][old]
-                if coll in self._active_plans:
-                    self._retired = [self._active_plans[coll]]  # kept alive until the next agreement
-                self._active_plans[coll] = plans
-                self.active[coll] = v
-                switched[coll] = (cur, v)
+        switched = newest_common(gathered, self.active)
+        for coll, (_, v) in switched.items():
+            with self._lock:
+                plans = self._staged[coll][v]
+                for old in [x for x in self._staged[coll] if x < v]:
+                    del self._staged[coll][old]
+            if coll in self._active_plans:
+                self._retired = [self._active_plans[coll]]  # kept alive until the next agreement
+            self._active_plans[coll] = plans
+            self.active[coll] = v
         rep = SwapReport(self.sync_index, self.seq + 1, switched, time.perf_counter() - t0)
         self.swaps.append(rep)
         if switched:
             log.info("comm %r: from seq %d run %s", self.comm, rep.switch_seq, switched)
         return rep
-
-    def _missing_ranks(self, key: str) -> list[int] | None:
-        """Ranks whose arrival at this agreement is not in the store; None when the store cannot be read."""
-        if self._store is None:
-            return None
-        missing = []
-        try:
-            for r in range(self.size):
-                if not self._store.check([key + str(r)]) or int(self._store.get(key + str(r))) < self.sync_index:
-                    missing.append(r)
-        except Exception:  # noqa: BLE001 - e.g. the store's host rank died
-            return None
-        return missing
 
     # ------------------------------------------------------------------ helpers
     def _say_once(self, msg: str, key: str | None = None) -> None:
@@ -386,16 +253,7 @@ class Executor:
         return None
 
     def _ws(self, tag: str, numel: int, dtype: Any, device: Any) -> Any:
-        key = (tag, numel, dtype, str(device))
-        t = self._workspaces.get(key)
-        if t is None:
-            t = self._torch.empty(numel, dtype=dtype, device=device)
-            self._workspaces[key] = t
-            while len(self._workspaces) > 32:
-                self._workspaces.popitem(last=False)
-        else:
-            self._workspaces.move_to_end(key)
-        return t
+        return self._workspaces.get(tag, numel, dtype, device)
 
     def _run(self, plan: Plan, coll: str, i: Any, o: Any, chunk: int, op: Any, seq: int) -> None:
         torch = self._torch
@@ -433,64 +291,28 @@ class Executor:
         self._flush_pending(block=True)
 
     def _emit(self, timing: Timing, meta: dict) -> None:
-        if self.sink is None or not timing.bytes_to:
+        sink = self.sink
+        if sink is None or not timing.bytes_to:
             return
         t_cpu = time.perf_counter()
         try:
-            self._emit_samples(timing, meta)
+            samples = collective_samples(timing, meta, comm=self.comm, me=self.global_rank, peers=self._peers,
+                                         hosts=self._hosts, incarnation=self.incarnation)
+            try:
+                sink(samples)
+            except Exception as exc:  # noqa: BLE001 - telemetry must never stop training
+                self._say_once(f"telemetry sink failed: {exc!r}")
         finally:
             self.telemetry_s += time.perf_counter() - t_cpu
 
-    def _emit_samples(self, timing: Timing, meta: dict) -> None:
-        me = self.global_rank
-        t_s = meta["t_wall"]
-        samples = []
-        inject_bytes = 0
-        first: Any = None
-        last: Any = None
-        for peer in sorted(timing.bytes_to):
-            g = self._peers[peer]
-            busy = timing.busy_s(peer)
-            samples.append(Sample(t_s, self.comm, meta["seq"], meta["version"], "pair", me, g, timing.bytes_to[peer],
-                                  busy, meta["coll"], "executor", incarnation=self.incarnation))
-            if self._hosts[g] == self._hosts[me]:
-                inject_bytes += timing.bytes_to[peer]
-                a, b = timing.first_post[peer], timing.last_done[peer]
-                if timing.cuda:
-                    first = a if first is None or a.elapsed_time(first) > 0 else first
-                    last = b if last is None or last.elapsed_time(b) > 0 else last
-                else:
-                    first = a if first is None else min(first, a)
-                    last = b if last is None else max(last, b)
-        if inject_bytes:
-            busy = max(first.elapsed_time(last) / 1e3, 1e-9) if timing.cuda else max(last - first, 1e-9)
-            if timing.paced_rounds is not None:  # fault injection: summed per-round busy time (engine.Timing)
-                local = [p for p in timing.bytes_to if self._hosts[self._peers[p]] == self._hosts[me]]
-                busy = max(sum(max(ends[p] for p in local if p in ends) - t0
-                               for t0, ends in timing.paced_rounds if any(p in ends for p in local)), 1e-9)
-            samples.append(Sample(t_s, self.comm, meta["seq"], meta["version"], "inject", me, None, inject_bytes,
-                                  busy, meta["coll"], "executor", incarnation=self.incarnation))
-        sink = self.sink
-        if sink is None:
-            return
-        try:
-            sink(samples)
-        except Exception as exc:  # noqa: BLE001 - telemetry must never stop training
-            self._say_once(f"telemetry sink failed: {exc!r}")
-
     def _native(self, coll: str, seq: int) -> None:
         self.history.append((seq, coll, None))
-
-    def _check_same(self, *ts: Any) -> None:
-        d = {(t.dtype, t.device) for t in ts}
-        if len(d) != 1:
-            raise ExecutorError(f"comm {self.comm!r}: tensors differ in dtype/device: {sorted(map(str, d))}")
 
     # ------------------------------------------------------------------ collectives
     def all_gather_into_tensor(self, out: Any, inp: Any) -> None:
         """``out`` (N·n elements) = concatenation of every rank's ``inp`` (n elements), like torch's."""
         seq = self._begin()
-        self._check_same(out, inp)
+        same_kind(self.comm, out, inp)
         n, N = inp.numel(), self.size
         if out.numel() != N * n:
             raise ExecutorError(f"all_gather_into_tensor: output has {out.numel()} elements, expected {N}x{n}")
@@ -526,7 +348,7 @@ class Executor:
         """``out`` (n elements) = this rank's block of the reduction of every rank's ``inp`` (N·n)."""
         op = self._dist.ReduceOp.SUM if op is None else op
         seq = self._begin()
-        self._check_same(out, inp)
+        same_kind(self.comm, out, inp)
         n, N = out.numel(), self.size
         if inp.numel() != N * n:
             raise ExecutorError(f"reduce_scatter_tensor: input has {inp.numel()} elements, expected {N}x{n}")
@@ -595,7 +417,7 @@ class Executor:
         Split sizes are not run by programs yet: such calls go to the native collective.
         """
         seq = self._begin()
-        self._check_same(out, inp)
+        same_kind(self.comm, out, inp)
         N = self.size
         if output_split_sizes is not None or input_split_sizes is not None:
             self._alltoallv(out, inp, output_split_sizes, input_split_sizes, seq)
@@ -646,12 +468,9 @@ class Executor:
         ins = [int(x) for x in in_splits] if in_splits is not None else [inp.numel() // n] * n
         outs = [int(x) for x in out_splits] if out_splits is not None else [out.numel() // n] * n
         if self.sink is not None:
-            sends = [0] * self._dist.get_world_size()
-            for r, k in enumerate(ins):
-                sends[self._peers[r]] = k * inp.element_size()
             try:
-                self.sink([Sample(time.time(), self.comm, seq, None, "demand", self.global_rank, None, sum(sends),
-                                  1e-9, "alltoallv", "executor", {"send_bytes": sends}, self.incarnation)])
+                self.sink([demand_sample(self.comm, seq, self.global_rank, ins, inp.element_size(), self._peers,
+                                         self._dist.get_world_size(), self.incarnation)])
             except Exception as exc:  # noqa: BLE001 - telemetry must never stop training
                 self._say_once(f"telemetry sink failed: {exc!r}")
         sched = getattr(self, "alltoallv_schedule", None)
@@ -664,14 +483,10 @@ class Executor:
         self.history.append((seq, "alltoallv" if how == "schedule" else "alltoall", None))
 
     def _op_ok(self, op: Any, t: Any) -> bool:
-        R = self._dist.ReduceOp
-        if op == getattr(R, "AVG", None) and not t.is_floating_point():
-            self._say_once("AVG on an integer tensor: native torch.distributed")
-            return False
-        if op not in (R.SUM, R.PRODUCT, R.MAX, R.MIN, R.BAND, R.BOR, R.BXOR, getattr(R, "AVG", None)):
-            self._say_once(f"reduction {op}: native torch.distributed")
-            return False
-        return True
+        why = reduction_fallback(self._dist.ReduceOp, op, t.is_floating_point())
+        if why is not None:
+            self._say_once(why)
+        return why is None
 
     def _finish_avg(self, op: Any, t: Any) -> None:
         if op == getattr(self._dist.ReduceOp, "AVG", None) and self.history and self.history[-1][2] is not None:

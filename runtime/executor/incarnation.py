@@ -18,7 +18,7 @@ __all__ = ["incarnation_id"]
 def incarnation_id(store: Any, key: str, size: int) -> str | None:
     """The incarnation id (16 hex digits) the ranks sharing ``key`` in ``store`` agree on.
 
-    ``key`` is the executor's agreement prefix (:func:`runtime.executor.executor.agreement_key`); the id lives
+    ``key`` is the executor's agreement prefix (:func:`runtime.executor.agreement.agreement_key`); the id lives
     at ``key + "incarnation"``. One rank (``size == 1``) needs no agreement. Without a usable store the ranks
     cannot agree, and the id is None: samples then carry none (the controller's grouping without it is in
     ``docs/controller.md`` §1).

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from msccl_xml import Program
+from synth import Collective
 
 from .executor import Executor
 from .plan import canonical_collective
@@ -43,12 +44,8 @@ def _buffers(torch: Any, coll: str, size_bytes: int, dtype: Any, world: int, ran
     else:
         def make(n: int) -> Any:
             return torch.randint(0, 9, (n,), generator=g).to(dtype).to(device)
-    if coll == "allgather":
-        return make(total // world), torch.empty(total, dtype=dtype, device=device)
-    if coll == "reducescatter":
-        return make(total), torch.empty(total // world, dtype=dtype, device=device)
-    x = make(total)
-    return x, torch.empty_like(x)
+    kind = Collective(coll)  # the element counts scale as the bytes: a message of ``total`` elements
+    return make(kind.in_bytes(total, world)), torch.empty(kind.out_bytes(total, world), dtype=dtype, device=device)
 
 
 def _call(ex: Any, dist: Any, coll: str, inp: Any, out: Any, native: bool) -> None:

@@ -38,13 +38,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from msccl_xml import Program, StepType
+from synth import COLLECTIVES as SYNTH_COLLECTIVES
 
 from .errors import ExecutorError
 
 __all__ = ["COLLECTIVES", "Message", "Op", "Plan", "RankPlan", "Round", "compile_program", "canonical_collective"]
 
 #: Collectives the executor runs (MSCCL ``coll`` names after canonicalisation).
-COLLECTIVES = ("allgather", "reducescatter", "allreduce", "alltoall")
+COLLECTIVES = SYNTH_COLLECTIVES
 
 #: ``(buffer, chunk offset, chunk count)``; buffer ``i``/``o``/``s`` as in MSCCL, ``t`` the temp area.
 Region = tuple[str, int, int]
@@ -161,58 +162,9 @@ def compile_program(program: Program) -> Plan:
     if ranks != list(range(n)):
         raise ExecutorError(f"program {program.name!r}: <gpu> ids {ranks} are not 0..{n - 1}")
 
-    steps: dict[_StepKey, tuple] = {}  # key -> (step, tb)
-    tb_steps: dict[tuple[int, int], list[_StepKey]] = {}
-    by_s: dict[tuple[int, int, int], _StepKey] = {}
-    sends: dict[tuple[int, int, int], list[_StepKey]] = defaultdict(list)
-    recvs: dict[tuple[int, int, int], list[_StepKey]] = defaultdict(list)
-    for gpu in program.gpus:
-        for tb in gpu.threadblocks:
-            keys = []
-            for j, st in enumerate(tb.steps):
-                if st.type is StepType.RES_ADD:
-                    raise ExecutorError(f"gpu {gpu.id} tb {tb.id} step {st.s}: step type 'ra' is not supported")
-                key = (gpu.id, tb.id, j)
-                steps[key] = (st, tb)
-                by_s[(gpu.id, tb.id, st.s)] = key
-                keys.append(key)
-                if st.type.sends:
-                    if tb.send < 0:
-                        raise ExecutorError(f"gpu {gpu.id} tb {tb.id} step {st.s}: sends but the tb has no send peer")
-                    sends[(gpu.id, tb.send, tb.chan)].append(key)
-                if st.type.receives:
-                    if tb.recv < 0:
-                        raise ExecutorError(f"gpu {gpu.id} tb {tb.id} step {st.s}: receives but the tb has no recv peer")
-                    recvs[(tb.recv, gpu.id, tb.chan)].append(key)
-            tb_steps[(gpu.id, tb.id)] = keys
-
-    # FIFO matching per (sender, receiver, channel).
-    out_partner: dict[_StepKey, tuple[_StepKey, tuple[int, int, int, int]]] = {}
-    in_partner: dict[_StepKey, tuple[_StepKey, tuple[int, int, int, int]]] = {}
-    for conn in sorted(set(sends) | set(recvs)):
-        ss, rr = sends.get(conn, []), recvs.get(conn, [])
-        if len(ss) != len(rr):
-            raise ExecutorError(
-                f"gpu {conn[0]} -> gpu {conn[1]} channel {conn[2]}: {len(ss)} sends but {len(rr)} receives")
-        for k, (a, b) in enumerate(zip(ss, rr)):
-            if steps[a][0].cnt != steps[b][0].cnt:
-                raise ExecutorError(f"gpu {conn[0]} -> gpu {conn[1]} channel {conn[2]} transfer {k}: cnt differs")
-            tid = (*conn, k)
-            out_partner[a] = (b, tid)
-            in_partner[b] = (a, tid)
-
-    preds: dict[_StepKey, list[_StepKey]] = {}
-    for (rank, tbid), keys in tb_steps.items():
-        for j, key in enumerate(keys):
-            st = steps[key][0]
-            p = [keys[j - 1]] if j else []
-            if st.depid >= 0:
-                dep = by_s.get((rank, st.depid, st.deps))
-                if dep is None:
-                    raise ExecutorError(f"gpu {rank} tb {tbid} step {st.s}: depends on missing tb {st.depid} step {st.deps}")
-                p.append(dep)
-            preds[key] = p
-
+    steps, tb_steps, by_s, sends, recvs = _index_steps(program)
+    out_partner, in_partner = _match_transfers(steps, sends, recvs)
+    preds = _predecessors(steps, tb_steps, by_s)
     finish: dict[_StepKey, int] = {}
     send_ready: dict[_StepKey, int] = {}
     t_in: dict[_StepKey, int] = {}
@@ -239,6 +191,79 @@ def compile_program(program: Program) -> Plan:
             raise ExecutorError(f"program {program.name!r} deadlocks: gpu {r} tb {t} step {st.s} can never run")
         pending = still
     return _emit(program, coll, steps, order, finish, send_ready, t_in, out_partner)
+
+
+def _index_steps(program: Program) -> tuple[dict[_StepKey, tuple], dict[tuple[int, int], list[_StepKey]],
+                                            dict[tuple[int, int, int], _StepKey],
+                                            dict[tuple[int, int, int], list[_StepKey]],
+                                            dict[tuple[int, int, int], list[_StepKey]]]:
+    """Every step by key, each threadblock's keys, keys by (rank, tb, ``s``), and the sending and receiving
+    steps per connection (sender, receiver, channel)."""
+    steps: dict[_StepKey, tuple] = {}  # key -> (step, tb)
+    tb_steps: dict[tuple[int, int], list[_StepKey]] = {}
+    by_s: dict[tuple[int, int, int], _StepKey] = {}
+    sends: dict[tuple[int, int, int], list[_StepKey]] = defaultdict(list)
+    recvs: dict[tuple[int, int, int], list[_StepKey]] = defaultdict(list)
+    for gpu in program.gpus:
+        for tb in gpu.threadblocks:
+            keys = []
+            for j, st in enumerate(tb.steps):
+                if st.type is StepType.RES_ADD:
+                    raise ExecutorError(f"gpu {gpu.id} tb {tb.id} step {st.s}: step type 'ra' is not supported")
+                key = (gpu.id, tb.id, j)
+                steps[key] = (st, tb)
+                by_s[(gpu.id, tb.id, st.s)] = key
+                keys.append(key)
+                if st.type.sends:
+                    if tb.send < 0:
+                        raise ExecutorError(f"gpu {gpu.id} tb {tb.id} step {st.s}: sends but the tb has no send peer")
+                    sends[(gpu.id, tb.send, tb.chan)].append(key)
+                if st.type.receives:
+                    if tb.recv < 0:
+                        raise ExecutorError(f"gpu {gpu.id} tb {tb.id} step {st.s}: receives but the tb has no recv peer")
+                    recvs[(tb.recv, gpu.id, tb.chan)].append(key)
+            tb_steps[(gpu.id, tb.id)] = keys
+    return steps, tb_steps, by_s, sends, recvs
+
+
+def _match_transfers(steps: dict[_StepKey, tuple], sends: dict[tuple[int, int, int], list[_StepKey]],
+                     recvs: dict[tuple[int, int, int], list[_StepKey]],
+                     ) -> tuple[dict[_StepKey, tuple[_StepKey, tuple[int, int, int, int]]],
+                                dict[_StepKey, tuple[_StepKey, tuple[int, int, int, int]]]]:
+    """Each send's receive and each receive's send, with the transfer id (sender, receiver, channel, k)."""
+    # FIFO matching per (sender, receiver, channel).
+    out_partner: dict[_StepKey, tuple[_StepKey, tuple[int, int, int, int]]] = {}
+    in_partner: dict[_StepKey, tuple[_StepKey, tuple[int, int, int, int]]] = {}
+    for conn in sorted(set(sends) | set(recvs)):
+        ss, rr = sends.get(conn, []), recvs.get(conn, [])
+        if len(ss) != len(rr):
+            raise ExecutorError(
+                f"gpu {conn[0]} -> gpu {conn[1]} channel {conn[2]}: {len(ss)} sends but {len(rr)} receives")
+        for k, (a, b) in enumerate(zip(ss, rr)):
+            if steps[a][0].cnt != steps[b][0].cnt:
+                raise ExecutorError(f"gpu {conn[0]} -> gpu {conn[1]} channel {conn[2]} transfer {k}: cnt differs")
+            tid = (*conn, k)
+            out_partner[a] = (b, tid)
+            in_partner[b] = (a, tid)
+
+    return out_partner, in_partner
+
+
+def _predecessors(steps: dict[_StepKey, tuple], tb_steps: dict[tuple[int, int], list[_StepKey]],
+                  by_s: dict[tuple[int, int, int], _StepKey]) -> dict[_StepKey, list[_StepKey]]:
+    """Each step's predecessors: the step before it in its threadblock and its ``depid``/``deps`` step."""
+    preds: dict[_StepKey, list[_StepKey]] = {}
+    for (rank, tbid), keys in tb_steps.items():
+        for j, key in enumerate(keys):
+            st = steps[key][0]
+            p = [keys[j - 1]] if j else []
+            if st.depid >= 0:
+                dep = by_s.get((rank, st.depid, st.deps))
+                if dep is None:
+                    raise ExecutorError(f"gpu {rank} tb {tbid} step {st.s}: depends on missing tb {st.depid} step {st.deps}")
+                p.append(dep)
+            preds[key] = p
+    return preds
 
 
 def _advance(key, typ, preds, finish, send_ready, t_in, in_partner) -> bool:

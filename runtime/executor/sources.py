@@ -11,17 +11,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from msccl_xml import Program, lower, read
+from msccl_xml import Program, lower, parse, read
+from runtime.formats.store import VersionEntry
 from synth import LoopcollError, Schedule, read_schedule
 
 from .errors import StagingError
 
-__all__ = ["load_programs"]
+__all__ = ["entry_programs", "load_programs", "program_from_bytes"]
 
 
 def load_programs(source: Any) -> list[Program]:
@@ -58,6 +60,56 @@ def load_programs(source: Any) -> list[Program]:
             out.extend(load_programs(item))
         return out
     raise StagingError(f"cannot stage a {type(source).__name__}: give a Program, Schedule, SynthResult or file path")
+
+
+def entry_programs(entry: VersionEntry, fetch: Callable[[str], bytes]) -> list[Program]:
+    """One program per band of a pushed manifest entry, in band order, each selecting its band's sizes:
+    the band's MSCCL XML, or its schedule JSON lowered when it has none; ``fetch(path)`` returns a store
+    file's bytes (``runtime.Client.get``). In memory only.
+
+    Raises
+    ------
+    StagingError, XmlError, ScheduleError
+        As :func:`program_from_bytes`.
+    """
+    out: list[Program] = []
+    for band in entry.bands:
+        name = band.xml or band.schedule
+        prog = program_from_bytes(fetch(name), name=name)
+        out.append(dataclasses.replace(prog, min_bytes=band.min_bytes,
+                                       max_bytes=0 if band.max_bytes is None else band.max_bytes))
+    return out
+
+
+def program_from_bytes(data: bytes, *, name: str) -> Program:
+    """The program in ``data``, the bytes of an MSCCL ``.xml`` or a schedule ``.json`` (by ``name``'s
+    suffix; ``name`` also names the source in errors), built in memory: a schedule is lowered as
+    :func:`load_programs` lowers it.
+
+    Raises
+    ------
+    XmlError, ScheduleError
+        If the text is not a program or a schedule (the message names ``name``).
+    StagingError
+        If the bytes are not UTF-8, the lowering fails, or the suffix is neither.
+
+    >>> from synth.schedule import Hop, Route, RouteKind, Schedule
+    >>> ag = Schedule("allgather", 2, 1, (
+    ...     Route(RouteKind.OUT_TREE, 0, 1, (Hop(0, 1, ("gpu0", "gpu1")),)),
+    ...     Route(RouteKind.OUT_TREE, 1, 1, (Hop(1, 0, ("gpu1", "gpu0")),))))
+    >>> program_from_bytes(ag.to_json().encode(), name="v1/b0.schedule.json").ngpus
+    2
+    """
+    suffix = Path(name).suffix.lower()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StagingError(f"{name}: not UTF-8 text ({exc})") from exc
+    if suffix == ".xml":
+        return parse(text, source=name)
+    if suffix == ".json":
+        return _lower(Schedule.from_json(text, source=name))
+    raise StagingError(f"{name}: expected an MSCCL .xml or a schedule .json")
 
 
 def _lower(schedule: Schedule) -> Program:

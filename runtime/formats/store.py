@@ -35,17 +35,20 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from msccl_xml import export
+from msccl_xml.deploy import DeployableVersion, fit_bands
+from msccl_xml.limits import RUNTIMES
+from msccl_xml.targets import MscclTarget, TorchTarget
 from runtime.errors import StoreError
-from synth import LoopcollError, Schedule, SynthResult, Topology
+from synth import CutLink, LoopcollError, Schedule, ScheduleError, SynthResult, Topology
 from synth.figures import warm_mode_of
-from synth.fileio import write_text_atomic
+from synth.fileio import write_bytes_atomic, write_text_atomic
 
 __all__ = ["STORE_FORMAT", "Band", "VersionEntry", "VersionStore"]
 
 STORE_FORMAT = "loopcoll.store/1"
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _MAX_MANIFEST_BYTES = 64 << 20
+_XML, _NO_XML = MscclTarget("msccl-executor-nccl"), TorchTarget()
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +84,7 @@ class VersionEntry:
     bands: tuple[Band, ...]
     topology_fingerprint: str
     capacities_gbps: Mapping[str, float]
-    cut: tuple[tuple[str, str, float], ...]
+    cut: tuple[CutLink, ...]
     algbw_GBps: float  # noqa: N815
     optimal_algbw_GBps: float  # noqa: N815
     reason: str
@@ -107,7 +110,7 @@ class VersionEntry:
             "bands": [b.to_dict() for b in self.bands],
             "topology_fingerprint": self.topology_fingerprint,
             "capacities_gbps": dict(sorted(self.capacities_gbps.items())),
-            "cut": [{"src": a, "dst": b, "base_slack": s} for a, b, s in self.cut],
+            "cut": [c.to_dict() for c in self.cut],
             "algbw_GBps": self.algbw_GBps, "optimal_algbw_GBps": self.optimal_algbw_GBps,
             "reason": self.reason, "verdict": None if self.verdict is None else dict(self.verdict),
             "trigger_samples": self.trigger_samples, "created_t_s": self.created_t_s,
@@ -126,7 +129,7 @@ class VersionEntry:
                      str(b["schedule"]), None if b.get("xml") is None else str(b["xml"]),
                      None if b.get("xml_error") is None else str(b["xml_error"]))
                 for b in doc["bands"])
-            cut = tuple((str(c["src"]), str(c["dst"]), float(c["base_slack"])) for c in doc.get("cut", ()))
+            cut = tuple(CutLink.from_dict(c, source=f"{where}: cut") for c in doc.get("cut", ()))
             verdict = doc.get("verdict")
             entry = cls(
                 comm=str(doc["comm"]), collective=str(doc["collective"]), version=int(doc["version"]),
@@ -140,6 +143,8 @@ class VersionEntry:
                 synth_time_s=float(doc.get("synth_time_s", 0.0)), status=str(doc.get("status", "optimal")),
                 extra=MappingProxyType(dict(doc.get("extra") or {})),
             )
+        except ScheduleError as exc:
+            raise StoreError(str(exc)) from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StoreError(f"{where}: malformed ({type(exc).__name__}: {str(exc)[:120]})") from None
         if not bands:
@@ -273,7 +278,7 @@ class VersionStore:
         self,
         comm: str,
         collective: str,
-        results_by_band: Sequence[tuple[int, int | None, SynthResult | Schedule]],
+        results_by_band: Sequence[tuple[int, int | None, SynthResult | Schedule]] | DeployableVersion,
         *,
         reason: str,
         topology: Topology,
@@ -287,87 +292,88 @@ class VersionStore:
     ) -> VersionEntry:
         """Write a new version (files first, then the manifest) and return its entry.
 
-        ``results_by_band`` lists ``(min_bytes, max_bytes, result)``; ``topology`` is the (measured)
-        topology the schedules were made for: its capacities go into the entry (only the links that
-        differ from ``nominal`` when that is given). MSCCL XML is exported per band when
-        ``export_xml``; an export error is recorded in the band (``xml_error``), the schedule is still
-        published. ``_fail_before_manifest`` raises after the files are written (crash tests).
+        ``results_by_band`` is a fitted :class:`~msccl_xml.deploy.DeployableVersion` (its bands'
+        bytes are written as they are; MSCCL XML when its target is an MSCCL runtime), or lists
+        ``(min_bytes, max_bytes, result)``, fitted here with :func:`msccl_xml.deploy.fit_bands`
+        (no re-synthesis): MSCCL XML of msccl-executor-nccl per band when ``export_xml``, an export
+        error recorded in the band (``xml_error``), the schedule still published; a result shared by
+        several bands is written once. ``topology`` is the (measured) topology the schedules were
+        made for: its capacities go into the entry (only the links that differ from ``nominal`` when
+        that is given). ``_fail_before_manifest`` raises after the files are written (crash tests).
         """
         _check_name(comm, "communicator")
         _check_name(collective, "collective")
-        if not results_by_band:
-            raise StoreError(f"{comm}/{collective}: nothing to publish (no bands)")
+        version = self._fitted(comm, collective, results_by_band, topology, export_xml)
         with self._lock:
-            version = self.next_version(comm, collective)
-            rel_dir = f"{comm}/{collective}/v{version}"
-            try:
-                self.path(rel_dir).mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StoreError(f"store {str(self.directory)!r}: cannot create {rel_dir}: "
-                                 f"{exc.strerror or exc}") from exc
-            bands: list[Band] = []
-            first: SynthResult | Schedule | None = None
-            written: dict[int, Band] = {}  # a result shared by several bands is written once
-            for i, (lo, hi, res) in enumerate(results_by_band):
-                sched = res.schedule if isinstance(res, SynthResult) else res
-                if sched is None:
-                    raise StoreError(f"{comm}/{collective} band {i}: the synthesis produced no schedule")
-                first = first or res
-                if id(res) in written:
-                    same = written[id(res)]
-                    bands.append(Band(int(lo), None if hi is None else int(hi), same.schedule, same.xml,
-                                      same.xml_error))
-                    continue
-                rel = f"{rel_dir}/b{i}.schedule.json"
-                try:
-                    write_text_atomic(self.path(rel), sched.to_json())
-                except LoopcollError as exc:
-                    raise StoreError(f"store {str(self.directory)!r}: cannot write {rel}: {exc}") from exc
-                xml_rel: str | None = None
-                xml_err: str | None = None
-                if export_xml:
-                    xml_rel, xml_err = self._export(sched, topology, f"{rel_dir}/b{i}.msccl.xml", int(lo),
-                                                    0 if hi is None else int(hi))
-                bands.append(Band(int(lo), None if hi is None else int(hi), rel, xml_rel, xml_err))
-                written[id(res)] = bands[-1]
-            assert first is not None
-            sched0 = first.schedule if isinstance(first, SynthResult) else first
-            assert sched0 is not None
-            if isinstance(first, SynthResult):
-                algbw, optimal = first.algbw_GBps, first.optimal_algbw_GBps
-                warm_mode = warm_mode_of(first.figures)
-                synth_s, status = first.solve_time_s, first.status.value
-            else:
-                algbw = sched0.algbw_GBps(topology)
-                optimal = float(sched0.meta.get("optimal_algbw_GBps", algbw))
-                warm_mode, synth_s, status = None, 0.0, "given"
+            number = self.next_version(comm, collective)
+            bands = self._write_bands(version, f"{comm}/{collective}/v{number}")
+            first = version.result
             caps = {f"{lk.src}->{lk.dst}": lk.gbps for lk in topology.links}
             if nominal is not None:
                 nom = {f"{lk.src}->{lk.dst}": lk.gbps for lk in nominal.links}
                 caps = {k: v for k, v in caps.items() if nom.get(k) != v}
+            warm_mode = None if first is None else warm_mode_of(first.figures)
             entry = VersionEntry(
-                comm=comm, collective=collective, version=version, bands=tuple(bands),
+                comm=comm, collective=collective, version=number, bands=bands,
                 topology_fingerprint=topology.fingerprint, capacities_gbps=MappingProxyType(dict(sorted(caps.items()))),
-                cut=tuple((c.src, c.dst, c.base_slack) for c in sched0.bottleneck),
-                algbw_GBps=_finite(algbw), optimal_algbw_GBps=_finite(optimal), reason=str(reason),
+                cut=version.schedule.bottleneck,
+                algbw_GBps=_finite(version.algbw_GBps), optimal_algbw_GBps=_finite(version.optimal_algbw_GBps),
+                reason=str(reason),
                 verdict=None if verdict is None else MappingProxyType(json.loads(json.dumps(dict(verdict)))),
                 trigger_samples=int(trigger_samples), created_t_s=float(created_t_s),
-                warm_mode=None if warm_mode is None else str(warm_mode), synth_time_s=float(synth_s),
-                status=status, extra=MappingProxyType(dict(extra or {})),
+                warm_mode=None if warm_mode is None else str(warm_mode),
+                synth_time_s=float(0.0 if first is None else first.solve_time_s),
+                status=version.status, extra=MappingProxyType(dict(extra or {})),
             )
             if _fail_before_manifest:
-                raise StoreError(f"{comm}/{collective} v{version}: injected failure before the manifest write")
+                raise StoreError(f"{comm}/{collective} v{number}: injected failure before the manifest write")
             entries = [*self._entries, entry]
             self._write_manifest(entries)
             self._entries = entries
             return entry
 
-    def _export(self, sched: Schedule, topology: Topology, rel: str, min_bytes: int = 0,
-                max_bytes: int = 0) -> tuple[str | None, str | None]:
-        try:  # the band's range goes into <algo minBytes maxBytes>
-            export(sched, topology, str(self.path(rel)), min_bytes=min_bytes, max_bytes=max_bytes)
-        except LoopcollError as exc:
-            return None, str(exc)[:500]
-        except (OSError, ValueError, RecursionError) as exc:
-            return None, f"{type(exc).__name__}: {str(exc)[:400]}"
-        return rel, None
+    @staticmethod
+    def _fitted(comm: str, collective: str,
+                given: Sequence[tuple[int, int | None, SynthResult | Schedule]] | DeployableVersion,
+                topology: Topology, export_xml: bool) -> DeployableVersion:
+        """``given`` as a version: itself, or its bands fitted to msccl-executor-nccl (torch without XML)."""
+        if isinstance(given, DeployableVersion):
+            return given
+        if not given:
+            raise StoreError(f"{comm}/{collective}: nothing to publish (no bands)")
+        for i, (_, _, res) in enumerate(given):
+            if isinstance(res, SynthResult) and res.schedule is None:
+                raise StoreError(f"{comm}/{collective} band {i}: the synthesis produced no schedule")
+        return fit_bands(given, topology, _XML if export_xml else _NO_XML, strict=False)
+
+    def _write_bands(self, version: DeployableVersion, rel_dir: str) -> tuple[Band, ...]:
+        """Write each band's schedule JSON and (MSCCL targets) XML under ``rel_dir``; a shared band refers
+        to the files of the band it shares."""
+        try:
+            self.path(rel_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"store {str(self.directory)!r}: cannot create {rel_dir}: "
+                             f"{exc.strerror or exc}") from exc
+        xml = version.target in RUNTIMES
+        bands: list[Band] = []
+        for i, b in enumerate(version.bands):
+            lo, hi = int(b.min_bytes), None if b.max_bytes is None else int(b.max_bytes)
+            if b.shares is not None:
+                same = bands[b.shares]
+                bands.append(Band(lo, hi, same.schedule, same.xml, same.xml_error))
+                continue
+            rel = f"{rel_dir}/b{i}.schedule.json"
+            try:
+                write_text_atomic(self.path(rel), b.schedule.to_json())
+            except LoopcollError as exc:
+                raise StoreError(f"store {str(self.directory)!r}: cannot write {rel}: {exc}") from exc
+            xml_rel: str | None = None
+            xml_err = None if b.error is None or not xml else b.error[:500]
+            if xml and b.program is not None:
+                xml_rel = f"{rel_dir}/b{i}.msccl.xml"
+                try:
+                    write_bytes_atomic(self.path(xml_rel), b.program)
+                except LoopcollError as exc:
+                    xml_rel, xml_err = None, str(exc)[:500]
+            bands.append(Band(lo, hi, rel, xml_rel, xml_err))
+        return tuple(bands)

@@ -194,20 +194,7 @@ def parse_sample(
     ...
     runtime.errors.TelemetryError: sample: missing field 't_s'
     """
-    if isinstance(obj, (str, bytes)):
-        if len(obj) > MAX_LINE_BYTES:
-            raise _fail("too_large", f"sample: longer than {MAX_LINE_BYTES} bytes")
-        try:
-            obj = json.loads(obj)
-        except (ValueError, RecursionError) as exc:
-            raise _fail("bad_json", f"sample: not JSON ({str(exc)[:80]})") from None
-    if not isinstance(obj, Mapping):
-        raise _fail("type", f"sample: must be a JSON object, got {type(obj).__name__}")
-    for key in _REQUIRED:
-        if key not in obj:
-            raise _fail("missing_field", f"sample: missing field {key!r}")
-    if obj["format"] != FORMAT:
-        raise _fail("format", f"sample: format must be {FORMAT!r}, got {str(obj['format'])[:60]!r}")
+    obj = _sample_object(obj)
     kind = obj["kind"]
     if kind not in KINDS:
         raise _fail("unknown_kind", f"sample: kind must be one of {', '.join(KINDS)}, got {str(kind)[:40]!r}")
@@ -245,6 +232,33 @@ def parse_sample(
         if not isinstance(sends, list) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 0
                                                    for b in sends):
             raise _fail("type", "sample: a demand sample needs extra.send_bytes, a list of integers >= 0")
+    _check_ranks(comm, src, dst, comms, nranks)
+    return Sample(t_s, comm, seq, version, kind, src, dst, nbytes, busy_s, collective, origin,
+                  MappingProxyType(dict(extra)), incarnation)
+
+
+def _sample_object(obj: Mapping[str, Any] | str | bytes) -> Mapping[str, Any]:
+    """The sample as a mapping (parsed from its text) with every required field and the right format."""
+    if isinstance(obj, (str, bytes)):
+        if len(obj) > MAX_LINE_BYTES:
+            raise _fail("too_large", f"sample: longer than {MAX_LINE_BYTES} bytes")
+        try:
+            obj = json.loads(obj)
+        except (ValueError, RecursionError) as exc:
+            raise _fail("bad_json", f"sample: not JSON ({str(exc)[:80]})") from None
+    if not isinstance(obj, Mapping):
+        raise _fail("type", f"sample: must be a JSON object, got {type(obj).__name__}")
+    for key in _REQUIRED:
+        if key not in obj:
+            raise _fail("missing_field", f"sample: missing field {key!r}")
+    if obj["format"] != FORMAT:
+        raise _fail("format", f"sample: format must be {FORMAT!r}, got {str(obj['format'])[:60]!r}")
+    return obj
+
+
+def _check_ranks(comm: str, src: int, dst: int | None, comms: Mapping[str, Iterable[int]] | None,
+                 nranks: int | None) -> None:
+    """Reject an unknown communicator and ranks outside it or the job (when ``comms``/``nranks`` are given)."""
     ranks_ok = None
     if comms is not None:
         if comm not in comms:
@@ -255,8 +269,6 @@ def parse_sample(
             continue
         if rank < 0 or (nranks is not None and rank >= nranks) or (ranks_ok is not None and rank not in ranks_ok):
             raise _fail("unknown_rank", f"sample: {role} rank {rank} is not in communicator {comm[:60]!r}")
-    return Sample(t_s, comm, seq, version, kind, src, dst, nbytes, busy_s, collective, origin,
-                  MappingProxyType(dict(extra)), incarnation)
 
 
 def validate_samples(

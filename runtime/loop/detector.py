@@ -17,7 +17,8 @@ Examples
 Two cut links with 4 and 2 chunks, each saturated at 100 and 50 Gbit/s (x_min = 25):
 
 >>> loads = {("a", "b"): 4, ("c", "d"): 2, ("e", "f"): 1}
->>> cut = (("a", "b", 0.0), ("c", "d", 0.0))
+>>> from synth import CutLink
+>>> cut = (CutLink("a", "b", 0.0), CutLink("c", "d", 0.0))
 >>> caps = {("a", "b"): 100.0, ("c", "d"): 50.0, ("e", "f"): 400.0}
 >>> detect(loads, cut, caps, gamma=0.1).flagged
 False
@@ -32,6 +33,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from synth import CutLink, Schedule
 
 __all__ = ["CutDeviation", "Verdict", "detect", "verdict_for_schedule"]
 
@@ -86,7 +89,7 @@ class Verdict:
 
 def detect(
     loads: Mapping[LinkKey, int],
-    cut: Sequence[tuple[str, str, float]],
+    cut: Sequence[CutLink],
     capacities_gbps: Mapping[LinkKey, float],
     *,
     gamma: float,
@@ -106,7 +109,8 @@ def detect(
         return Verdict(True, gamma, math.inf, 0.0, down[0], (), tuple(down), f"link {a}->{b} is down (0 Gbit/s)")
     x_min, x_link = min((capacities_gbps[k] / n, k) for k, n in used)
     devs = []
-    for a, b, base in cut:
+    for link in cut:
+        a, b, base = link.src, link.dst, link.base_slack
         m = capacities_gbps.get((a, b))
         n = loads.get((a, b), 0)
         if m is None or m <= 0:
@@ -121,7 +125,7 @@ def detect(
     return Verdict(flagged, gamma, max_delta, x_min, x_link, tuple(devs), deciding, msg)
 
 
-def verdict_for_schedule(schedule: Any, capacities_gbps: Mapping[LinkKey, float], *, gamma: float) -> Verdict:
+def verdict_for_schedule(schedule: Schedule, capacities_gbps: Mapping[LinkKey, float], *, gamma: float) -> Verdict:
     """Algorithm 1 for a :class:`synth.Schedule`: its ``link_loads()`` and ``bottleneck`` (``K_s``).
 
     >>> from synth import load_topology, synthesize
@@ -135,5 +139,4 @@ def verdict_for_schedule(schedule: Any, capacities_gbps: Mapping[LinkKey, float]
     >>> verdict_for_schedule(s, {**caps, ("gpu0", "tor0.0"): 200.0}, gamma=0.1).flagged  # a cut link halves
     True
     """
-    cut = tuple((c.src, c.dst, c.base_slack) for c in schedule.bottleneck)
-    return detect(schedule.link_loads(), cut, capacities_gbps, gamma=gamma)
+    return detect(schedule.link_loads(), schedule.bottleneck, capacities_gbps, gamma=gamma)

@@ -54,11 +54,11 @@ from synth import Link, Schedule, Topology
 from synth.errors import LoopcollError
 from synth.routing import pair_route
 
+from runtime.loop.pacing import Pacing
+
 __all__ = ["LinkEstimate", "LinkEstimator", "Measurement", "ScheduleRouting"]
 
 LinkKey = tuple[str, str]
-_PACE_ROUTINGS = 16  # routings whose pacing runs are kept (one per running version)
-_NOISE_WINDOW = 32  # collectives over which the timing jitter is learnt
 #: One measurement of a collective: (kind, src, dst or None, bytes, busy_s).
 Measurement = tuple[str, int, "int | None", float, float]
 
@@ -160,16 +160,6 @@ class ScheduleRouting:
         return None
 
 
-@dataclass(slots=True)
-class _PaceState:
-    """Pacing memory of one routing: per slow measurement, its feeders' per-chunk rate ratios over
-    its current slow run; per measurement, its last not-slow rate (the jitter is learnt from them)."""
-
-    routing: ScheduleRouting
-    runs: dict[tuple[Any, ...], dict[tuple[int, int], deque[float]]] = field(default_factory=dict)
-    last_rate: dict[tuple[Any, ...], float] = field(default_factory=dict)
-
-
 @dataclass(frozen=True, slots=True)
 class LinkEstimate:
     """The smoothed capacity ``M_a`` of one link and how it was reached."""
@@ -231,8 +221,7 @@ class LinkEstimator:
         self._recent: dict[LinkKey, deque[float]] = {}
         self.window = max(1, int(window))
         self.pace_window = max(1, int(pace_window))
-        self._pace: dict[int, _PaceState] = {}
-        self._noise: deque[float] = deque(maxlen=_NOISE_WINDOW)  # per collective: median |Δ log rate|
+        self._pacing = Pacing(self.pace_tolerance, self.pace_window)
         self.groups = 0
 
     # -- updates ----------------------------------------------------------------------------
@@ -280,7 +269,7 @@ class LinkEstimator:
             verdicts.append(is_slow)
             if is_slow and kind == "pair" and dst is not None:
                 slow_pairs.add((src, dst))
-        paced = self._paced_set(routing, rows, verdicts, slow_pairs, per_chunk)
+        paced = self._pacing.paced(routing, rows, verdicts, per_chunk)
         for (kind, src, dst, rate, links, _pc), is_slow in zip(rows, verdicts):
             if not is_slow:
                 healthy.update(links)
@@ -296,87 +285,6 @@ class LinkEstimator:
             self.update(a, out[a], t_s)
         self.groups += 1
         return out
-
-    def _paced_set(self, routing: ScheduleRouting, rows: Sequence[tuple[Any, ...]], verdicts: Sequence[bool],
-                   slow_pairs: set[tuple[int, int]], rates: Mapping[tuple[int, int], float]) -> set[tuple[Any, ...]]:
-        """Slow measurements explained by a slow feeder upstream of them (pacing), cycles resolved.
-
-        Edge m → f when a feeder pair f of m (slow or not) runs at a per-chunk rate at most
-        ``1 + pace_tolerance`` times m's: m relays at its input's pace. The ratio compared is the
-        **median over m's current slow run** (its consecutive slow collectives of this routing, at
-        most ``pace_window`` of them): one pair of independently noisy samples decides nothing, and
-        on noise-free telemetry the median is the current ratio. Measurements that pace each
-        other in a cycle (a ring slowed as a whole) form one strongly connected component; a component
-        with an edge leaving it is paced by something upstream, one without (a sink) holds the cause
-        and is kept as evidence.
-        """
-        import networkx as nx
-
-        st = self._pace_state(routing)
-        learnt = self._learn_noise(st, rows, verdicts)
-        runs = st.runs
-        g = nx.DiGraph()
-        slow_nodes = set()
-        for (kind, src, dst, _rate, _links, pc), is_slow in zip(rows, verdicts):
-            if not is_slow:
-                continue
-            node = (kind, src, dst)
-            slow_nodes.add(node)
-            g.add_node(node)
-            if kind == "pair" and dst is not None:
-                feeders: Iterable[tuple[int, int]] = routing.upstream.get((src, dst), ())
-            else:
-                feeders = {f for (u, _v), ups in routing.upstream.items() if u == src for f in ups}
-            run = runs.setdefault(node, {})
-            for f in sorted(feeders):
-                if ("pair", *f) != node:
-                    run.setdefault(f, deque(maxlen=self.pace_window)).append(rates.get(f, math.inf) / pc)
-        for node in [n for n in runs if n not in slow_nodes]:
-            del runs[node]  # its slow run ended
-        spread = max(learnt, _pooled_log_spread(h for run in runs.values() for h in run.values()))
-        for node in sorted(slow_nodes, key=repr):
-            for f, hist in sorted(runs[node].items()):
-                # the median's standard error (1.2533 σ / √n) three times over widens the tolerance
-                limit = (1.0 + self.pace_tolerance) * math.exp(3.0 * 1.2533 * spread / math.sqrt(len(hist)))
-                if _median(hist) <= limit:
-                    g.add_edge(node, ("pair", *f))
-        if g.number_of_edges() == 0:
-            return set()
-        cond = nx.condensation(g)
-        members = cond.graph["mapping"]
-        return {n for n in g.nodes if cond.out_degree(members[n]) > 0}
-
-    def _pace_state(self, routing: ScheduleRouting) -> _PaceState:
-        """The pacing memory of ``routing`` (the last ``_PACE_ROUTINGS`` routings seen keep theirs)."""
-        st = self._pace.pop(id(routing), None)
-        if st is None or st.routing is not routing:
-            st = _PaceState(routing)
-        self._pace[id(routing)] = st  # most recent last
-        while len(self._pace) > _PACE_ROUTINGS:
-            del self._pace[next(iter(self._pace))]
-        return st
-
-    def _learn_noise(self, st: _PaceState, rows: Sequence[tuple[Any, ...]], verdicts: Sequence[bool]) -> float:
-        """Fold this collective's timing jitter in; returns the learnt spread of a log rate *ratio*.
-
-        For each measurement that is not slow now, ``|Δ log rate|`` since its previous not-slow
-        collective of the same routing; the collective's value is their median, the spread
-        1.4826 × the median of the last ``_NOISE_WINDOW`` values (the ratio of two samples has √2
-        times one sample's σ, which cancels against the difference's √2). A rate that steps once
-        (a change of capacity) moves one collective's value only; noise-free telemetry learns 0.
-        """
-        devs = []
-        for (kind, src, dst, rate, _links, _pc), is_slow in zip(rows, verdicts):
-            node = (kind, src, dst)
-            if is_slow:
-                continue
-            prev = st.last_rate.get(node)
-            if prev is not None:
-                devs.append(abs(math.log(rate / prev)))
-            st.last_rate[node] = rate
-        if devs:
-            self._noise.append(_median(devs))
-        return 1.4826 * _median(self._noise) if self._noise else 0.0
 
     # -- queries ----------------------------------------------------------------------------
     def estimate_gbps(self, key: LinkKey) -> float:
@@ -467,35 +375,6 @@ class LinkEstimator:
             self._last.pop(k, None)
             self._count.pop(k, None)
             self._recent.pop(k, None)
-
-
-def _median(xs: Iterable[float]) -> float:
-    """The median (mean of the middle two for an even count; infinities allowed).
-
-    >>> _median([3.0, 1.0, 2.0]), _median([1.0, math.inf])
-    (2.0, inf)
-    """
-    v = sorted(xs)
-    k = len(v) // 2
-    return v[k] if len(v) % 2 else (v[k - 1] + v[k]) / 2.0
-
-
-def _pooled_log_spread(hists: Iterable[Sequence[float]]) -> float:
-    """Robust σ of log ratios pooled over histories: 1.4826 × the median absolute deviation of each
-    finite entry from its own history's median (0 on noise-free telemetry, where a history is constant).
-
-    >>> _pooled_log_spread([[1.0, 1.0], [2.0]]), round(_pooled_log_spread([[1.0, math.e, 1 / math.e]]), 4)
-    (0.0, 1.4826)
-    """
-    devs = []
-    for h in hists:
-        if len(h) < 2:
-            continue
-        med = _median(h)
-        if not math.isfinite(med):
-            continue
-        devs += [abs(math.log(x / med)) for x in h if math.isfinite(x) and x > 0]
-    return 1.4826 * _median(devs) if devs else 0.0
 
 
 def _round_gbps(x: float) -> float:

@@ -29,21 +29,23 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
+from msccl_xml.deploy import fit
+from msccl_xml.targets import MscclTarget, TorchTarget
 from runtime.contention.gate import ContentionGate, GateConfig
 from runtime.errors import ProfileError, RuntimeStateError
 from runtime.formats.profile import JobProfile
 from runtime.formats.store import VersionEntry, VersionStore
 from runtime.loop.detector import Verdict, detect
 from runtime.loop.estimator import LinkEstimate, LinkEstimator
-from synth import Collective, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
+from synth import COLLECTIVES, Collective, CutLink, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
 from synth.figures import warm_mode_of
 
 __all__ = ["Deployed", "Job", "ManagerConfig", "ScheduleManager", "flag_reason", "size_bands", "SYNTHESIZABLE"]
 
 #: Collectives the controller synthesizes (AllToAllv needs a demand matrix: not handled yet).
-SYNTHESIZABLE = ("allgather", "reducescatter", "allreduce", "alltoall")
+SYNTHESIZABLE = COLLECTIVES
 
 
 #: Links a flag reason names per list (bottleneck cut, degraded links); the rest are counted.
@@ -63,7 +65,7 @@ def flag_reason(verdict: Verdict, estimates: Sequence[LinkEstimate], *, snap: fl
 
     >>> from runtime.loop.detector import detect
     >>> loads = {("gpu0", "tor0.0"): 2, ("gpu3", "tor0.1"): 2}
-    >>> v = detect(loads, (("gpu3", "tor0.1", 0.0),), {("gpu0", "tor0.0"): 50.0, ("gpu3", "tor0.1"): 400.0},
+    >>> v = detect(loads, (CutLink("gpu3", "tor0.1", 0.0),), {("gpu0", "tor0.0"): 50.0, ("gpu3", "tor0.1"): 400.0},
     ...            gamma=0.1)
     >>> est = [LinkEstimate("gpu0", "tor0.0", 400.0, 50.0, 9, 50.0, 1.0)]
     >>> print(flag_reason(v, est))
@@ -117,7 +119,7 @@ class Deployed:
     entry: VersionEntry
     schedule: Schedule
     result: SynthResult | None
-    cut: tuple[tuple[str, str, float], ...]
+    cut: tuple[CutLink, ...]
     swapped_t_s: float
     last_recovery_check_t_s: float = -math.inf
     deferred_logged: bool = False
@@ -215,34 +217,42 @@ class ScheduleManager:
         ranks, relay = self.members[comm]
         return topo if ranks is None else topo.communicator(ranks, relay=relay)
 
-    def _synthesize(self, key: tuple[str, str], topo: Topology, warm: SynthResult | Schedule | None) -> SynthResult:
-        collective = key[1]
+    def _synthesize(self, key: tuple[str, str], topo: Topology, warm: SynthResult | Schedule | None,
+                    chunks: int | None = None) -> SynthResult:
+        """Synthesize ``key`` on ``topo`` (warm when it can); ``chunks`` overrides the config's."""
+        collective = Collective.parse(key[1])
         ranks, relay = self.members[key[0]]
-        chunks = self.config.alltoall_chunks if collective == "alltoall" else self.config.chunks
+        if chunks is None:
+            chunks = self.config.alltoall_chunks if collective is Collective.ALLTOALL else self.config.chunks
         try:
-            return synthesize(cast(Collective, collective), topo, chunks=chunks, warm_from=warm,
+            return synthesize(collective, topo, chunks=chunks, warm_from=warm,
                               solver=self.config.solver, time_limit_s=self.config.time_limit_s,
                               ranks=ranks, relay=relay)
         except LoopcollError as exc:
             if warm is None:
                 raise
             self._log({"event": "warm_failed", "collective": collective, "error": str(exc)[:300]})
-            return synthesize(cast(Collective, collective), topo, chunks=chunks,
+            return synthesize(collective, topo, chunks=chunks,
                               solver=self.config.solver, time_limit_s=self.config.time_limit_s,
                               ranks=ranks, relay=relay)
 
     def _publish(self, key: tuple[str, str], result: SynthResult, topo: Topology, reason: str,
                  verdict: Verdict | None, trigger_samples: int, now: float) -> VersionEntry:
         comm, coll = key
-        bands = [(lo, hi, result) for lo, hi, _ in size_bands(self.sizes[key])]
-        entry = self.store.publish(comm, coll, bands, reason=reason, topology=self.comm_topology(comm, topo),
+        comm_topo = self.comm_topology(comm, topo)
+        version = fit(result, comm_topo, MscclTarget() if self.config.export_xml else TorchTarget(),
+                      bands=[(lo, hi) for lo, hi, _ in size_bands(self.sizes[key])],
+                      resynthesize=lambda cap: self._synthesize(key, topo, None, chunks=cap), strict=False)
+        entry = self.store.publish(comm, coll, version, reason=reason, topology=comm_topo,
                                    nominal=self.comm_topology(comm, self.nominal),
                                    verdict=None if verdict is None else verdict.to_dict(),
-                                   trigger_samples=trigger_samples, created_t_s=now,
-                                   export_xml=self.config.export_xml)
-        assert result.schedule is not None
-        self.schedules[(comm, coll, entry.version)] = result.schedule
-        self.deployed[key] = Deployed(entry, result.schedule, result, entry.cut, now)
+                                   trigger_samples=trigger_samples, created_t_s=now)
+        if version.note is not None:
+            self._log({"event": "capped", "t_s": now, "comm": comm, "collective": coll, "version": entry.version,
+                       "chunks": version.capped_chunks, "message": version.note})
+        result = version.result or result
+        self.schedules[(comm, coll, entry.version)] = version.schedule
+        self.deployed[key] = Deployed(entry, version.schedule, result, entry.cut, now)
         self.counters.publications += 1
         if self.gate is not None:
             self.gate.reconfigured(f"{comm}/{coll}")
@@ -420,7 +430,7 @@ class ScheduleManager:
         if new_GBps <= old_GBps * (1.0 + self.config.min_gain):
             self.counters.no_gain += 1
             try:
-                d.cut = tuple((c.src, c.dst, c.base_slack) for c in d.schedule.bottleneck_for(measured))
+                d.cut = d.schedule.bottleneck_for(measured)
             except LoopcollError:
                 pass
             self._rebase(measured, now)
@@ -459,7 +469,7 @@ class ScheduleManager:
         try:
             pred = d.schedule.algbw_GBps(measured)
             ranks, relay = self.members[key[0]]
-            opt = optimal_bound(key[1], measured, ranks=ranks, relay=relay).algbw_GBps  # type: ignore[arg-type]
+            opt = optimal_bound(key[1], measured, ranks=ranks, relay=relay).algbw_GBps
         except LoopcollError:
             return None
         made = d.entry.algbw_GBps / d.entry.optimal_algbw_GBps if d.entry.optimal_algbw_GBps > 0 else 1.0

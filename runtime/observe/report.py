@@ -109,33 +109,7 @@ def render_text(doc: dict[str, Any]) -> str:
         out.append(f"  comm {sp['comm_id']} ({sp['comm_name']}): +{sp['start_s'] - t0:.3f} s .. "
                    f"+{sp['end_s'] - t0:.3f} s ({sp['duration_s']:.3f} s), busbw -{100 * sp['drop']:.1f} % "
                    f"({', '.join(sp['series'])}); {_iso(sp['start_s'])} .. {_iso(sp['end_s'])}")
-    segs = doc["segments"]
-    comms = sorted({s["comm_id"] for s in segs})
-    for comm in comms:
-        rows = [s for s in segs if s["comm_id"] == comm]
-        ranks = sorted({s["rank"] for s in rows})
-        out.append("")
-        out.append(f"Segments of comm {comm}: median busbw GB/s per rank; joined = median over collectives of "
-                   f"the max over ranks (the transfer itself); last = share of collectives the rank arrived last")
-        if len(ranks) <= _MAX_RANK_ROWS:
-            out += _table(["seg", "state", "from", "to", "coll:size", "rank", "records", "busbw", "joined", "last"],
-                          [[s["segment"], "slow" if s["slow"] else "normal", f"+{s['start_s'] - t0:.3f}",
-                            f"+{s['end_s'] - t0:.3f}", f"{s['coll']}:{s['size_bucket']}", s["rank"], s["records"],
-                            f"{s['busbw_median_gbs']:.2f}",
-                            "-" if s["joined_busbw_median_gbs"] is None else f"{s['joined_busbw_median_gbs']:.2f}",
-                            "-" if s["last_share"] is None else f"{100 * s['last_share']:.0f} %"] for s in rows])
-        else:
-            groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-            for s in rows:
-                groups.setdefault((s["segment"], s["slow"], s["coll"], s["size_bucket"]), []).append(s)
-            table = []
-            for (seg, slow, coll, size), g in sorted(groups.items()):
-                meds = sorted(x["busbw_median_gbs"] for x in g)
-                table.append([seg, "slow" if slow else "normal", f"+{min(x['start_s'] for x in g) - t0:.3f}",
-                              f"+{max(x['end_s'] - t0 for x in g):.3f}", f"{coll}:{size}", len(g),
-                              f"{meds[0]:.1f} / {meds[len(meds) // 2]:.1f} / {meds[-1]:.1f}",
-                              "-" if g[0]["joined_busbw_median_gbs"] is None else f"{g[0]['joined_busbw_median_gbs']:.2f}"])
-            out += _table(["seg", "state", "from", "to", "coll:size", "ranks", "rank busbw min/med/max", "joined"], table)
+    out += _segment_lines(doc["segments"], t0)
     out.append("")
     out.append(f"Suspected stragglers (arrive > {100 * p['min_lateness']:.0f} % of the median exec time later than "
                f"the median rank in >= {100 * p['min_share']:.0f} % of collectives, confidence >= {p['min_confidence']})")
@@ -162,3 +136,35 @@ def render_text(doc: dict[str, Any]) -> str:
                     ph["signature"] if len(ph["signature"] or "") <= 100 else ph["signature"][:97] + "..."]
                    for ph in doc["phases"]])
     return "\n".join(out) + "\n"
+
+
+def _segment_lines(segs: list[dict[str, Any]], t0: float) -> list[str]:
+    """The per-communicator segment tables of :func:`render_text` (per rank, or grouped for many ranks)."""
+    out: list[str] = []
+    comms = sorted({s["comm_id"] for s in segs})
+    for comm in comms:
+        rows = [s for s in segs if s["comm_id"] == comm]
+        ranks = sorted({s["rank"] for s in rows})
+        out.append("")
+        out.append(f"Segments of comm {comm}: median busbw GB/s per rank; joined = median over collectives of "
+                   f"the max over ranks (the transfer itself); last = share of collectives the rank arrived last")
+        if len(ranks) <= _MAX_RANK_ROWS:
+            out += _table(["seg", "state", "from", "to", "coll:size", "rank", "records", "busbw", "joined", "last"],
+                          [[s["segment"], "slow" if s["slow"] else "normal", f"+{s['start_s'] - t0:.3f}",
+                            f"+{s['end_s'] - t0:.3f}", f"{s['coll']}:{s['size_bucket']}", s["rank"], s["records"],
+                            f"{s['busbw_median_gbs']:.2f}",
+                            "-" if s["joined_busbw_median_gbs"] is None else f"{s['joined_busbw_median_gbs']:.2f}",
+                            "-" if s["last_share"] is None else f"{100 * s['last_share']:.0f} %"] for s in rows])
+        else:
+            groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+            for s in rows:
+                groups.setdefault((s["segment"], s["slow"], s["coll"], s["size_bucket"]), []).append(s)
+            table = []
+            for (seg, slow, coll, size), g in sorted(groups.items()):
+                meds = sorted(x["busbw_median_gbs"] for x in g)
+                table.append([seg, "slow" if slow else "normal", f"+{min(x['start_s'] for x in g) - t0:.3f}",
+                              f"+{max(x['end_s'] - t0 for x in g):.3f}", f"{coll}:{size}", len(g),
+                              f"{meds[0]:.1f} / {meds[len(meds) // 2]:.1f} / {meds[-1]:.1f}",
+                              "-" if g[0]["joined_busbw_median_gbs"] is None else f"{g[0]['joined_busbw_median_gbs']:.2f}"])
+            out += _table(["seg", "state", "from", "to", "coll:size", "ranks", "rank busbw min/med/max", "joined"], table)
+    return out

@@ -22,8 +22,10 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from runtime.observe.errors import ObserveError
 
@@ -133,48 +135,13 @@ def write_logs(directory: str | os.PathLike[str], spec: SyntheticSpec) -> Synthe
                 lr.append((float(dump_us[i, r]), k, body))
         records += iters * n
     if spec.p2p:
-        msg = spec.colls[0][1]
-        t_us = msg / 1e3 / spec.busbw_gbs
-        for r in range(n):
-            tr = t_us / slow * np.exp(rng.normal(0.0, spec.noise, size=iters))
-            t_done = t_iter + spec.iter_s * kinds / (kinds + 1)
-            dump = np.ceil((t_done - tick_phase[r]) / spec.dump_interval_s) * spec.dump_interval_s + tick_phase[r]
-            for i in range(iters):
-                for j, (op, peer) in enumerate((("Send", (r + 1) % n), ("Recv", (r - 1) % n))):
-                    t = max(1, int(round(tr[i])))
-                    bw = msg / 1e3 / t
-                    body = (f'"p2p_perf":{{"p2p":"{op}","p2p_sn":{2 * i + j},"p2p_peer":{peer},'
-                            f'"p2p_msg_size_bytes":{msg},"p2p_exec_time_us":{t},"p2p_timing_source":"kernel_gpu",'
-                            f'"p2p_algobw_gbs":{bw:.6f},"p2p_busbw_gbs":{bw:.6f}}}')
-                    lines[r].append((float(np.rint((spec.t0_s + dump[i]) * 1e6)), kinds + j, body))
-            records += 2 * iters
+        records += _p2p_lines(spec, rng, lines, slow, t_iter, tick_phase)
     files = []
     for r in range(n):
         host, pid = f"node{r // spec.ranks_per_node:03d}", 10000 + r
         header = json.dumps({"id": spec.comm_id, "comm_name": spec.comm_name, "rank": r, "n_ranks": n,
                              "nnodes": nnodes}, separators=(",", ":"))
-        recs = sorted(lines[r], key=lambda x: (x[0], x[1]))
-        text: list[str] = []
-        if spec.fmt == "v4.0":
-            for j, (ts, _k, body) in enumerate(recs):
-                meta = (f'{{"inspector_output_format_version":"v4.0","git_rev":"synthetic","rec_mechanism":'
-                        f'"nccl_profiler_interface","dump_timestamp_us":{int(ts) + j % 64},"hostname":"{host}",'
-                        f'"pid":{pid}}}')
-                text.append(f'{{"header":{header},"metadata":{meta},{body}}}\n')
-        else:
-            j = 0
-            while j < len(recs):
-                ts = recs[j][0]
-                group = []
-                while j < len(recs) and recs[j][0] == ts:
-                    group.append(recs[j][2])
-                    j += 1
-                meta = (f'{{"inspector_output_format_version":"v4.3","git_rev":"synthetic","rec_mechanism":'
-                        f'"nccl_profiler_interface","dump_timestamp_us":{int(ts)},"hostname":"{host}","pid":{pid}}}')
-                ncoll = sum(1 for g in group if g.startswith('"coll_perf"'))
-                text.append(f'{{"header":{header},"metadata":{meta},"dump_stats":{{"coll_count":{ncoll},'
-                            f'"p2p_count":{len(group) - ncoll},"coll_dropped":0,"p2p_dropped":0}}}}\n')
-                text.extend(f"{{{g}}}\n" for g in group)
+        text = _log_text(spec, header, host, pid, sorted(lines[r], key=lambda x: (x[0], x[1])))
         name = out / f"{host}-pid{pid}.log{'.gz' if spec.gzip_files else ''}"
         data = "".join(text).encode()
         if spec.gzip_files:
@@ -183,6 +150,56 @@ def write_logs(directory: str | os.PathLike[str], spec: SyntheticSpec) -> Synthe
         files.append(str(name))
     periods = tuple((spec.t0_s + a, spec.t0_s + b, f) for a, b, f in spec.slow_periods)
     return SyntheticTruth(spec.t0_s, periods, tuple(sorted(spec.stragglers)), tuple(files), records)
+
+
+def _p2p_lines(spec: SyntheticSpec, rng: np.random.Generator, lines: list[list[tuple[float, int, str]]],
+               slow: npt.NDArray[np.floating[Any]], t_iter: npt.NDArray[np.floating[Any]],
+               tick_phase: npt.NDArray[np.floating[Any]]) -> int:
+    """Add each rank's ring Send/Recv records (after its collectives) to ``lines``; returns how many."""
+    n, iters, kinds = spec.nranks, spec.ncolls, len(spec.colls)
+    msg = spec.colls[0][1]
+    t_us = msg / 1e3 / spec.busbw_gbs
+    for r in range(n):
+        tr = t_us / slow * np.exp(rng.normal(0.0, spec.noise, size=iters))
+        t_done = t_iter + spec.iter_s * kinds / (kinds + 1)
+        dump = np.ceil((t_done - tick_phase[r]) / spec.dump_interval_s) * spec.dump_interval_s + tick_phase[r]
+        for i in range(iters):
+            for j, (op, peer) in enumerate((("Send", (r + 1) % n), ("Recv", (r - 1) % n))):
+                t = max(1, int(round(tr[i])))
+                bw = msg / 1e3 / t
+                body = (f'"p2p_perf":{{"p2p":"{op}","p2p_sn":{2 * i + j},"p2p_peer":{peer},'
+                        f'"p2p_msg_size_bytes":{msg},"p2p_exec_time_us":{t},"p2p_timing_source":"kernel_gpu",'
+                        f'"p2p_algobw_gbs":{bw:.6f},"p2p_busbw_gbs":{bw:.6f}}}')
+                lines[r].append((float(np.rint((spec.t0_s + dump[i]) * 1e6)), kinds + j, body))
+    return 2 * iters * n
+
+
+def _log_text(spec: SyntheticSpec, header: str, host: str, pid: int,
+              recs: list[tuple[float, int, str]]) -> list[str]:
+    """One rank's log lines in ``spec.fmt``: v4.0 (header and metadata on every record) or v4.3 (a
+    ``dump_stats`` marker per dump, then bare bodies)."""
+    text: list[str] = []
+    if spec.fmt == "v4.0":
+        for j, (ts, _k, body) in enumerate(recs):
+            meta = (f'{{"inspector_output_format_version":"v4.0","git_rev":"synthetic","rec_mechanism":'
+                    f'"nccl_profiler_interface","dump_timestamp_us":{int(ts) + j % 64},"hostname":"{host}",'
+                    f'"pid":{pid}}}')
+            text.append(f'{{"header":{header},"metadata":{meta},{body}}}\n')
+    else:
+        j = 0
+        while j < len(recs):
+            ts = recs[j][0]
+            group = []
+            while j < len(recs) and recs[j][0] == ts:
+                group.append(recs[j][2])
+                j += 1
+            meta = (f'{{"inspector_output_format_version":"v4.3","git_rev":"synthetic","rec_mechanism":'
+                    f'"nccl_profiler_interface","dump_timestamp_us":{int(ts)},"hostname":"{host}","pid":{pid}}}')
+            ncoll = sum(1 for g in group if g.startswith('"coll_perf"'))
+            text.append(f'{{"header":{header},"metadata":{meta},"dump_stats":{{"coll_count":{ncoll},'
+                        f'"p2p_count":{len(group) - ncoll},"coll_dropped":0,"p2p_dropped":0}}}}\n')
+            text.extend(f"{{{g}}}\n" for g in group)
+    return text
 
 
 def random_spec(seed: int, *, nranks: int = 512, ncolls: int = 240, iter_s: float = 0.5, max_periods: int = 3,

@@ -30,88 +30,21 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from runtime.errors import RuntimeStateError
 from runtime.executor import Executor
 from runtime.executor.launch import free_port
-from runtime.executor.throttle import Emulation, Fault, emulation_from_dict
+from runtime.executor.throttle import emulation_from_dict
 from runtime.formats.profile import profile_from_dict
 from runtime.loop.controller import Controller, ControllerConfig
+from runtime.scenarios.live_config import COLLECTIVES, LIVE_CONTROLLER, LiveConfig, LiveResult
 from runtime.service.client import Client
 from runtime.service.daemon import serve
 
 __all__ = ["COLLECTIVES", "LIVE_CONTROLLER", "main_fault", "LiveConfig", "LiveResult", "format_timeline", "plot_live", "run_live"]
-
-COLLECTIVES = ("allgather", "alltoall")
-#: Controller settings of the live loop (docs/live.md §3): CPU timing jitter on a shared machine reaches tens of
-#: percent, so a measurement counts as slow only below half its expected speed (fail2 is 1/8); at most 8 chunks
-#: per source keep schedules made for noisy measured capacities small enough to lower to MSCCL XML.
-LIVE_CONTROLLER: dict[str, Any] = {"slow_tolerance": 0.5, "pace_tolerance": 0.5, "snap": 0.15, "chunks": 8,
-                                   "recovery_check_s": 2.0}
-
-
-@dataclass(frozen=True)
-class LiveConfig:
-    """What :func:`run_live` runs.
-
-    ``faults``: ``(start_step, end_step or None)`` intervals of ``failure`` (a named failure of
-    ``topology``); ``allgather_bytes`` is the AllGather output size, ``alltoall_bytes`` the AllToAll buffer
-    (float32 elements); ``window`` steps per live-view line; ``check_every``: compare both outputs with the
-    native torch.distributed collectives every this many steps (0: never); ``sync_every``: collectives
-    between version agreements; ``controller``: :class:`~runtime.ControllerConfig` overrides.
-    """
-
-    topology: str = "hpn:1x2x2"
-    gbps_scale: float = 1000.0
-    steps: int = 3000
-    allgather_bytes: int = 1 << 20
-    alltoall_bytes: int = 1 << 20
-    failure: str = "fail2"
-    faults: tuple[tuple[int, int | None], ...] = ((1000, 2000),)
-    window: int = 50
-    check_every: int = 0
-    sync_every: int = 10
-    poll_interval_s: float = 0.05
-    timeout_s: float = 600.0
-    controller: dict[str, Any] = field(default_factory=lambda: dict(LIVE_CONTROLLER))
-
-    def fault_seqs(self) -> list[tuple[int, int | None]]:
-        """The faults as executor collective numbers (step ``k`` runs collectives ``2k+1`` and ``2k+2``)."""
-        return [(2 * a + 1, None if b is None else 2 * b + 1) for a, b in self.faults]
-
-    def emulation(self) -> Any:
-        """The :class:`~runtime.executor.throttle.Emulation` every rank runs under."""
-        return Emulation(self.topology, self.gbps_scale,
-                         tuple(Fault(failure=self.failure, start_seq=a, end_seq=b) for a, b in self.fault_seqs()))
-
-
-@dataclass(frozen=True)
-class LiveResult:
-    """What a live run measured: ``status`` ``ok`` or ``failed`` (``message`` says why), and the figures.
-
-    ``steps``: rank 0's per-step rows ``(t_wall, allgather_s, alltoall_s, allgather_version,
-    alltoall_version, fault)``; ``ranks``: each rank's swaps ``(switch_seq, {coll: [old, new]}, t_wall)``,
-    versions per seq change, correctness failures; ``events``: the controller's decisions; ``timeline``:
-    per collective figures (:func:`format_timeline`).
-    """
-
-    status: str
-    message: str
-    config: dict[str, Any]
-    steps: list[tuple[float, float, float, int | None, int | None, bool]]
-    ranks: list[dict[str, Any]]
-    events: list[dict[str, Any]]
-    fault_wall: list[tuple[float | None, float | None]]
-    timeline: dict[str, dict[str, Any]]
-    store_dir: str
-    wall_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 # ---------------------------------------------------------------------------------------------- ranks
 def _rank_main(rank: int, world: int, init: str, cfg: LiveConfig, address: str, token: str, hosts: list[int],
@@ -241,21 +174,7 @@ def run_live(cfg: LiveConfig, *, on_event: Callable[[str, dict[str, Any]], None]
     if store_dir is None:
         tmp = tempfile.TemporaryDirectory(prefix="loopcoll-live-")
         store_dir = tmp.name
-    events: list[dict[str, Any]] = []
-    ev_lock = threading.Lock()
-    pending_events: list[dict[str, Any]] = []
-
-    def ctl_log(rec: dict[str, Any]) -> None:
-        if rec.get("event") in ("flag", "synthesized", "publish", "abort", "no_gain", "cooldown",
-                                "synthesis_failed", "bootstrap"):
-            slim = {k: v for k, v in rec.items() if k != "verdict"}
-            if isinstance(rec.get("verdict"), dict):
-                slim["max_delta"] = rec["verdict"].get("max_delta")
-                slim["deciding"] = rec["verdict"].get("deciding")
-            with ev_lock:
-                events.append(slim)
-                pending_events.append(slim)
-
+    ctl_log = _EventLog()
     ccfg = ControllerConfig(**cfg.controller)
     ctl = Controller(topo, _profile(cfg, world), store_dir, config=ccfg, log=ctl_log)
     token = secrets.token_hex(16)
@@ -266,55 +185,17 @@ def run_live(cfg: LiveConfig, *, on_event: Callable[[str, dict[str, Any]], None]
     t_start = time.time()
     results: dict[int, dict[str, Any]] = {}
     errors: list[str] = []
-    windows: list[dict[str, Any]] = []
     try:
         mpctx = mp.get_context("spawn")
         q = mpctx.Queue()
         init = f"tcp://127.0.0.1:{free_port()}"
         ctx = mp.start_processes(_rank_main, args=(world, init, cfg, handle.address, token, hosts, q),
                                  nprocs=world, join=False, start_method="spawn")
-        deadline = time.monotonic() + cfg.timeout_s
-        last_status = 0.0
-        while len(results) + len(errors) < world:
-            if time.monotonic() > deadline:
-                errors.append(f"live run did not finish within {cfg.timeout_s:g} s")
-                break
-            try:
-                kind, rank, data = q.get(timeout=0.2)
-            except queue_mod.Empty:
-                dead = [r for r, p in enumerate(ctx.processes) if not p.is_alive() and r not in results]
-                if dead and q.empty():
-                    time.sleep(0.5)
-                    if q.empty():
-                        errors.append(f"rank(s) {dead} exited without a result")
-                        break
-                kind = None
-            if kind == "result":
-                results[rank] = data
-            elif kind == "error":
-                errors.append(data)
-            elif kind == "window":
-                windows.append(data)
-                if on_event:
-                    on_event("window", data)
-            with ev_lock:
-                new, pending_events[:] = list(pending_events), []
-            for e in new:
-                if on_event:
-                    on_event("decision", e)
-            if on_event and time.monotonic() - last_status > 0.5:
-                last_status = time.monotonic()
-                on_event("status", _detector_state(ctl))
+        results, errors = _collect(ctx, q, world, cfg, ctl, ctl_log, on_event)
         finished = not errors
     finally:
         if ctx is not None:  # a moment to leave after a clean run; at once on errors, Ctrl-C or SIGTERM
-            for p in ctx.processes:
-                p.join(2.0 if finished else 0.0)
-            for p in ctx.processes:
-                if p.is_alive():
-                    p.kill()
-            for p in ctx.processes:
-                p.join(5)
+            _stop_ranks(ctx, finished)
         handle.close()
     wall = time.time() - t_start
     ranks = [results[r] for r in sorted(results)]
@@ -322,6 +203,7 @@ def run_live(cfg: LiveConfig, *, on_event: Callable[[str, dict[str, Any]], None]
     fault_wall = _fault_wall(cfg, steps)
     status = "failed" if errors else "ok"
     message = errors[0] if errors else f"{cfg.steps} steps on {world} ranks in {wall:.1f} s"
+    events = ctl_log.events
     timeline = _timeline(cfg, ranks, events, fault_wall) if steps else {}
     res = LiveResult(status, message, asdict(cfg), steps, [{k: v for k, v in r.items() if k != "steps"}
                                                            for r in ranks], events, fault_wall, timeline,
@@ -330,6 +212,83 @@ def run_live(cfg: LiveConfig, *, on_event: Callable[[str, dict[str, Any]], None]
         tmp.cleanup()
         res = LiveResult(**{**asdict(res), "store_dir": ""})
     return res
+
+
+class _EventLog:
+    """The controller's log of a live run: its decisions, all of them and those not yet handed on."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.pending: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, rec: dict[str, Any]) -> None:
+        if rec.get("event") in ("flag", "synthesized", "publish", "abort", "no_gain", "cooldown",
+                                "synthesis_failed", "bootstrap"):
+            slim = {k: v for k, v in rec.items() if k != "verdict"}
+            if isinstance(rec.get("verdict"), dict):
+                slim["max_delta"] = rec["verdict"].get("max_delta")
+                slim["deciding"] = rec["verdict"].get("deciding")
+            with self.lock:
+                self.events.append(slim)
+                self.pending.append(slim)
+
+    def drain(self) -> list[dict[str, Any]]:
+        """The decisions logged since the last call."""
+        with self.lock:
+            new, self.pending[:] = list(self.pending), []
+        return new
+
+
+def _collect(ctx: Any, q: Any, world: int, cfg: LiveConfig, ctl: Controller, log: _EventLog,
+             on_event: Callable[[str, dict[str, Any]], None] | None) -> tuple[dict[int, dict[str, Any]], list[str]]:
+    """Wait for every rank's result (or an error, a dead rank, the timeout), handing windows, decisions and
+    the detector's status to ``on_event`` meanwhile: (results by rank, errors)."""
+    results: dict[int, dict[str, Any]] = {}
+    errors: list[str] = []
+    windows: list[dict[str, Any]] = []
+    deadline = time.monotonic() + cfg.timeout_s
+    last_status = 0.0
+    while len(results) + len(errors) < world:
+        if time.monotonic() > deadline:
+            errors.append(f"live run did not finish within {cfg.timeout_s:g} s")
+            break
+        try:
+            kind, rank, data = q.get(timeout=0.2)
+        except queue_mod.Empty:
+            dead = [r for r, p in enumerate(ctx.processes) if not p.is_alive() and r not in results]
+            if dead and q.empty():
+                time.sleep(0.5)
+                if q.empty():
+                    errors.append(f"rank(s) {dead} exited without a result")
+                    break
+            kind = None
+        if kind == "result":
+            results[rank] = data
+        elif kind == "error":
+            errors.append(data)
+        elif kind == "window":
+            windows.append(data)
+            if on_event:
+                on_event("window", data)
+        for e in log.drain():
+            if on_event:
+                on_event("decision", e)
+        if on_event and time.monotonic() - last_status > 0.5:
+            last_status = time.monotonic()
+            on_event("status", _detector_state(ctl))
+    return results, errors
+
+
+def _stop_ranks(ctx: Any, finished: bool) -> None:
+    """End every rank process: a moment to leave after a clean run (``finished``), at once otherwise."""
+    for p in ctx.processes:
+        p.join(2.0 if finished else 0.0)
+    for p in ctx.processes:
+        if p.is_alive():
+            p.kill()
+    for p in ctx.processes:
+        p.join(5)
 
 
 def _detector_state(ctl: Any) -> dict[str, Any]:

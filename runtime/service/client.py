@@ -3,9 +3,10 @@
 A :class:`Client` connects, sends ``hello`` with the shared token and waits for the daemon's answer (a wrong
 token raises :class:`~runtime.errors.WireError` with reason ``auth``). Then two threads run:
 
-* a **reader** that receives pushed ``version`` messages (kept per (comm, collective), newest wins, and handed
-  to the :meth:`Client.on_version` callbacks) and the replies to :meth:`get`, :meth:`status` and
-  :meth:`push_samples`;
+* a **reader** that receives pushed ``version`` messages (each manifest entry read into a typed
+  :class:`~runtime.formats.store.VersionEntry`; one that does not read, or does not match its message, is
+  refused with an error log line naming it; kept per (comm, collective), newest wins, and handed to the
+  :meth:`Client.on_version` callbacks) and the replies to :meth:`get`, :meth:`status` and :meth:`push_samples`;
 * a **sender** that drains a bounded queue of samples (:meth:`send_samples` never blocks: past
   ``max_queued_samples`` the newest samples are dropped and counted in :attr:`Client.dropped_samples`) into
   ``samples`` messages of at most ``batch_samples`` samples.
@@ -28,26 +29,29 @@ from __future__ import annotations
 import base64
 import binascii
 import itertools
+import logging
 import os
 import queue
 import socket
-import struct
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from runtime.errors import WireError
+from runtime.errors import StoreError, WireError
+from runtime.formats.store import VersionEntry
+from runtime.formats.telemetry import Sample
+from runtime.service._client_link import PING, open_link, pushed_entry, sample_doc, sample_lines
 from runtime.service.wire import DAEMON_TO_CLIENT, MAX_MESSAGE_BYTES, ROLES, LineFramer, check_token, decode, encode
 
 __all__ = ["Client", "parse_address", "read_token"]
+
+log = logging.getLogger(__name__)
 
 _BACKOFF_START_S = 0.1
 _BACKOFF_MAX_S = 5.0
 _BATCH_TARGET_BYTES = 256 << 10
 _WAKE: dict[str, Any] = {}
-_ID_ROOM = 32  # bytes a request id adds to a message
-_PING = encode({"type": "ping"})
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -144,8 +148,8 @@ class Client:
         self._plock = threading.Lock()
         self._wlock = threading.Lock()
         self._vlock = threading.Lock()
-        self._versions: dict[tuple[str, str], dict[str, Any]] = {}
-        self._callbacks: list[Callable[[dict[str, Any]], None]] = []
+        self._versions: dict[tuple[str, str], VersionEntry] = {}
+        self._callbacks: list[Callable[[VersionEntry], None]] = []
         self._closing = threading.Event()
         self._connected = threading.Event()
         self._sock: socket.socket | None = None
@@ -157,6 +161,8 @@ class Client:
         #: Successful (re)connections; the last fatal error (e.g. a refused token on reconnect).
         self.connections = 0
         self.error: WireError | None = None
+        #: Pushed versions refused because their manifest entry did not read (each also logged).
+        self.refused_versions = 0
         self._inflight = 0
         self._flush = threading.Condition()
         self._ping_s: float | None = None  # a third of the daemon's idle timeout (from its hello reply)
@@ -169,52 +175,13 @@ class Client:
 
     # --- connection ------------------------------------------------------------------------------------
     def _connect(self) -> None:
-        try:
-            sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
-        except OSError as exc:
-            raise WireError(f"cannot connect to {self.address}: {exc.strerror or exc}", reason="connect") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        framer = LineFramer(MAX_MESSAGE_BYTES)
-        try:
-            sock.sendall(encode({"type": "hello", "token": self._token, "role": self.role, "rank": self.rank,
-                                 "comms": list(self.comms)}))
-            reply = None
-            while reply is None:
-                data = sock.recv(65536)
-                if not data:
-                    raise WireError(f"daemon {self.address} closed the connection during hello", reason="closed")
-                for line in framer.feed(data):
-                    msg = decode(line, DAEMON_TO_CLIENT)
-                    if reply is None:
-                        reply = msg
-                    else:
-                        self._dispatch(msg)  # versions pushed right after the hello reply
-            if reply["type"] == "error":
-                reason = "auth" if "token" in reply["message"] else "remote"
-                raise WireError(f"daemon {self.address}: {reply['message']}", reason=reason)
-            if reply["type"] != "hello":
-                raise WireError(f"daemon {self.address}: expected hello, got {reply['type']}", reason="protocol")
-            idle_s = reply["idle_timeout_s"]
-            self._ping_s = None if idle_s is None else idle_s / 3
-        except socket.timeout:
-            sock.close()
-            raise WireError(f"daemon {self.address}: no hello reply within {self.timeout_s} s",
-                            reason="timeout") from None
-        except OSError as exc:
-            sock.close()
-            raise WireError(f"daemon {self.address}: {exc.strerror or exc}", reason="closed") from None
-        except WireError:
-            sock.close()
-            raise
-        # From here reads block (close() wakes them with a shutdown) and a send may stall at most timeout_s
-        # under the daemon's back-pressure before the connection counts as lost: one socket timeout would
-        # apply to both directions, so the send limit is the kernel's SO_SNDTIMEO.
-        sock.settimeout(None)
-        secs = max(self.timeout_s, 0.001)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
-                        struct.pack("ll", int(secs), int((secs - int(secs)) * 1e6)))
-        self._framer = framer
-        self._sock = sock
+        hello = {"type": "hello", "token": self._token, "role": self.role, "rank": self.rank,
+                 "comms": list(self.comms)}
+        link = open_link(self.host, self.port, hello, address=self.address, timeout_s=self.timeout_s,
+                         on_push=self._dispatch)
+        self._ping_s = link.ping_s
+        self._framer = link.framer
+        self._sock = link.sock
         self.connections += 1
         self._connected.set()
 
@@ -268,11 +235,13 @@ class Client:
     def _dispatch(self, msg: dict[str, Any]) -> None:
         kind = msg["type"]
         if kind == "version":
-            entry = msg["manifest_entry"]
-            key = (msg["comm"], msg["collective"])
+            entry = self._read_entry(msg)
+            if entry is None:
+                return
+            key = (entry.comm, entry.collective)
             with self._vlock:
                 old = self._versions.get(key)
-                if old is not None and int(old.get("version", -1)) >= msg["version"]:
+                if old is not None and old.version >= entry.version:
                     return
                 self._versions[key] = entry
                 callbacks = list(self._callbacks)
@@ -292,6 +261,16 @@ class Client:
             return
         if kind == "error":
             self.error = WireError(f"daemon {self.address}: {msg['message']}", reason="remote")
+
+    def _read_entry(self, msg: dict[str, Any]) -> VersionEntry | None:
+        """The pushed manifest entry, typed; ``None`` (logged, counted) when it is malformed or is not the
+        version its message names."""
+        try:
+            return pushed_entry(msg, self.address)
+        except StoreError as exc:
+            self.refused_versions += 1
+            log.error("refused %s", exc)
+            return None
 
     # --- sending ---------------------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
@@ -332,20 +311,6 @@ class Client:
             raise WireError(f"daemon {self.address}: {reply['message']}", reason="remote")
         return reply
 
-    def _lines(self, batch: list[dict[str, Any]]) -> list[tuple[bytes, int]]:
-        """``samples`` messages for ``batch`` (with room for a request id) and their sample counts; a batch over
-        the size limit is halved until its parts fit, and a sample that cannot be sent alone is left out."""
-        try:
-            line = encode({"type": "samples", "samples": batch})
-            if len(line) + _ID_ROOM <= MAX_MESSAGE_BYTES:
-                return [(line, len(batch))]
-        except WireError:
-            pass
-        if len(batch) <= 1:
-            return []
-        mid = len(batch) // 2
-        return self._lines(batch[:mid]) + self._lines(batch[mid:])
-
     def _send_loop(self) -> None:
         while True:
             try:
@@ -385,12 +350,12 @@ class Client:
         if ping_s is None or not self._connected.is_set() or time.monotonic() - self._last_write_s < ping_s:
             return
         try:
-            self._write(_PING)
+            self._write(PING)
         except WireError:
             pass  # the reader notices the lost connection
 
     def _deliver(self, batch: list[dict[str, Any]]) -> int:
-        parts = self._lines(batch)
+        parts = sample_lines(batch)
         sent = 0
         while True:
             try:
@@ -403,13 +368,13 @@ class Client:
                     return sent
                 self._connected.wait(0.5)
 
-    def send_samples(self, samples: Iterable[Any]) -> None:
+    def send_samples(self, samples: Iterable[Sample | Mapping[str, Any]]) -> None:
         """Queue samples (:class:`~runtime.Sample` or dicts) for the sender thread; never blocks.
 
         Past ``max_queued_samples`` waiting, further samples are dropped and counted in :attr:`dropped_samples`.
         """
         for s in samples:
-            doc = s.to_dict() if hasattr(s, "to_dict") else dict(s)
+            doc = sample_doc(s)
             try:
                 self._queue.put_nowait(doc)
             except queue.Full:
@@ -427,15 +392,16 @@ class Client:
                 self._flush.wait(min(left, 0.05))
         return True
 
-    def push_samples(self, samples: Iterable[Any], *, batch_samples: int | None = None) -> dict[str, Any]:
+    def push_samples(self, samples: Iterable[Sample | Mapping[str, Any]], *,
+                     batch_samples: int | None = None) -> dict[str, Any]:
         """Send samples synchronously, batch by batch, and return the daemon's totals
         ``{"accepted": n, "rejected": {reason: n}}`` (the controller's validation)."""
-        docs = [s.to_dict() if hasattr(s, "to_dict") else dict(s) for s in samples]
+        docs = [sample_doc(s) for s in samples]
         step = batch_samples or self.batch_samples
         accepted = 0
         rejected: dict[str, int] = {}
         for i in range(0, len(docs), step):
-            for line, _ in self._lines(docs[i:i + step]):
+            for line, _ in sample_lines(docs[i:i + step]):
                 reply = self._request_line(line, "samples")
                 accepted += reply["accepted"]
                 for reason, n in reply["rejected"].items():
@@ -443,29 +409,29 @@ class Client:
         return {"accepted": accepted, "rejected": dict(sorted(rejected.items()))}
 
     # --- versions, files, status -----------------------------------------------------------------------
-    def versions(self) -> list[dict[str, Any]]:
+    def versions(self) -> list[VersionEntry]:
         """The manifest entries pushed so far, the latest per (comm, collective), sorted by that key."""
         with self._vlock:
-            return [dict(v) for _, v in sorted(self._versions.items())]
+            return [v for _, v in sorted(self._versions.items())]
 
-    def on_version(self, callback: Callable[[dict[str, Any]], None]) -> None:
-        """Call ``callback(manifest_entry)`` for every newer version pushed from now on (on the reader thread);
+    def on_version(self, callback: Callable[[VersionEntry], None]) -> None:
+        """Call ``callback(entry)`` for every newer version pushed from now on (on the reader thread);
         it is first called at once, on this thread, with each version already known."""
         with self._vlock:
             self._callbacks.append(callback)
-            known = [dict(v) for _, v in sorted(self._versions.items())]
+            known = [v for _, v in sorted(self._versions.items())]
         for entry in known:
             callback(entry)
 
     def wait_version(self, comm: str, collective: str, *, newer_than: int = -1,
-                     timeout_s: float | None = None) -> dict[str, Any] | None:
+                     timeout_s: float | None = None) -> VersionEntry | None:
         """Block until a version of (comm, collective) newer than ``newer_than`` is known; ``None`` on timeout."""
         deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         while True:
             with self._vlock:
                 entry = self._versions.get((comm, collective))
-            if entry is not None and int(entry["version"]) > newer_than:
-                return dict(entry)
+            if entry is not None and entry.version > newer_than:
+                return entry
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.02)
@@ -523,4 +489,3 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

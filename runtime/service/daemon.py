@@ -39,7 +39,7 @@ Examples
 ...         entry = client.wait_version("world", "allgather", timeout_s=60)   # bootstrap version, pushed
 ...         report = client.push_samples([{"kind": "pair"}])                  # the controller validates
 ...         counters = client.status()["controller"]["counters"]
->>> entry["version"], report["rejected"], counters["samples_rejected"]
+>>> entry.version, report["rejected"], counters["samples_rejected"]
 (1, {'missing_field': 1}, {'missing_field': 1})
 """
 
@@ -62,6 +62,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runtime.errors import WireError
+from runtime.formats.store import VersionEntry
+from runtime.formats.telemetry import IngestReport
 from runtime.service._connection import Connection, resolve_store_file, version_message
 from runtime.service._guard import AuthGuard
 from runtime.service.wire import check_token, json_safe
@@ -70,12 +72,14 @@ __all__ = ["ControllerLike", "DaemonConfig", "DaemonHandle", "json_log", "resolv
 
 
 class ControllerLike(Protocol):
-    """What the daemon calls on its controller (:class:`runtime.Controller` has these methods)."""
+    """What the daemon calls on its controller (:class:`runtime.Controller` has these methods): versions are
+    the store's :class:`~runtime.formats.store.VersionEntry`, ingest answers an
+    :class:`~runtime.formats.telemetry.IngestReport`."""
 
-    def ingest(self, samples: Iterable[Any]) -> Any: ...
-    def poll(self, now_s: float | None = None) -> list[Any]: ...
-    def bootstrap(self) -> list[Any]: ...
-    def latest(self, comm: str | None = None) -> list[Any]: ...
+    def ingest(self, samples: Iterable[Any]) -> IngestReport: ...
+    def poll(self, now_s: float | None = None) -> list[VersionEntry]: ...
+    def bootstrap(self) -> list[VersionEntry]: ...
+    def latest(self, comm: str | None = None) -> list[VersionEntry]: ...
     def status(self) -> dict[str, Any]: ...
     def prometheus(self) -> str: ...
 
@@ -121,16 +125,13 @@ def json_log(stream: Any = None) -> Callable[[Mapping[str, Any]], None]:
     return write
 
 
-def _entry_dict(entry: Any) -> dict[str, Any]:
-    return json_safe(dict(entry.to_dict()) if hasattr(entry, "to_dict") else dict(entry))
+def _entry_dict(entry: VersionEntry) -> dict[str, Any]:
+    doc: dict[str, Any] = json_safe(entry.to_dict())
+    return doc
 
 
-def _report_dict(report: Any) -> tuple[int, dict[str, int]]:
-    if report is None:
-        return 0, {}
-    if hasattr(report, "accepted"):
-        return int(report.accepted), {str(k): int(v) for k, v in dict(report.rejected).items()}
-    return int(report.get("accepted", 0)), dict(report.get("rejected", {}))
+def _report_dict(report: IngestReport) -> tuple[int, dict[str, int]]:
+    return int(report.accepted), {str(k): int(v) for k, v in dict(report.rejected).items()}
 
 
 _STOP = object()
@@ -177,7 +178,7 @@ class _Daemon:
             pass
 
     # --- versions (loop thread) ------------------------------------------------------------------------
-    def remember(self, entries: Iterable[Any]) -> list[dict[str, Any]]:
+    def remember(self, entries: Iterable[VersionEntry]) -> list[dict[str, Any]]:
         fresh = []
         for e in entries:
             doc = _entry_dict(e)
@@ -188,7 +189,7 @@ class _Daemon:
                 fresh.append(doc)
         return fresh
 
-    def publish(self, entries: list[Any]) -> None:
+    def publish(self, entries: list[VersionEntry]) -> None:
         for doc in self.remember(entries):
             msg = version_message(doc)
             targets = [c for c in list(self.conns.values()) if c.authed and doc["comm"] in c.comms]
@@ -258,7 +259,7 @@ class _Daemon:
         while not self.stop.wait(self.config.poll_interval_s):
             self._run_poll("poll", self.controller.poll)
 
-    def _run_poll(self, what: str, fn: Callable[[], list[Any]]) -> None:
+    def _run_poll(self, what: str, fn: Callable[[], list[VersionEntry]]) -> None:
         t0 = time.perf_counter()
         try:
             entries = list(fn() or [])
@@ -359,7 +360,8 @@ class DaemonHandle:
     def status(self) -> dict[str, Any]:
         """The daemon's own counters (thread-safe snapshot)."""
         fut = asyncio.run_coroutine_threadsafe(_call(self._d.counters_doc), self._d.loop)
-        return fut.result(timeout=10)
+        doc: dict[str, Any] = fut.result(timeout=10)
+        return doc
 
     def close(self) -> None:
         """Stop accepting, drop every client, stop the threads (waits up to ``shutdown_grace_s`` for a poll)."""

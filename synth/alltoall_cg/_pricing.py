@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components, csgraph_from_dense, dijkstra
+from scipy.sparse.csgraph import dijkstra
 
+from synth.alltoall_cg._distances import condensed_shortest, free_shortest, layered_shortest
 from synth.alltoall_cg._expanded import ExpandedGraph, Network
 from synth.errors import SolverError
 
@@ -80,12 +80,10 @@ def price_trees(
     once; step-bounded graphs only), ``"dijkstra"`` (scipy), or ``"auto"`` (DP when step-bounded).
     """
     net = graph.net
-    nv, n, ne = net.n_nodes, net.n_gpus, net.n_links
+    n = net.n_gpus
     if sources is None:
         sources = np.arange(n, dtype=np.int64)
     sources = np.asarray(sources, dtype=np.int64)
-    src_nodes = net.gpu_node[sources]
-    s = len(sources)
     w = np.asarray(link_weight, dtype=np.float64)
     if method not in ("auto", "dp", "dijkstra"):
         raise ValueError(f"unknown pricing method {method!r}")
@@ -94,6 +92,24 @@ def price_trees(
     # simple (and csgraph keeps explicit zeros as arcs).
     tb = np.asarray(tie_break, dtype=np.float64)
     wt = (w[:, None] + tb) if tb.ndim == 2 else w + tb
+    cur, best, pred, pred_link = _shortest(graph, wt, net.gpu_node[sources], use_dp)
+    own = sources[:, None] == np.arange(n)[None, :]
+    unreachable = ~np.isfinite(best) & ~own
+    if unreachable.any():
+        i, d = np.argwhere(unreachable)[0]
+        bound = "without a step bound" if graph.steps is None else f"within max_steps={graph.steps} steps"
+        raise SolverError(
+            f"topology {net.name!r}: rank {int(d)} cannot be reached from rank {int(sources[i])} {bound}"
+        )
+    return _walk_trees(graph, w, sources, cur, own, pred, pred_link)
+
+
+def _shortest(graph: ExpandedGraph, wt: FloatArray, src_nodes: IntArray,
+              use_dp: bool) -> tuple[IntArray, FloatArray, IntArray | None, IntArray | None]:
+    """Per (source row, destination rank): the expanded node its shortest path ends at and its cost, with
+    the predecessors to walk back (Dijkstra's node predecessors, or the DP's predecessor links)."""
+    net = graph.net
+    nv, n, s = net.n_nodes, net.n_gpus, len(src_nodes)
     rows = np.arange(s)[:, None]
     pred_link: IntArray | None = None
     if use_dp:
@@ -112,14 +128,17 @@ def price_trees(
         t_best = np.argmin(cand, axis=1)  # fewest steps among ties
         cur = net.gpu_node[None, :] + nv * (t_best + 1)
         best = np.take_along_axis(cand, t_best[:, None, :], axis=1)[:, 0, :]
-    own = sources[:, None] == np.arange(n)[None, :]
-    unreachable = ~np.isfinite(best) & ~own
-    if unreachable.any():
-        i, d = np.argwhere(unreachable)[0]
-        bound = "without a step bound" if graph.steps is None else f"within max_steps={graph.steps} steps"
-        raise SolverError(
-            f"topology {net.name!r}: rank {int(d)} cannot be reached from rank {int(sources[i])} {bound}"
-        )
+    return cur, best, (pred if not use_dp else None), pred_link
+
+
+def _walk_trees(graph: ExpandedGraph, w: FloatArray, sources: IntArray, cur: IntArray, own: npt.NDArray[np.bool_],
+                pred: IntArray | None, pred_link: IntArray | None) -> TreeSet:
+    """Walk every destination's predecessors back to its source at once (whole-array steps, one per link
+    of the longest path): per-link loads, path hashes, link sequences, GPU hops and costs."""
+    net = graph.net
+    nv, n, ne = net.n_nodes, net.n_gpus, net.n_links
+    src_nodes = net.gpu_node[sources]
+    s = len(sources)
     is_gpu = net.is_gpu
     size = s * n
     h1 = np.zeros(size, dtype=np.uint64)
@@ -146,6 +165,7 @@ def price_trees(
         if pred_flat is not None:
             link = pred_flat[(layer * nv + node) * s + ri]
         else:
+            assert pred is not None
             p = pred[ri, c].astype(np.int64)
             link = graph.link_of(p, c)
         p_node = tails[link]
@@ -184,101 +204,6 @@ def price_trees(
     # Tree cost = Σ_d pair cost (the same sum as loads @ w, without a dense matmul).
     return TreeSet(sources, loads, cost2.sum(axis=1), cost2, h1.reshape(s, n), h2.reshape(s, n), seq,
                    steps.reshape(s, n))
-
-
-def layered_shortest(graph: ExpandedGraph, wt: FloatArray, src_nodes: IntArray, *,
-                     with_pred: bool = True) -> tuple[FloatArray, IntArray | None]:
-    """Shortest distances and predecessor links on the time-expanded graph by a layered min-plus DP.
-
-    Returns ``dist[t, v, i]`` (node v at layer t from source node ``src_nodes[i]`` at layer 0) and
-    ``pred[t, v, i]``, the link entering (v, t) on a shortest path (-1 at the source and where
-    unreachable). Links into a GPU come from layer t − 1 (one vectorised relaxation per layer);
-    links into a switch stay in the layer: GPU → switch once, then switch → switch to a fixed
-    point. Weights ``wt`` must be > 0 for predecessors (they never form a cycle then); distances
-    alone (``with_pred=False``, ``pred`` is None) only need ``wt`` ≥ 0. Ties go to the in-link
-    listed last, like scipy's Dijkstra on the named topologies (tie choices steer how many CG
-    iterations a degenerate master needs). Node-major layout: every relaxation gathers whole
-    rows (one column per source).
-    """
-    net = graph.net
-    if graph.steps is None:
-        raise SolverError("the layered DP needs a step bound")
-    arcs = graph.layered
-    nv, s, layers = net.n_nodes, len(src_nodes), graph.n_layers
-    dist = np.full((layers, nv, s), np.inf)
-    pred = np.full((layers, nv, s), -1, dtype=np.int64) if with_pred else None
-    dist[0, src_nodes, np.arange(s)] = 0.0
-    for t in range(layers):
-        cur = dist[t]
-        pcur = pred[t] if pred is not None else None
-        if t > 0 and len(arcs.step):
-            best, arg = arcs.step.segmin(dist[t - 1], wt, track=with_pred)
-            cur[arcs.step.heads] = best
-            if pcur is not None:
-                pcur[arcs.step.heads] = arg
-        if len(arcs.flat):
-            best, arg = arcs.flat.segmin(cur, wt, track=with_pred)
-            cur[arcs.flat.heads] = best
-            if pcur is not None:
-                pcur[arcs.flat.heads] = arg
-        if len(arcs.chain):
-            heads = arcs.chain.heads
-            base = cur[heads]
-            for _ in range(nv + 1):
-                via, via_pred = arcs.chain.segmin(cur, wt, track=with_pred)
-                new = np.minimum(base, via)
-                if np.array_equal(new, cur[heads]):
-                    break
-                cur[heads] = new
-            else:  # pragma: no cover - nonnegative weights converge within n_nodes passes
-                raise SolverError(f"topology {net.name!r}: switch-chain relaxation did not converge")
-            if pcur is not None:
-                pcur[heads] = np.where(via < base, via_pred, pcur[heads])
-    return dist, pred
-
-
-def free_shortest(graph: ExpandedGraph, w: FloatArray, src_nodes: IntArray) -> FloatArray:
-    """Distances (nodes × sources) without a step bound: Bellman-Ford rounds over all live links."""
-    net = graph.net
-    arcs = graph.all_arcs
-    dist = np.full((net.n_nodes, len(src_nodes)), np.inf)
-    dist[src_nodes, np.arange(len(src_nodes))] = 0.0
-    if len(arcs) == 0:
-        return dist
-    for _ in range(net.n_nodes + 1):
-        best, _ = arcs.segmin(dist, w, track=False)
-        new = np.minimum(dist[arcs.heads], best)
-        if np.array_equal(new, dist[arcs.heads]):
-            return dist
-        dist[arcs.heads] = new
-    raise SolverError(f"topology {net.name!r}: Bellman-Ford did not converge")  # pragma: no cover
-
-
-CONDENSED_MAX = 2000  # components up to which the condensed graph's all-pairs distances are worth it
-
-
-def condensed_shortest(net: Network, w: FloatArray, src_nodes: IntArray) -> FloatArray | None:
-    """Exact distances (nodes × sources) without a step bound, on the graph whose nodes are the
-    strongly connected components of the zero-weight live links (free to move inside one).
-
-    Link duals are mostly zero, so the condensed graph is tiny: all-pairs distances there cost
-    next to nothing. Returns None when it would not be (more than ``CONDENSED_MAX`` components)."""
-    live = np.flatnonzero(net.live)
-    tail, head, wl = net.tail[live], net.head[live], w[live]
-    nv = net.n_nodes
-    zero = wl <= 0
-    g0 = csr_matrix((np.ones(int(zero.sum())), (tail[zero], head[zero])), shape=(nv, nv))
-    ncomp, label = connected_components(g0, directed=True, connection="strong")
-    if ncomp > CONDENSED_MAX:
-        return None
-    ct, ch = label[tail], label[head]
-    inter = ct != ch
-    dense = np.full((ncomp, ncomp), np.inf)
-    np.minimum.at(dense, (ct[inter], ch[inter]), wl[inter])
-    between = dijkstra(csgraph_from_dense(dense, null_value=np.inf), indices=np.unique(label[src_nodes]))
-    row = np.full(ncomp, -1, dtype=np.int64)
-    row[np.unique(label[src_nodes])] = np.arange(len(between))
-    return between[row[label[src_nodes]]][:, label].T
 
 
 def tree_costs(graph: ExpandedGraph, link_weight: FloatArray, *, sources: IntArray | None = None) -> FloatArray:

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from synth.collective import Collective
 from synth.alltoall_cg._cg import tie_break
 from synth.alltoall_cg._expanded import ExpandedGraph, Network
 from synth.alltoall_cg._pool import PathPool
@@ -377,7 +378,7 @@ def _spliced(topology: Topology, paths: PathPool, blocks: _Blocks, rounded: Roun
     cuts = _Cuts.of(blocks.block, paths.src[new_pid] * n + paths.dst[new_pid], cert.active_k)
     routes = tuple(chain.from_iterable(cuts.pieces(rounded.schedule.routes, new_routes)))
     lp_algbw = n / cert.t_lp
-    schedule = Schedule("alltoall", n, k, routes, bottleneck=cut, topology_fingerprint=topology.fingerprint,
+    schedule = Schedule(Collective.ALLTOALL, n, k, routes, bottleneck=cut, topology_fingerprint=topology.fingerprint,
                         meta={**meta, "lp_algbw_GBps": lp_algbw, "optimal_algbw_GBps": lp_algbw})
     return RoundedState(paths.net.caps_GBps.copy(), k, schedule, np.concatenate(cuts.pieces(blocks.pid, new_pid)),
                         np.concatenate(cuts.pieces(blocks.chunks, new_chunks)), loads, cert.t_lp, free_bound)

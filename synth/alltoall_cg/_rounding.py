@@ -36,7 +36,7 @@ from synth.alltoall_cg._expanded import ExpandedGraph, Network
 from synth.alltoall_cg._pool import PathPool
 from synth.alltoall_cg._pricing import price_trees
 from synth.result import Status
-from synth.solvers import LpMethod, lp_backend
+from synth.solvers import LpMethod, LpSolution, lp_backend
 
 __all__ = ["DIVES", "ROUNDING_RETRY_GAP", "DiveResult", "PathLp", "Pricer", "balanced_remainder", "deep_dive",
            "disaggregate", "largest_remainder", "tree_pricer"]
@@ -240,24 +240,9 @@ def deep_dive(
 
     ``pricer`` prices paths for the unfinished commodities (default :func:`tree_pricer`: one
     shortest-path tree per source that has one)."""
-    net = cg.net
-    n = net.n_gpus
-    base = np.floor(y + INT_TOL).astype(np.int64)
-    k_all = _commodity(cg, pids)
-    residual_all = nchunks - np.bincount(k_all, weights=base, minlength=n * n).round().astype(np.int64)
-    residual_all[np.arange(n) * (n + 1)] = 0  # no block from a GPU to itself
-    active_k = np.flatnonzero(residual_all > 0)
-    fixed_pids = pids[base > 0]
-    fixed_chunks = base[base > 0]
-    if len(active_k) == 0:
+    fixed_pids, fixed_chunks, dive = _start_dive(cg, pids, y, nchunks)
+    if dive is None:
         return DiveResult(fixed_pids, fixed_chunks, 0, 0, 0, 0, True)
-    starts, links = cg.paths.link_csr(fixed_pids)
-    fixed_load = np.bincount(links, weights=np.repeat(fixed_chunks / nchunks, np.diff(starts)),
-                             minlength=net.n_links).astype(np.float64)
-    dive = DiveLp(cg, active_k, residual_all[active_k], fixed_load, nchunks)
-    frac_pids = pids[(y - base > INT_TOL) & (residual_all[k_all] > 0)]
-    dive.add(frac_pids)
-    log.info("alltoall_cg: rounding %d fractional commodities (%d columns)", len(active_k), len(frac_pids))
     pricer = tree_pricer(cg) if pricer is None else pricer
     added_total = 0
     solves = 0
@@ -267,30 +252,9 @@ def deep_dive(
     method: LpMethod = "primal"
     while True:
         # Re-solve, pricing paths for commodities that still have room.
-        sol = None
-        for _ in range(max_pricing_rounds):
-            sol = dive.lp.solve(method=method, time_limit_s=None if deadline is None else
-                                max(0.0, deadline - time.perf_counter()))
-            solves += 1
-            method = "primal"
-            if sol.status is not Status.OPTIMAL:
-                break
-            room = np.bincount(dive.col_row, weights=dive.lb, minlength=dive.nk) < dive.residual - INT_TOL
-            open_k = dive.k_of_row[room]
-            if len(open_k) == 0:
-                break
-            mu = sol.row_duals[: dive.nk]
-            w = np.maximum(0.0, -sol.row_duals[dive.nk :])
-            pc, register = pricer(w, open_k)
-            tol = 1e-9 * max(1.0, abs(sol.objective)) / max(1, dive.nk)
-            better = np.flatnonzero(pc / nchunks - mu[dive.row_of_k[open_k]] < -tol)
-            if len(better) == 0:
-                break
-            new_pids = register(better)
-            got = dive.add(new_pids)
-            added_total += got
-            if got == 0:
-                break
+        sol, n_solves, n_added = _solve_and_price(dive, pricer, nchunks, deadline, method, max_pricing_rounds)
+        solves += n_solves
+        added_total += n_added
         if sol is None or sol.status is not Status.OPTIMAL:
             log.info("alltoall_cg: dive LP stopped (%s); finishing by largest remainder",
                      "no solve" if sol is None else sol.native)
@@ -314,22 +278,7 @@ def deep_dive(
             dive.set_lb(raise_cols + 1, floors[raise_cols])
             method = "dual"
             continue
-        cand = [c for c in np.flatnonzero(fractional)[np.argsort(-frac[fractional], kind="stable")].tolist()
-                if c not in tabu]
-        if not cand:
-            tabu.clear()
-            cand = np.flatnonzero(fractional)[np.argsort(-frac[fractional], kind="stable")].tolist()
-        want = max(1, math.ceil(batch * len(cand)))
-        chosen: list[int] = []
-        seen_k: set[int] = set()
-        for c in cand:
-            kk = int(dive.col_row[c])
-            if kk in seen_k:
-                continue
-            seen_k.add(kk)
-            chosen.append(c)
-            if len(chosen) >= want:
-                break
+        chosen = _pick(dive, frac, fractional, tabu, batch)
         cols = np.array(chosen, dtype=np.int64)
         old_lb = dive.lb[cols].copy()
         dive.set_lb(cols + 1, np.ceil(u[cols] - INT_TOL))
@@ -345,6 +294,85 @@ def deep_dive(
             continue
         method = "primal"
         log.info("alltoall_cg: dive step %d rounded up %d columns (LP value before: %.9g)", steps, len(cols), t_now)
+
+
+def _start_dive(cg: PathLp, pids: IntArray, y: FloatArray,
+                nchunks: int) -> tuple[IntArray, IntArray, DiveLp | None]:
+    """The whole chunks of ``y`` (fixed) and the dive LP over the commodities' remainders (None if none)."""
+    net = cg.net
+    n = net.n_gpus
+    base = np.floor(y + INT_TOL).astype(np.int64)
+    k_all = _commodity(cg, pids)
+    residual_all = nchunks - np.bincount(k_all, weights=base, minlength=n * n).round().astype(np.int64)
+    residual_all[np.arange(n) * (n + 1)] = 0  # no block from a GPU to itself
+    active_k = np.flatnonzero(residual_all > 0)
+    fixed_pids = pids[base > 0]
+    fixed_chunks = base[base > 0]
+    if len(active_k) == 0:
+        return fixed_pids, fixed_chunks, None
+    starts, links = cg.paths.link_csr(fixed_pids)
+    fixed_load = np.bincount(links, weights=np.repeat(fixed_chunks / nchunks, np.diff(starts)),
+                             minlength=net.n_links).astype(np.float64)
+    dive = DiveLp(cg, active_k, residual_all[active_k], fixed_load, nchunks)
+    frac_pids = pids[(y - base > INT_TOL) & (residual_all[k_all] > 0)]
+    dive.add(frac_pids)
+    log.info("alltoall_cg: rounding %d fractional commodities (%d columns)", len(active_k), len(frac_pids))
+    return fixed_pids, fixed_chunks, dive
+
+
+def _solve_and_price(dive: DiveLp, pricer: Pricer, nchunks: int, deadline: float | None, method: LpMethod,
+                     max_pricing_rounds: int) -> tuple[LpSolution | None, int, int]:
+    """Re-solve the dive LP, pricing paths for commodities that still have room: (last solution, solves,
+    columns added); the first solve uses ``method``, the others primal simplex."""
+    sol = None
+    solves = added_total = 0
+    for _ in range(max_pricing_rounds):
+        sol = dive.lp.solve(method=method, time_limit_s=None if deadline is None else
+                            max(0.0, deadline - time.perf_counter()))
+        solves += 1
+        method = "primal"
+        if sol.status is not Status.OPTIMAL:
+            break
+        room = np.bincount(dive.col_row, weights=dive.lb, minlength=dive.nk) < dive.residual - INT_TOL
+        open_k = dive.k_of_row[room]
+        if len(open_k) == 0:
+            break
+        mu = sol.row_duals[: dive.nk]
+        w = np.maximum(0.0, -sol.row_duals[dive.nk :])
+        pc, register = pricer(w, open_k)
+        tol = 1e-9 * max(1.0, abs(sol.objective)) / max(1, dive.nk)
+        better = np.flatnonzero(pc / nchunks - mu[dive.row_of_k[open_k]] < -tol)
+        if len(better) == 0:
+            break
+        new_pids = register(better)
+        got = dive.add(new_pids)
+        added_total += got
+        if got == 0:
+            break
+    return sol, solves, added_total
+
+
+def _pick(dive: DiveLp, frac: FloatArray, fractional: npt.NDArray[np.bool_], tabu: set[int],
+          batch: float) -> list[int]:
+    """The columns to round up next: the most fractional ones not tabu (all again once every one is), at
+    most one per commodity, ``batch`` of the candidates (at least one)."""
+    cand = [c for c in np.flatnonzero(fractional)[np.argsort(-frac[fractional], kind="stable")].tolist()
+            if c not in tabu]
+    if not cand:
+        tabu.clear()
+        cand = np.flatnonzero(fractional)[np.argsort(-frac[fractional], kind="stable")].tolist()
+    want = max(1, math.ceil(batch * len(cand)))
+    chosen: list[int] = []
+    seen_k: set[int] = set()
+    for c in cand:
+        kk = int(dive.col_row[c])
+        if kk in seen_k:
+            continue
+        seen_k.add(kk)
+        chosen.append(c)
+        if len(chosen) >= want:
+            break
+    return chosen
 
 
 def _finish(cg: PathLp, fixed_pids: IntArray, fixed_chunks: IntArray, dive: DiveLp, u: FloatArray,

@@ -16,6 +16,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from synth.collective import Collective
 from synth.alltoall_cg._expanded import Network
 from synth.alltoall_cg._pool import PathPool
 from synth.errors import ScheduleError
@@ -178,4 +179,4 @@ def build_schedule(paths: PathPool, pids: IntArray, chunks: IntArray, nchunks: i
     """The schedule (routes in :func:`route_order`) and the route order it used."""
     order = route_order(paths, pids, chunks)
     routes = make_routes(paths, pids[order], chunks[order], cache)
-    return Schedule("alltoall", paths.net.n_gpus, nchunks, tuple(routes), meta=dict(meta)), order
+    return Schedule(Collective.ALLTOALL, paths.net.n_gpus, nchunks, tuple(routes), meta=dict(meta)), order

@@ -78,66 +78,88 @@ def improve(cg: WeightedCg, pids: IntArray, chunks: IntArray, nchunks: int, *, m
     """Chunk moves that lower the bottleneck (see the module docstring) until its time (load /
     capacity, normalised) is at most ``good_enough``; returns the new (path ids, chunks) and how
     many moves were made."""
-    caps = np.where(cg.net.caps_GBps > 0, cg.net.caps_GBps, np.inf)
-    paths = cg.paths
-    n = cg.net.n_gpus
-    pool_block = paths.src * n + paths.dst
-    pool_order = np.argsort(pool_block, kind="stable")
-    pool_sorted = pool_block[pool_order]
-    by_block: dict[int, IntArray] = {}
-    chunk_of = dict(zip(pids.tolist(), chunks.tolist()))
-    loads = link_loads(cg, pids, chunks, nchunks)
-    links_of = cg.links_cache
-
-    def lk(p: int) -> list[int]:
-        got = links_of.get(p)
-        if got is None:
-            got = links_of[p] = paths.links(p).tolist()
-        return got
-
-    net = cg.net
-    live = cg.net.caps_GBps > 0
-    out_links: list[list[int]] = [[] for _ in range(net.n_nodes)]
-    for li in np.flatnonzero(live).tolist():
-        out_links[int(net.tail[li])].append(li)
-    starts, all_links = paths.link_csr(pids)
-    owner = np.repeat(pids, np.diff(starts))
-    extra: set[int] = set()  # paths that received a chunk by a move
-
-    def move(p: int, q: int, size: float) -> None:
-        """One chunk of path ``p``'s block from ``p`` onto ``q``."""
-        np.subtract.at(loads, lk(p), size)
-        np.add.at(loads, lk(q), size)
-        chunk_of[p] -= 1
-        chunk_of[q] = chunk_of.get(q, 0) + 1
-        extra.add(q)
-
+    st = _Moves(cg, pids, chunks, nchunks)
     moves = 0
     blocked: set[int] = set()
     while moves < max_moves and (deadline is None or time.perf_counter() < deadline):
-        ratio = loads / caps
+        ratio = st.loads / st.caps
         e = int(np.argmax(ratio))
         t = float(ratio[e])
         if t <= good_enough or e in blocked:
             break
-        cand = set(owner[all_links == e].tolist()) | {p for p in extra if e in lk(p)}
-        users = [p for p in sorted(cand) if chunk_of.get(p, 0) > 0]
+        users = st.users(e)
+        if st.pool_move(users, e, t) or st.bfs_move(users[:BFS_USERS], e, t):
+            moves += 1
+            continue
+        blocked.add(e)
+        break
+    items = sorted((p, c) for p, c in st.chunk_of.items() if c > 0)
+    return (np.array([p for p, _ in items], dtype=np.int64), np.array([c for _, c in items], dtype=np.int64), moves)
+
+
+class _Moves:
+    """The state of :func:`improve`: link loads, chunks per path, each block's pooled paths."""
+
+    def __init__(self, cg: WeightedCg, pids: IntArray, chunks: IntArray, nchunks: int) -> None:
+        self.cg, self.nchunks = cg, nchunks
+        self.caps = np.where(cg.net.caps_GBps > 0, cg.net.caps_GBps, np.inf)
+        paths = self.paths = cg.paths
+        n = self.n = cg.net.n_gpus
+        pool_block = paths.src * n + paths.dst
+        self.pool_order = np.argsort(pool_block, kind="stable")
+        self.pool_sorted = pool_block[self.pool_order]
+        self.by_block: dict[int, IntArray] = {}
+        self.chunk_of = dict(zip(pids.tolist(), chunks.tolist()))
+        self.loads = link_loads(cg, pids, chunks, nchunks)
+        self.links_of = cg.links_cache
+        net = cg.net
+        self.live = live = cg.net.caps_GBps > 0
+        self.out_links: list[list[int]] = [[] for _ in range(net.n_nodes)]
+        for li in np.flatnonzero(live).tolist():
+            self.out_links[int(net.tail[li])].append(li)
+        starts, self.all_links = paths.link_csr(pids)
+        self.owner = np.repeat(pids, np.diff(starts))
+        self.extra: set[int] = set()  # paths that received a chunk by a move
+
+    def lk(self, p: int) -> list[int]:
+        got = self.links_of.get(p)
+        if got is None:
+            got = self.links_of[p] = self.paths.links(p).tolist()
+        return got
+
+    def move(self, p: int, q: int, size: float) -> None:
+        """One chunk of path ``p``'s block from ``p`` onto ``q``."""
+        np.subtract.at(self.loads, self.lk(p), size)
+        np.add.at(self.loads, self.lk(q), size)
+        self.chunk_of[p] -= 1
+        self.chunk_of[q] = self.chunk_of.get(q, 0) + 1
+        self.extra.add(q)
+
+    def users(self, e: int) -> list[int]:
+        """Paths with chunks on link ``e``, biggest blocks first."""
+        cg, paths = self.cg, self.paths
+        cand = set(self.owner[self.all_links == e].tolist()) | {p for p in self.extra if e in self.lk(p)}
+        users = [p for p in sorted(cand) if self.chunk_of.get(p, 0) > 0]
         users.sort(key=lambda p: -cg.demand[paths.src[p], paths.dst[p]])
-        done = False
+        return users
+
+    def pool_move(self, users: list[int], e: int, t: float) -> bool:
+        """Move one chunk of the first user that has a pooled path avoiding ``e`` and staying below ``t``."""
+        cg, paths, n, loads, caps = self.cg, self.paths, self.n, self.loads, self.caps
         for p in users:
             s, d = int(paths.src[p]), int(paths.dst[p])
-            size = cg.demand[s, d] / nchunks
+            size = cg.demand[s, d] / self.nchunks
             b = s * n + d
-            alts = by_block.get(b)
+            alts = self.by_block.get(b)
             if alts is None:
-                lo, hi = np.searchsorted(pool_sorted, [b, b + 1])
-                alts = by_block[b] = pool_order[lo:hi]
-            lp = set(lk(p))
+                lo, hi = np.searchsorted(self.pool_sorted, [b, b + 1])
+                alts = self.by_block[b] = self.pool_order[lo:hi]
+            lp = set(self.lk(p))
             best_q, best_t = -1, t * (1 - 1e-12)
             for q in alts.tolist():
                 if q == p:
                     continue
-                lq = lk(q)
+                lq = self.lk(q)
                 if e in lq:
                     continue
                 new = [x for x in lq if x not in lp]
@@ -147,18 +169,21 @@ def improve(cg: WeightedCg, pids: IntArray, chunks: IntArray, nchunks: int, *, m
                 if worst < best_t:
                     best_q, best_t = q, worst
             if best_q >= 0:
-                move(p, best_q, size)
-                moves += 1
-                done = True
-                break
-        for p in users[:BFS_USERS] if not done else []:
+                self.move(p, best_q, size)
+                return True
+        return False
+
+    def bfs_move(self, users: list[int], e: int, t: float) -> bool:
+        """Move one chunk of the first user for which BFS finds a new path over links staying below ``t``."""
+        cg, paths, n, loads, caps = self.cg, self.paths, self.n, self.loads, self.caps
+        for p in users:
             s, d = int(paths.src[p]), int(paths.dst[p])
-            size = cg.demand[s, d] / nchunks
+            size = cg.demand[s, d] / self.nchunks
             on_path = np.zeros(len(loads), dtype=bool)
-            on_path[lk(p)] = True
-            ok = live & (((loads + size) / caps < t * (1 - 1e-12)) | on_path)
+            on_path[self.lk(p)] = True
+            ok = self.live & (((loads + size) / caps < t * (1 - 1e-12)) | on_path)
             ok[e] = False
-            links = _bfs(cg, s, d, ok, out_links)
+            links = _bfs(cg, s, d, ok, self.out_links)
             if links is None:
                 continue
             arr = np.asarray(links, dtype=np.int64)
@@ -168,16 +193,10 @@ def improve(cg: WeightedCg, pids: IntArray, chunks: IntArray, nchunks: int, *, m
             if q == p:
                 continue
             b = s * n + d
-            by_block[b] = np.union1d(by_block.get(b, np.zeros(0, dtype=np.int64)), [q])
-            move(p, q, size)
-            moves += 1
-            done = True
-            break
-        if not done:
-            blocked.add(e)
-            break
-    items = sorted((p, c) for p, c in chunk_of.items() if c > 0)
-    return (np.array([p for p, _ in items], dtype=np.int64), np.array([c for _, c in items], dtype=np.int64), moves)
+            self.by_block[b] = np.union1d(self.by_block.get(b, np.zeros(0, dtype=np.int64)), [q])
+            self.move(p, q, size)
+            return True
+        return False
 
 
 def _bfs(cg: WeightedCg, s: int, d: int, ok: npt.NDArray[np.bool_], out_links: list[list[int]]) -> list[int] | None:

@@ -42,7 +42,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from synth._types import Collective, Rank
+from synth._types import Rank
+from synth.collective import TREE_COLLECTIVES, Collective
 from synth.errors import ScheduleError
 from synth.routing import route_table
 from synth.schedule import Hop, Route, RouteKind, Schedule
@@ -280,15 +281,16 @@ def _walk_tree(walk: list[Rank], can_hop: Callable[[Rank, Rank], bool],
 _RING_NAMES = {"rail": "rail rings", "nic": "NIC rings"}
 
 
-def nccl_ring(collective: Collective, topo: Topology, *, nchannels: int | None = None) -> Schedule:
+def nccl_ring(collective: Collective | str, topo: Topology, *, nchannels: int | None = None) -> Schedule:
     """Multi-ring AllGather, ReduceScatter or AllReduce (one chunk per ring per source).
 
     ``nchannels`` defaults to the NICs per host where the fabric has a NIC layout (one ring per
     NIC), else 2. ``meta["baseline"]`` is ``"rail-ring"``, ``"nic-ring"`` or ``"generic-ring"``,
     ``meta["baseline_reason"]`` says how the rings were built and why.
     """
-    if collective not in ("allgather", "reducescatter", "allreduce"):
+    if collective not in TREE_COLLECTIVES:
         raise ScheduleError(f"ring baseline supports allgather, reducescatter, allreduce, not {collective!r}")
+    coll = Collective(collective)
     if nchannels is not None and nchannels < 1:
         raise ScheduleError(f"nchannels must be >= 1, got {nchannels!r}")
     choice = baseline_choice(topo)
@@ -321,18 +323,18 @@ def nccl_ring(collective: Collective, topo: Topology, *, nchannels: int | None =
         pos = {r: i for i, r in enumerate(order)}
         for root in range(n):
             chain = [order[(pos[root] + i) % n] for i in range(n)]
-            if collective in ("reducescatter", "allreduce"):
+            if coll.in_trees:
                 # Reduction of root's block travels the ring and ends at root: the out-tree of the
                 # reversed walk, with every hop turned around, listed leaves first.
                 walk = [root, *chain[:0:-1]]
                 edges = _walk_tree(walk, lambda a, b: a in direct[b], lambda a, b: _relay(direct, b, a, topo))
                 routes.append(Route(RouteKind.IN_TREE, root, 1, tuple(hop(b, a) for a, b in reversed(edges))))
-            if collective in ("allgather", "allreduce"):
+            if coll.out_trees:
                 edges = _walk_tree(chain, lambda a, b: b in direct[a], lambda a, b: _relay(direct, a, b, topo))
                 routes.append(Route(RouteKind.OUT_TREE, root, 1, tuple(hop(a, b) for a, b in edges)))
     meta = {"synthesizer": "nccl-ring", "nchannels": channels, "baseline": f"{kind}-ring",
             "baseline_reason": f"{what}; {reason}", **communicator_meta(topo)}
-    sched = Schedule(collective, n, channels, tuple(routes), meta=meta)
+    sched = Schedule(coll, n, channels, tuple(routes), meta=meta)
     sched.validate(topo)
     return sched
 
@@ -409,6 +411,6 @@ def nccl_direct_alltoall(topo: Topology) -> Schedule:
         what = "direct, relayed through the fewest GPUs"
     meta = {"synthesizer": "nccl-direct", "baseline": f"{choice.kind}-direct" + ("-pxn" if layout else ""),
             "baseline_reason": f"{what}; {choice.reason}", **communicator_meta(topo)}
-    sched = Schedule("alltoall", n, 1, tuple(routes), meta=meta)
+    sched = Schedule(Collective.ALLTOALL, n, 1, tuple(routes), meta=meta)
     sched.validate(topo)
     return sched

@@ -27,11 +27,11 @@ from fractions import Fraction
 
 from collections.abc import Sequence
 
-from synth._types import COLLECTIVES, Collective, NodeId, Rank
+from synth._types import Collective, NodeId, Rank
 from synth._deadline import check_time_limit, solving
 from synth.bounds.allgather import allgather_rate_gbps
 from synth.bounds.alltoall import alltoall_rate_GBps
-from synth.errors import SolverError, expect_type, short_repr
+from synth.errors import SolverError, expect_type
 from synth.result import Status
 from synth.routing import has_route_choice
 from synth.topologies.capacity import certify_rate
@@ -106,7 +106,7 @@ class Bound:
         }
 
 
-def busbw_GBps(collective: Collective, algbw_GBps: float, nranks: int) -> float:  # noqa: N802, N803
+def busbw_GBps(collective: Collective | str, algbw_GBps: float, nranks: int) -> float:  # noqa: N802, N803
     """nccl-tests bus bandwidth.
 
     >>> busbw_GBps("allreduce", 100.0, 4)
@@ -117,8 +117,7 @@ def busbw_GBps(collective: Collective, algbw_GBps: float, nranks: int) -> float:
     expect_type(nranks, int, "nranks", SolverError)
     if nranks < 1:
         raise SolverError(f"nranks must be >= 1, got {nranks}")
-    factor = 2 if collective == "allreduce" else 1
-    return algbw_GBps * factor * (nranks - 1) / nranks
+    return algbw_GBps * Collective.parse(collective).busbw_multiplier * (nranks - 1) / nranks
 
 
 def _cut_links(topo: Topology, nodes: frozenset[NodeId]) -> tuple[tuple[NodeId, NodeId], ...]:
@@ -126,7 +125,7 @@ def _cut_links(topo: Topology, nodes: frozenset[NodeId]) -> tuple[tuple[NodeId, 
 
 
 def optimal_bound(
-    collective: Collective,
+    collective: Collective | str,
     topo: Topology,
     *,
     time_limit_s: float | None = None,
@@ -153,23 +152,22 @@ def optimal_bound(
         topo = communicator(topo, ranks, relay=relay)
     if not has_route_choice(topo):
         return replace(bound, routed_algbw_GBps=bound.algbw_GBps)
-    if collective != "alltoall" and topo.capacity_grid.clamped:
+    if bound.collective.is_tree and topo.capacity_grid.clamped:
         # Rule 0 is not proven for routed trees (docs/exactness.md): no routed figure, not a wrong one.
         return replace(bound, message=f"{bound.message}; no routed optimum: clamped dominant link(s)")
     from synth.routed import routed_bound
 
-    value = min(routed_bound(collective, topo), bound.algbw_GBps)  # equal up to LP round-off at most
+    value = min(routed_bound(bound.collective, topo), bound.algbw_GBps)  # equal up to LP round-off at most
     return replace(bound, routed_algbw_GBps=value)
 
 
 def _free_bound(
-    collective: Collective, topo: Topology, time_limit_s: float | None, ranks: Sequence[Rank] | None, relay: bool
+    name: Collective | str, topo: Topology, time_limit_s: float | None, ranks: Sequence[Rank] | None, relay: bool
 ) -> Bound:
     import time
 
-    expect_type(collective, str, "collective", SolverError)
-    if collective not in COLLECTIVES:
-        raise SolverError(f"unknown collective {short_repr(collective)}; known: {', '.join(COLLECTIVES)}")
+    expect_type(name, str, "collective", SolverError)
+    collective = Collective.parse(name)
     expect_type(topo, Topology, "topo", SolverError)
     if ranks is not None:
         topo = communicator(topo, ranks, relay=relay)

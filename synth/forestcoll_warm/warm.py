@@ -217,23 +217,7 @@ def accept_old_trees(
                 for edges, m_tree in plan[r]:
                     if len(edges) != n - 1:
                         continue
-                    pieces: list[tuple[int, list[tuple[int, int]]]] = []
-                    if attempt == "all":
-                        if all(cap.get(e, 0) >= m_tree for e in edges):
-                            pieces.append((m_tree, list(edges)))
-                    else:
-                        # As many units of the whole tree as fit, then the rest truncated below
-                        # every edge that cannot carry it.
-                        whole = min(m_tree, min(cap.get(e, 0) for e in edges))
-                        if whole > 0:
-                            pieces.append((whole, list(edges)))
-                        rest = m_tree - whole
-                        part = []
-                        if rest > 0:
-                            part = _regrow(r, edges, rest, whole, cap, ins, outs, attempt)
-                        if rest > 0 and part:
-                            pieces.append((rest, part))
-                    for m, part in pieces:
+                    for m, part in _pieces(r, edges, m_tree, cap, ins, outs, attempt):
                         for e in part:
                             cap[e] -= m
                         reused += m * len(part)
@@ -255,3 +239,27 @@ def accept_old_trees(
         return (cap, kept, sorted(todo, key=lambda t: (t[0], len(t[2]) == 0))), figures
     return None, WarmTreeFigures(check_maxflows=check_maxflows, accept=None, reused_edges_frac=None,
                                  reused_tree_units=None)
+
+
+def _pieces(r: int, edges: list[tuple[int, int]], m_tree: int, cap: dict[tuple[int, int], int],
+            ins: dict[int, list[int]], outs: dict[int, list[int]],
+            attempt: str) -> list[tuple[int, list[tuple[int, int]]]]:
+    """What of root ``r``'s old tree (``m_tree`` units of ``edges``) fits ``cap`` under ``attempt``:
+    ``(units, edges)`` pieces, whole trees first."""
+    pieces: list[tuple[int, list[tuple[int, int]]]] = []
+    if attempt == "all":
+        if all(cap.get(e, 0) >= m_tree for e in edges):
+            pieces.append((m_tree, list(edges)))
+    else:
+        # As many units of the whole tree as fit, then the rest truncated below
+        # every edge that cannot carry it.
+        whole = min(m_tree, min(cap.get(e, 0) for e in edges))
+        if whole > 0:
+            pieces.append((whole, list(edges)))
+        rest = m_tree - whole
+        part = []
+        if rest > 0:
+            part = _regrow(r, edges, rest, whole, cap, ins, outs, attempt)
+        if rest > 0 and part:
+            pieces.append((rest, part))
+    return pieces

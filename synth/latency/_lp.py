@@ -160,48 +160,10 @@ def solve_depth_lp(
     start = time.perf_counter()
     n, nl = graph.n, graph.nlinks
     cap = graph.cap_GBps
-
-    def master() -> LpBackend:
-        m = lp_backend(solver)
-        m.add_rows(np.ones(n), np.ones(n))
-        m.add_rows(np.full(nl, -np.inf), np.zeros(nl))
-        m.add_cols(np.array([1.0]), np.array([0.0]), np.array([np.inf]), np.array([0]), np.arange(n, n + nl), -cap)
-        return m
-
-    lp = master()
-    columns: list[Column] = []
-    seen: set[tuple[object, ...]] = set()
-
-    def add(cols: list[Column]) -> int:
-        fresh = [c for c in cols if _col_key(c) not in seen]
-        if not fresh:
-            return 0
-        starts, index, value = [], [], []
-        pos = 0
-        for c in fresh:
-            seen.add(_col_key(c))
-            starts.append(pos)
-            index.extend([c.root, *(n + c.links).tolist()])
-            value.extend([1.0, *c.loads.tolist()])
-            pos += 1 + len(c.links)
-        k = len(fresh)
-        lp.add_cols(np.zeros(k), np.zeros(k), np.full(k, np.inf), np.array(starts), np.array(index), np.array(value))
-        columns.extend(fresh)
-        return k
-
-    init = _Trees(graph, 1.0 / cap)
-    first = init.build(max_depth, "prim")
-    missing = [r for r, c in enumerate(first) if c is None]
-    if missing:
-        spt = init.build(max_depth, "spt")
-        first = [c if c is not None else s for c, s in zip(first, spt)]
-        missing = [r for r, c in enumerate(first) if c is None]
-    if missing:
-        raise SolverError(f"no spanning tree of depth <= {max_depth} found from rank {missing[0]} "
-                          f"({len(missing)} root(s) in all): the switch paths need more GPU hops")
-    add([c for c in first if c is not None])
+    master = _Master(graph, solver)
+    master.add(_first_columns(graph, max_depth))
     if warm_columns:
-        add([c for c in warm_columns if c.depth <= max_depth])
+        master.add([c for c in warm_columns if c.depth <= max_depth])
     u_lower = u_inf
     it = 0
     status, why = Status.OPTIMAL, ""
@@ -212,7 +174,7 @@ def solve_depth_lp(
     next_report = start + _deadline.PROGRESS_EVERY_S
     while True:
         it += 1
-        sol = lp.solve(method="primal")
+        sol = master.lp.solve(method="primal")
         if not sol.has_solution:
             raise SolverError(f"depth-{max_depth} master LP: solver status {sol.native}")
         u_lp = float(sol.objective)
@@ -232,58 +194,134 @@ def solve_depth_lp(
         if now >= next_report:
             next_report = now + _deadline.PROGRESS_EVERY_S
             log.info("depth-%d tree LP: iteration %d, %d trees, algbw %.6g GB/s, certified bound %.6g GB/s "
-                     "(%.1f s)", max_depth, it, len(columns), n / u_lp if u_lp > 0 else float("inf"),
+                     "(%.1f s)", max_depth, it, len(master.columns), n / u_lp if u_lp > 0 else float("inf"),
                      n / u_lower if u_lower > 0 else float("inf"), now - start)
-        if u_lp - u_lower <= gap_tol * u_lp:
-            why = f"certified within {100 * (1 - u_lower / u_lp):.3g}% of the depth-{max_depth} optimum"
+        stop = _stop(u_lp, u_lower, gap_tol, max_depth, it, max_iterations, time_limit_s, start)
+        if stop is not None:
+            status, why = stop
             break
-        if it >= max_iterations:
-            status, why = Status.TIME_LIMIT, f"iteration limit {max_iterations}"
-            break
-        if time_limit_s is not None and time.perf_counter() - start > time_limit_s:
-            status, why = Status.TIME_LIMIT, f"time limit {time_limit_s:g} s"
-            break
-        new: list[Column] = []
-        best_rc = np.zeros(n)
-        best_from: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None] = [None] * n
-        for mode in ("prim", "spt"):
-            parent, order, ok, cost = trees.trees(max_depth, mode)
-            rc = np.where(ok, cost - pi / norm, np.inf)
-            for r in np.flatnonzero(rc < best_rc).tolist():
-                best_rc[r] = rc[r]
-                best_from[r] = (parent[r], order[r])
-        for r in range(n):
-            pick = best_from[r]
-            if pick is None:
-                continue
-            c = trees.column(r, pick[0], pick[1])
-            exact = float(w[c.links] @ c.loads) - float(pi[r])
-            if exact < -_RC_TOL * max(1.0, abs(float(pi[r]))):
-                new.append(c)
-        rebuilt = bool(new) and len(columns) > purge_at
+        new = _price(trees, max_depth, pi, norm, w)
+        rebuilt = bool(new) and len(master.columns) > purge_at
         if rebuilt:
-            # Keep the master small: the columns in use and the cheapest others under these duals
-            # (a dropped column can be priced in again). The next solve starts from scratch; a
-            # rebuilt master is always re-solved, so the final solution matches ``columns``.
-            rc = load_matrix(columns, nl).T @ w - pi[np.array([c.root for c in columns])]
-            keep = np.asarray(sol.col_values[1:]) > 0
-            keep[np.argsort(rc, kind="stable")[: _KEEP_ROWS * (n + nl)]] = True
-            kept = [c for c, k in zip(columns, keep.tolist()) if k]
-            purged += len(columns) - len(kept)
-            lp, columns = master(), []
-            seen.clear()
-            add(kept)
-        got = add(new)
+            purged += master.purge(np.asarray(sol.col_values[1:]), w, pi)
+        got = master.add(new)
         added_total += got
         if got == 0 and not rebuilt:
             why = (f"pricing found no improving tree; certified gap {100 * (1 - u_lower / u_lp):.3g}% "
                    f"to the depth-{max_depth} optimum")
             break
+    columns = master.columns
     y = np.asarray(sol.col_values[1:], dtype=np.float64)
     assert len(y) == len(columns), "the final solution belongs to the current master"
     stats: dict[str, float | int | str] = {"iterations": it, "columns": len(columns), "columns_dropped": purged,
                                            "lp_time_s": time.perf_counter() - start}
     return LpOutcome(columns, y, u_lp, u_lower, it, status, why, stats)
+
+
+def _stop(u_lp: float, u_lower: float, gap_tol: float, max_depth: int, it: int, max_iterations: int,
+          time_limit_s: float | None, start: float) -> tuple[Status, str] | None:
+    """Why column generation stops after this iteration (certified gap, iteration or time limit), or None."""
+    if u_lp - u_lower <= gap_tol * u_lp:
+        return Status.OPTIMAL, f"certified within {100 * (1 - u_lower / u_lp):.3g}% of the depth-{max_depth} optimum"
+    if it >= max_iterations:
+        return Status.TIME_LIMIT, f"iteration limit {max_iterations}"
+    if time_limit_s is not None and time.perf_counter() - start > time_limit_s:
+        return Status.TIME_LIMIT, f"time limit {time_limit_s:g} s"
+    return None
+
+
+class _Master:
+    """The restricted master LP of :func:`solve_depth_lp` and its columns (each added once)."""
+
+    def __init__(self, graph: LinkGraph, solver: str) -> None:
+        self.graph, self.solver = graph, solver
+        self.lp = self._fresh()
+        self.columns: list[Column] = []
+        self.seen: set[tuple[object, ...]] = set()
+
+    def _fresh(self) -> LpBackend:
+        n, nl, cap = self.graph.n, self.graph.nlinks, self.graph.cap_GBps
+        m = lp_backend(self.solver)
+        m.add_rows(np.ones(n), np.ones(n))
+        m.add_rows(np.full(nl, -np.inf), np.zeros(nl))
+        m.add_cols(np.array([1.0]), np.array([0.0]), np.array([np.inf]), np.array([0]), np.arange(n, n + nl), -cap)
+        return m
+
+    def add(self, cols: list[Column]) -> int:
+        """Add the columns not in the master yet; returns how many."""
+        n = self.graph.n
+        fresh = [c for c in cols if _col_key(c) not in self.seen]
+        if not fresh:
+            return 0
+        starts, index, value = [], [], []
+        pos = 0
+        for c in fresh:
+            self.seen.add(_col_key(c))
+            starts.append(pos)
+            index.extend([c.root, *(n + c.links).tolist()])
+            value.extend([1.0, *c.loads.tolist()])
+            pos += 1 + len(c.links)
+        k = len(fresh)
+        self.lp.add_cols(np.zeros(k), np.zeros(k), np.full(k, np.inf), np.array(starts), np.array(index),
+                         np.array(value))
+        self.columns.extend(fresh)
+        return k
+
+    def purge(self, y: FloatArray, w: FloatArray, pi: FloatArray) -> int:
+        """Rebuild the master from the columns in use and the cheapest others; returns how many were dropped.
+
+        Keeps the master small: the columns in use and the cheapest others under these duals (a dropped
+        column can be priced in again). The next solve starts from scratch; a rebuilt master is always
+        re-solved, so the final solution matches ``columns``.
+        """
+        n, nl = self.graph.n, self.graph.nlinks
+        columns = self.columns
+        rc = load_matrix(columns, nl).T @ w - pi[np.array([c.root for c in columns])]
+        keep = y > 0
+        keep[np.argsort(rc, kind="stable")[: _KEEP_ROWS * (n + nl)]] = True
+        kept = [c for c, k in zip(columns, keep.tolist()) if k]
+        self.lp, self.columns = self._fresh(), []
+        self.seen.clear()
+        self.add(kept)
+        return len(columns) - len(kept)
+
+
+def _first_columns(graph: LinkGraph, max_depth: int) -> list[Column]:
+    """One tree of depth at most ``max_depth`` per root (Prim-like, else shortest paths), or SolverError."""
+    init = _Trees(graph, 1.0 / graph.cap_GBps)
+    first = init.build(max_depth, "prim")
+    missing = [r for r, c in enumerate(first) if c is None]
+    if missing:
+        spt = init.build(max_depth, "spt")
+        first = [c if c is not None else s for c, s in zip(first, spt)]
+        missing = [r for r, c in enumerate(first) if c is None]
+    if missing:
+        raise SolverError(f"no spanning tree of depth <= {max_depth} found from rank {missing[0]} "
+                          f"({len(missing)} root(s) in all): the switch paths need more GPU hops")
+    return [c for c in first if c is not None]
+
+
+def _price(trees: _Trees, max_depth: int, pi: FloatArray, norm: float, w: FloatArray) -> list[Column]:
+    """Per root, the cheapest of the greedy trees if its exact reduced cost is negative."""
+    n = trees.graph.n
+    new: list[Column] = []
+    best_rc = np.zeros(n)
+    best_from: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None] = [None] * n
+    for mode in ("prim", "spt"):
+        parent, order, ok, cost = trees.trees(max_depth, mode)
+        rc = np.where(ok, cost - pi / norm, np.inf)
+        for r in np.flatnonzero(rc < best_rc).tolist():
+            best_rc[r] = rc[r]
+            best_from[r] = (parent[r], order[r])
+    for r in range(n):
+        pick = best_from[r]
+        if pick is None:
+            continue
+        c = trees.column(r, pick[0], pick[1])
+        exact = float(w[c.links] @ c.loads) - float(pi[r])
+        if exact < -_RC_TOL * max(1.0, abs(float(pi[r]))):
+            new.append(c)
+    return new
 
 
 def load_matrix(columns: list[Column], nlinks: int) -> csc_matrix:

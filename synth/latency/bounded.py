@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from synth._types import Collective
+from synth.collective import TREE_COLLECTIVES, Collective
 from synth.bounds import optimal_bound
 from synth.errors import ScheduleError, SolverError, short_repr
 from synth.figures import DepthFigures, DepthLpFigures
@@ -40,7 +40,6 @@ from synth.topologies.model import Topology
 __all__ = ["DEFAULT_CHUNKS", "synthesize_depth_bounded"]
 
 DEFAULT_CHUNKS = 8
-_TREE_COLLECTIVES = ("allgather", "reducescatter", "allreduce")
 
 
 def _round(out: LpOutcome, graph: LinkGraph, k: int) -> tuple[np.ndarray, float, float]:
@@ -160,8 +159,8 @@ def _side(topo: Topology, max_depth: int, kind: RouteKind, warm: Schedule | None
 
 
 def _check(collective: str, max_depth: int | None, chunks: int | None, gap_tol: float) -> None:
-    if collective not in _TREE_COLLECTIVES:
-        raise SolverError(f"depth-bounded synthesis is for {', '.join(_TREE_COLLECTIVES)}, not {short_repr(collective)} "
+    if collective not in TREE_COLLECTIVES:
+        raise SolverError(f"depth-bounded synthesis is for {', '.join(TREE_COLLECTIVES)}, not {short_repr(collective)} "
                           "(AllToAll bounds its steps with max_steps)")
     if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1):
         raise SolverError(f"--max-depth must be an integer >= 1 or None (unbounded), got {short_repr(max_depth)}")
@@ -201,10 +200,10 @@ def synthesize_depth_bounded(
     warm = warm_from.schedule if isinstance(warm_from, SynthResult) else warm_from
     n = topo.nranks
     sides: list[tuple[RouteKind, LinkGraph, LpOutcome, float]] = []
-    if collective in ("reducescatter", "allreduce"):
+    if Collective(collective).in_trees:
         g, out, opt = _side(topo.reversed(), max_depth, RouteKind.IN_TREE, warm, gap_tol, time_limit_s, solver)
         sides.append((RouteKind.IN_TREE, g, out, opt))
-    if collective in ("allgather", "allreduce"):
+    if Collective(collective).out_trees:
         g, out, opt = _side(topo, max_depth, RouteKind.OUT_TREE, warm, gap_tol, time_limit_s, solver)
         sides.append((RouteKind.OUT_TREE, g, out, opt))
     rounded = _rounded(sides, n, DEFAULT_CHUNKS if chunks is None else chunks)

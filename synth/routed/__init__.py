@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from synth.collective import Collective
 from synth.errors import SolverError
 from synth.result import SynthResult
 from synth.routed._cutlp import cut_lp
@@ -65,19 +66,18 @@ def synthesize_routed(
                                    time_limit_s=time_limit_s)
 
 
-def routed_bound(collective: str, topo: Topology, *, solver: str = "highs") -> float:
+def routed_bound(collective: Collective | str, topo: Topology, *, solver: str = "highs") -> float:
     """The routed optimum algbw (GB/s): the LP optimum over schedules of routed hops."""
-    if collective == "alltoall":
+    kind = Collective.parse(collective)
+    if kind is Collective.ALLTOALL:
         cg, sol, _ = routed_alltoall_lp(topo, solver=solver)
         return topo.nranks * cg.scale / float(sol.objective)
     refuse_adjusted(topo, f"the routed {collective} bound", lifted=False)
     lg = Logical.build(topo)
     lg.check_connected(topo.name)
     total_T = 0.0  # noqa: N806
-    if collective in ("reducescatter", "allreduce"):
+    if kind.in_trees:
         total_T += cut_lp(lg.transposed())[1]  # noqa: N806
-    if collective in ("allgather", "allreduce"):
+    if kind.out_trees:
         total_T += cut_lp(lg)[1]  # noqa: N806
-    if total_T == 0.0:
-        raise SolverError(f"unknown collective {collective!r}")
     return topo.nranks / total_T

@@ -168,36 +168,48 @@ def all_root_arborescences(cost: FloatArray) -> IntArray:
                 cycle_arc[current[x]] = (int(arc_u[pre[x], x]), int(arc_v[pre[x], x]))
             new_nodes.append(node)
         off = np.flatnonzero(~on)
-        adj = m - np.where(on, w_in, 0.0)[None, :]
-        kk = len(off) + len(members)
-        big = np.empty((k, kk))
-        bu = np.empty((k, kk), dtype=np.int64)
-        bv = np.empty((k, kk), dtype=np.int64)
-        big[:, : len(off)] = adj[:, off]
-        bu[:, : len(off)] = arc_u[:, off]
-        bv[:, : len(off)] = arc_v[:, off]
-        rows = np.arange(k)
-        for j, mem in enumerate(members):
-            best = mem[np.argmin(adj[:, mem], axis=1)]
-            big[:, len(off) + j] = adj[rows, best]
-            bu[:, len(off) + j] = arc_u[rows, best]
-            bv[:, len(off) + j] = arc_v[rows, best]
-        m2 = np.empty((kk, kk))
-        u2 = np.empty((kk, kk), dtype=np.int64)
-        v2 = np.empty((kk, kk), dtype=np.int64)
-        cols = np.arange(kk)
-        m2[: len(off)] = big[off]
-        u2[: len(off)] = bu[off]
-        v2[: len(off)] = bv[off]
-        for j, mem in enumerate(members):
-            best = mem[np.argmin(big[mem], axis=0)]
-            m2[len(off) + j] = big[best, cols]
-            u2[len(off) + j] = bu[best, cols]
-            v2[len(off) + j] = bv[best, cols]
-        np.fill_diagonal(m2, np.inf)
-        m, arc_u, arc_v = m2, u2, v2
+        m, arc_u, arc_v = _contract(m, arc_u, arc_v, on, w_in, off, members)
         current = [current[x] for x in off] + new_nodes
-    top = current[0]
+    return _expand(current[0], children, cycle_arc, n)
+
+
+def _contract(m: FloatArray, arc_u: IntArray, arc_v: IntArray, on: npt.NDArray[np.bool_], w_in: FloatArray,
+              off: IntArray, members: list[IntArray]) -> tuple[FloatArray, IntArray, IntArray]:
+    """One contraction: costs reduced by each cycle node's in-arc, every cycle merged into one node
+    (first the nodes on no cycle, ``off``, then one per cycle), with the original arc behind each entry."""
+    k = len(m)
+    adj = m - np.where(on, w_in, 0.0)[None, :]
+    kk = len(off) + len(members)
+    big = np.empty((k, kk))
+    bu = np.empty((k, kk), dtype=np.int64)
+    bv = np.empty((k, kk), dtype=np.int64)
+    big[:, : len(off)] = adj[:, off]
+    bu[:, : len(off)] = arc_u[:, off]
+    bv[:, : len(off)] = arc_v[:, off]
+    rows = np.arange(k)
+    for j, mem in enumerate(members):
+        best = mem[np.argmin(adj[:, mem], axis=1)]
+        big[:, len(off) + j] = adj[rows, best]
+        bu[:, len(off) + j] = arc_u[rows, best]
+        bv[:, len(off) + j] = arc_v[rows, best]
+    m2 = np.empty((kk, kk))
+    u2 = np.empty((kk, kk), dtype=np.int64)
+    v2 = np.empty((kk, kk), dtype=np.int64)
+    cols = np.arange(kk)
+    m2[: len(off)] = big[off]
+    u2[: len(off)] = bu[off]
+    v2[: len(off)] = bv[off]
+    for j, mem in enumerate(members):
+        best = mem[np.argmin(big[mem], axis=0)]
+        m2[len(off) + j] = big[best, cols]
+        u2[len(off) + j] = bu[best, cols]
+        v2[len(off) + j] = bv[best, cols]
+    np.fill_diagonal(m2, np.inf)
+    return m2, u2, v2
+
+
+def _expand(top: int, children: list[list[int]], cycle_arc: list[tuple[int, int]], n: int) -> IntArray:
+    """Expand the contraction hierarchy from every root: ``parents[r]`` (see :func:`all_root_arborescences`)."""
     # Which child of each hierarchy node holds each vertex.
     holder: list[dict[int, int]] = [{} for _ in range(len(children))]
     for node in range(n, len(children)):

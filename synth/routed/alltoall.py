@@ -33,6 +33,7 @@ import numpy.typing as npt
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
+from synth.collective import Collective
 from synth.alltoall_cg.chunks import (
     ROUNDING_BUDGET_S,
     TARGET_LOSS,
@@ -290,7 +291,7 @@ def _schedule(cg: _Cg, counts: dict[tuple[int, int, tuple[int, ...]], int], nchu
     for (s, d, path), c in sorted(counts.items()):
         hops = tuple(Hop(u, v, lg.paths[lg.arc(u, v)]) for u, v in zip(path[:-1], path[1:]))
         routes.append(Route(RouteKind.PATH, s, c, hops, dest=d))
-    return Schedule("alltoall", lg.n, nchunks, tuple(routes))
+    return Schedule(Collective.ALLTOALL, lg.n, nchunks, tuple(routes))
 
 
 def _measured(topology: Topology, cg: _Cg, counts: dict[tuple[int, int, tuple[int, ...]], int],

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from synth.alltoall_cg.chunks import ROUNDING_BUDGET_S, TARGET_LOSS, binding_note, chunk_cap
+from synth.collective import TREE_COLLECTIVES, Collective
 from synth.errors import ScheduleError, SolverError
 from synth.figures import RoutedTreeFigures, RoutingFigures
 from synth.result import Status, SynthResult, gap_pct, judge
@@ -152,7 +153,7 @@ def synthesize_routed_trees(
     the routed optimum (or while it is not proven the best proven upper bound on it), LP and
     column-generation rounds, ``k`` and ``seeded_trees`` (warm-start trees reused as columns).
     """
-    if collective not in ("allgather", "reducescatter", "allreduce"):
+    if collective not in TREE_COLLECTIVES:
         raise SolverError(f"routed tree synthesis handles allgather, reducescatter and allreduce, not {collective!r}")
     if max_chunks is not None and (isinstance(max_chunks, bool) or not isinstance(max_chunks, int) or max_chunks < 1):
         raise SolverError(f"max_chunks must be an integer >= 1 or None, got {max_chunks!r}")
@@ -160,9 +161,10 @@ def synthesize_routed_trees(
     lg = Logical.build(topology)
     lg.check_connected(topology.name)
     phases: list[tuple[Logical, RouteKind]] = []
-    if collective in ("reducescatter", "allreduce"):
+    coll = Collective(collective)
+    if coll.in_trees:
         phases.append((lg.transposed(), RouteKind.IN_TREE))
-    if collective in ("allgather", "allreduce"):
+    if coll.out_trees:
         phases.append((lg, RouteKind.OUT_TREE))
     deadline = None if time_limit_s is None else start + time_limit_s
     cuts = [cut_lp(g, deadline=deadline) for g, _ in phases]

@@ -12,7 +12,7 @@ Examples
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from synth._types import Collective
 from synth.errors import ScheduleError, short_repr
@@ -66,22 +66,13 @@ def schedule_fields(doc: Any, *, source: str = "<dict>") -> dict[str, Any]:
         raise ScheduleError(f"{source}: not a loopcoll schedule (format {short_repr(doc.get('format'))}, expected {short_repr(SCHEDULE_FORMAT)})")
     if not isinstance(doc.get("routes"), list):
         raise ScheduleError(f"{source}: 'routes' must be a list")
-    cut = []
-    for c in doc.get("bottleneck", []):
-        if not isinstance(c, dict):
-            raise ScheduleError(f"{source}: bottleneck entries must be objects")
-        src, dst, slack = c.get("src"), c.get("dst"), c.get("base_slack")
-        if not isinstance(src, str) or not isinstance(dst, str):
-            raise ScheduleError(f"{source}: bottleneck entry {short_repr(c)} needs string 'src' and 'dst'")
-        if isinstance(slack, bool) or not isinstance(slack, (int, float)):
-            raise ScheduleError(f"{source}: bottleneck entry {src}->{dst} needs a numeric 'base_slack', got {short_repr(slack)}")
-        cut.append(CutLink(src, dst, float(slack)))
+    cut = [CutLink.from_dict(c, source=source) for c in doc.get("bottleneck", [])]
     fingerprint = doc.get("topology_fingerprint")
     meta = doc.get("meta", {})
     if not isinstance(meta, dict):
         raise ScheduleError(f"{source}: 'meta' must be an object")
     return dict(
-        collective=cast(Collective, doc.get("collective")),  # Schedule checks the name
+        collective=Collective.parse(doc.get("collective"), error=ScheduleError),
         nranks=_int(doc.get("nranks"), f"{source}: nranks"),
         nchunks=_int(doc.get("nchunks"), f"{source}: nchunks"),
         routes=tuple(_route(r, i, source) for i, r in enumerate(doc["routes"])),

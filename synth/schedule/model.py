@@ -36,7 +36,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import Any
 
-from synth._types import COLLECTIVES, Collective, NodeId
+from synth._types import Collective, NodeId
 from synth.errors import ScheduleError, expect_type, short_repr
 from synth.schedule.decode import schedule_fields
 from synth.schedule.parts import SCHEDULE_FORMAT, CutLink, Hop, Route, RouteKind
@@ -70,8 +70,7 @@ class Schedule:
     meta: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
-        if self.collective not in COLLECTIVES:
-            raise ScheduleError(f"unknown collective {self.collective!r}; known: {', '.join(COLLECTIVES)}")
+        object.__setattr__(self, "collective", Collective.parse(self.collective, error=ScheduleError))
         if isinstance(self.nranks, bool) or not isinstance(self.nranks, int) or self.nranks < 2:
             raise ScheduleError(f"schedule nranks must be an integer >= 2, got {self.nranks!r}")
         if isinstance(self.nchunks, bool) or not isinstance(self.nchunks, int) or self.nchunks < 1:
@@ -164,8 +163,7 @@ class Schedule:
 
     def busbw_GBps(self, topo: Topology) -> float:  # noqa: N802
         """busbw = algbw × (N−1)/N (AllReduce: × 2(N−1)/N)."""
-        factor = 2 if self.collective == "allreduce" else 1
-        return self.algbw_GBps(topo) * factor * (self.nranks - 1) / self.nranks
+        return self.algbw_GBps(topo) * self.collective.busbw_multiplier * (self.nranks - 1) / self.nranks
 
     def time_s(self, topo: Topology, nbytes: float) -> float:
         """Bandwidth-term completion time for an algbw numerator of ``nbytes`` bytes."""
@@ -230,7 +228,7 @@ class Schedule:
             "nranks": self.nranks,
             "nchunks": self.nchunks,
             "routes": routes,
-            "bottleneck": [{"src": c.src, "dst": c.dst, "base_slack": c.base_slack} for c in self.bottleneck],
+            "bottleneck": [c.to_dict() for c in self.bottleneck],
             "topology_fingerprint": self.topology_fingerprint,
             "meta": dict(self.meta),
         }

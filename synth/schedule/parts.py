@@ -14,10 +14,13 @@ Examples
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from synth._types import NodeId, Rank
+from synth.errors import ScheduleError, short_repr
 
 __all__ = ["SCHEDULE_FORMAT", "CutLink", "Hop", "Route", "RouteKind"]
 
@@ -73,3 +76,29 @@ class CutLink:
     src: NodeId
     dst: NodeId
     base_slack: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The link as JSON data (schedule ``bottleneck`` and store manifest ``cut`` entries).
+
+        >>> CutLink.from_dict(CutLink("gpu0", "tor0.0", 0.25).to_dict())
+        CutLink(src='gpu0', dst='tor0.0', base_slack=0.25)
+        """
+        return {"src": self.src, "dst": self.dst, "base_slack": self.base_slack}
+
+    @classmethod
+    def from_dict(cls, doc: object, *, source: str = "<dict>") -> CutLink:
+        """Read :meth:`to_dict`'s form back; :class:`ScheduleError` naming ``source`` and the field otherwise.
+
+        >>> CutLink.from_dict({"src": "a", "dst": "b"}, source="s.json")
+        Traceback (most recent call last):
+        ...
+        synth.errors.ScheduleError: s.json: bottleneck entry a->b needs a numeric 'base_slack', got None
+        """
+        if not isinstance(doc, Mapping):
+            raise ScheduleError(f"{source}: bottleneck entries must be objects")
+        src, dst, slack = doc.get("src"), doc.get("dst"), doc.get("base_slack")
+        if not isinstance(src, str) or not isinstance(dst, str):
+            raise ScheduleError(f"{source}: bottleneck entry {short_repr(doc)} needs string 'src' and 'dst'")
+        if isinstance(slack, bool) or not isinstance(slack, (int, float)):
+            raise ScheduleError(f"{source}: bottleneck entry {src}->{dst} needs a numeric 'base_slack', got {short_repr(slack)}")
+        return cls(src, dst, float(slack))

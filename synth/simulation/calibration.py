@@ -30,32 +30,34 @@ Inspector JSONL, ``coll_perf`` records) and :func:`parse_telemetry` (``loopcoll.
 
 from __future__ import annotations
 
-import gzip
-import json
-import math
-import re
-import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from synth.baselines import nccl_direct_alltoall, nccl_ring
-from synth.errors import LoopcollError
+from synth.collective import TREE_COLLECTIVES, Collective
 from synth.latency.depth import schedule_depth
 from synth.routing import pair_route
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.simulation.costmodel import (
-    EXECUTORS,
     IDEAL,
     CostProfile,
     ExecutorCost,
     link_classes,
+)
+from synth.simulation.measurements import format_nccl_tests, parse_inspector, parse_nccl_tests, parse_telemetry
+from synth.simulation.observations import (
+    SHAPES,
+    Calibration,
+    CalibrationError,
+    FittedParam,
+    Observation,
+    PointFit,
 )
 from synth.simulation.simulator import auto_slices, simulate
 from synth.topologies import load_topology
@@ -84,102 +86,6 @@ __all__ = [
     "tree_schedule",
 ]
 
-SHAPES = ("ring", "tree", "direct")
-_COLLECTIVES = ("allgather", "alltoall", "allreduce", "reducescatter")
-
-
-class CalibrationError(LoopcollError):
-    """Measurements cannot be read or fitted."""
-
-
-@dataclass(frozen=True, slots=True)
-class Observation:
-    """One measured collective: ``time_us`` for ``S = nbytes`` (nccl-tests convention).
-
-    ``timing`` is ``wall`` (host-timed, launch included) or ``kernel`` (GPU kernel time, as the
-    NCCL Inspector reports it); ``source`` names where the number came from.
-    """
-
-    collective: str
-    topology: str
-    executor: str
-    shape: str
-    nbytes: int
-    time_us: float
-    source: str = ""
-    timing: str = "wall"
-    weight: float = 1.0
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.weight) and self.weight > 0):
-            raise CalibrationError(f"{self.source or 'observation'}: weight must be > 0, got {self.weight!r}")
-        if self.collective not in _COLLECTIVES:
-            raise CalibrationError(f"{self.source or 'observation'}: unknown collective {self.collective!r}")
-        if self.executor not in EXECUTORS:
-            raise CalibrationError(f"{self.source or 'observation'}: unknown executor {self.executor!r}; choose from {', '.join(EXECUTORS)}")
-        if self.shape not in SHAPES:
-            raise CalibrationError(f"{self.source or 'observation'}: unknown schedule shape {self.shape!r}; choose from {', '.join(SHAPES)}")
-        if not (self.nbytes > 0 and math.isfinite(self.time_us) and self.time_us > 0):
-            raise CalibrationError(f"{self.source or 'observation'}: size and time must be > 0, got {self.nbytes!r} B, {self.time_us!r} us")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"collective": self.collective, "topology": self.topology, "executor": self.executor, "shape": self.shape,
-                "nbytes": self.nbytes, "time_us": self.time_us, "source": self.source, "timing": self.timing, "weight": self.weight}
-
-
-@dataclass(frozen=True, slots=True)
-class PointFit:
-    """One observation beside the fitted model: in-sample and leave-one-out relative algbw errors."""
-
-    observation: Observation
-    model_us: float
-    error: float  # model algbw / measured algbw − 1
-    loo_model_us: float | None
-    loo_error: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class Calibration:
-    """A fitted profile, the status of each parameter and the per-point errors."""
-
-    profile: CostProfile
-    points: tuple[PointFit, ...]
-    status: Mapping[str, str]  # "executor.param" -> "fitted" | "prior"
-    message: str
-    cost: float = 0.0  # final sum of squared log residuals
-    notes: tuple[str, ...] = field(default=())
-    params: tuple[FittedParam, ...] = field(default=())
-
-    @property
-    def median_error(self) -> float:
-        """Median of the points' absolute in-sample errors (model algbw / measured − 1)."""
-        return float(statistics.median(abs(p.error) for p in self.points))
-
-    @property
-    def worst_error(self) -> float:
-        """Largest absolute in-sample error."""
-        return max(abs(p.error) for p in self.points)
-
-    def implausible(self, *, max_median_error: float = 0.15, max_worst_error: float = 0.5) -> list[str]:
-        """Why the fit cannot be trusted (empty when it can): parameters at a bound, errors past the limits.
-
-        A launch or hop cost of exactly zero is shown as at its bound but accepted (the data show no
-        such cost); an efficiency at either bound or a cost at its upper bound is not.
-        """
-        why = []
-        for p in self.params:
-            side = p.at_bound
-            if side and not (side == "lower" and p.lower == 0.0):
-                limit = p.upper if side == "upper" else p.lower
-                pct = f" = {100 * limit:.0f}% of capacity" if ".efficiency." in p.name else ""
-                why.append(f"{p.name} sits at its {side} bound {limit:g}{pct}")
-        if self.median_error > max_median_error:
-            why.append(f"median error {100 * self.median_error:.1f}% exceeds {100 * max_median_error:g}%")
-        if self.worst_error > max_worst_error:
-            why.append(f"worst error {100 * self.worst_error:.1f}% exceeds {100 * max_worst_error:g}%")
-        return why
-
-
 # -- reference schedules ---------------------------------------------------------------------------
 
 def _hop(topo: Topology, a: int, b: int) -> Hop:
@@ -198,7 +104,7 @@ def direct_allgather(topo: Topology) -> Schedule:
     """
     n = topo.nranks
     routes = tuple(Route(RouteKind.OUT_TREE, r, 1, tuple(_hop(topo, r, d) for d in range(n) if d != r)) for r in range(n))
-    return Schedule("allgather", n, 1, routes, meta={"synthesizer": "direct"})
+    return Schedule(Collective.ALLGATHER, n, 1, routes, meta={"synthesizer": "direct"})
 
 
 def tree_schedule(collective: str, topo: Topology) -> Schedule:
@@ -211,19 +117,20 @@ def tree_schedule(collective: str, topo: Topology) -> Schedule:
     >>> s.validate(named_topology("nvswitch:8")); schedule_depth(s)
     3
     """
-    if collective not in ("allgather", "reducescatter", "allreduce"):
+    if collective not in TREE_COLLECTIVES:
         raise CalibrationError(f"tree schedules exist for allgather, reducescatter, allreduce, not {collective!r}")
+    kind = Collective(collective)
     n = topo.nranks
     routes: list[Route] = []
     for root in range(n):
         order = [(root + i) % n for i in range(n)]
         down = tuple(_hop(topo, order[(i - 1) // 2], order[i]) for i in range(1, n))  # parent before child
-        if collective in ("reducescatter", "allreduce"):
+        if kind.in_trees:
             up = tuple(_hop(topo, h.dst, h.src) for h in reversed(down))  # children before parents
             routes.append(Route(RouteKind.IN_TREE, root, 1, up))
-        if collective in ("allgather", "allreduce"):
+        if kind.out_trees:
             routes.append(Route(RouteKind.OUT_TREE, root, 1, down))
-    return Schedule(collective, n, 1, tuple(routes), meta={"synthesizer": "nccl-tree"})  # type: ignore[arg-type]
+    return Schedule(kind, n, 1, tuple(routes), meta={"synthesizer": "nccl-tree"})
 
 
 @lru_cache(maxsize=256)
@@ -240,7 +147,7 @@ def reference_schedule(collective: str, spec: str, shape: str) -> Schedule:
     if shape == "ring":
         if collective == "alltoall":
             raise CalibrationError("alltoall has no ring schedule here; use shape 'direct'")
-        return nccl_ring(collective, topo)  # type: ignore[arg-type]
+        return nccl_ring(collective, topo)
     if shape == "tree":
         return tree_schedule(collective, topo)
     if collective == "alltoall":
@@ -293,34 +200,6 @@ def _classes(obs: Observation) -> set[str]:
     classes = dict(zip((lk.key for lk in topo.links), link_classes(topo)))
     return {classes[(a, b)] for r in sched.routes for h in r.hops for a, b in zip(h.path, h.path[1:])}
 
-
-@dataclass(frozen=True, slots=True)
-class FittedParam:
-    """One parameter of a fit: its value, the bounds the optimiser kept it in, and its status.
-
-    ``at_bound`` is ``"lower"`` or ``"upper"`` when a fitted value sits on a bound (the optimiser
-    wanted to go past it: the model cannot explain the data there), else ``""``.
-
-    >>> FittedParam("msccl.efficiency.net", 4.0, 0.02, 4.0, "fitted").at_bound
-    'upper'
-    """
-
-    name: str  # "executor.param"
-    value: float
-    lower: float
-    upper: float
-    status: str  # "fitted" | "prior"
-
-    @property
-    def at_bound(self) -> str:
-        if self.status != "fitted":
-            return ""
-        tol = 1e-6 * max(1.0, abs(self.upper))
-        if self.value >= self.upper - tol:
-            return "upper"
-        if self.value <= self.lower + 1e-6 * max(1.0, abs(self.lower)):
-            return "lower"
-        return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,15 +362,7 @@ def fit_profile(
     obs = list(observations)
     if not obs:
         raise CalibrationError("no measurements to fit")
-    groups: dict[str, list[Observation]] = defaultdict(list)
-    for o in obs:
-        groups[o.executor].append(o)
-    for kind, group in groups.items():
-        if len({o.timing for o in group}) > 1:
-            raise CalibrationError(
-                f"executor {kind!r}: measurements mix host-timed (wall) and kernel times (e.g. Inspector); their "
-                "launch costs differ, so fit them separately"
-            )
+    groups = _by_executor(obs)
     fixed_sets = {k: set(v) for k, v in (fixed or {}).items()}
     total_units = len(groups) + (len(obs) if mode != "off" else 0)
     done = [0]
@@ -534,7 +405,30 @@ def fit_profile(
     worst = max(abs(p.error) for p in points)
     msg = f"fitted {len(groups)} executor kind(s) on {len(obs)} point(s); worst in-sample algbw error {100 * worst:.2f}%"
     params = tuple(p for kind in sorted(fits) for p in fits[kind].params)
-    fit_doc = {
+    fit_doc = _fit_document(status, total, mode, params, points)
+    profile = CostProfile(name, executors, description, fit_doc, base.name, inherited)
+    return Calibration(profile, tuple(points), MappingProxyType(dict(sorted(status.items()))), msg, total,
+                       params=params)
+
+
+def _by_executor(obs: Sequence[Observation]) -> dict[str, list[Observation]]:
+    """The observations per executor kind; one kind's must not mix host-timed and kernel times."""
+    groups: dict[str, list[Observation]] = defaultdict(list)
+    for o in obs:
+        groups[o.executor].append(o)
+    for kind, group in groups.items():
+        if len({o.timing for o in group}) > 1:
+            raise CalibrationError(
+                f"executor {kind!r}: measurements mix host-timed (wall) and kernel times (e.g. Inspector); their "
+                "launch costs differ, so fit them separately"
+            )
+    return groups
+
+
+def _fit_document(status: Mapping[str, str], total: float, mode: str, params: Sequence[FittedParam],
+                  points: Sequence[PointFit]) -> dict[str, object]:
+    """The ``fit`` record a fitted profile carries: parameter statuses and values, every point's errors."""
+    return {
         "status": dict(sorted(status.items())),
         "sum_sq_log_residuals": total,
         "leave_one_out": mode,
@@ -546,208 +440,3 @@ def fit_profile(
             for p in points
         ],
     }
-    profile = CostProfile(name, executors, description, fit_doc, base.name, inherited)
-    return Calibration(profile, tuple(points), MappingProxyType(dict(sorted(status.items()))), msg, total,
-                       params=params)
-
-
-# -- readers ---------------------------------------------------------------------------------------
-
-_NCCL_TESTS_NAMES = {"all_gather": "allgather", "alltoall": "alltoall", "all_reduce": "allreduce",
-                     "reduce_scatter": "reducescatter"}
-_BUSBW = {"allgather": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n, "reducescatter": lambda n: (n - 1) / n,
-          "allreduce": lambda n: 2 * (n - 1) / n}
-
-
-def _num(tok: str) -> float | None:
-    try:
-        return float(tok)
-    except ValueError:
-        return None
-
-
-def parse_nccl_tests(text: str, *, where: str = "nccl-tests output", collective: str | None = None) -> dict[str, Any]:
-    """Read an nccl-tests ``*_perf`` stdout: ``{"collective", "nranks", "rows": [(size_B, time_us, algbw_GBps)]}``.
-
-    Uses the out-of-place columns. Accepts the table with or without the ``redop`` / ``root``
-    columns (older releases) and with per-iteration columns; ``collective`` comes from the
-    ``# Collective test starting: all_gather_perf`` line when not given. ``nranks`` counts the
-    ``#  Rank`` device lines (``None`` if there are none).
-
-    >>> t = format_nccl_tests("allgather", 2, [(1048576, 75.0)])
-    >>> d = parse_nccl_tests(t); d["collective"], d["nranks"], d["rows"][0][:2]
-    ('allgather', 2, (1048576, 75.0))
-    """
-    coll = collective
-    nranks = 0
-    rows: list[tuple[int, float, float]] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if not s:
-            continue
-        if s.startswith("#"):
-            m = re.search(r"Collective test starting:\s*(\w+?)_perf", s)
-            if m and coll is None:
-                coll = _NCCL_TESTS_NAMES.get(m.group(1))
-                if coll is None:
-                    raise CalibrationError(f"{where}: line {lineno}: unsupported nccl-tests program {m.group(1)}_perf")
-            if re.match(r"#\s+Rank\s+\d+\s+Group", s):
-                nranks += 1
-            continue
-        tok = s.split()
-        if len(tok) < 7 or not tok[0].isdigit() or not tok[1].isdigit():
-            continue
-        size = int(tok[0])
-        rest = tok[3:]  # after size, count, type
-        if rest and _num(rest[0]) is None:  # redop
-            rest = rest[1:]
-        row = None
-        for off in (0, 1):  # with or without a root column
-            if len(rest) < off + 3:
-                continue
-            t, a = _num(rest[off]), _num(rest[off + 1])
-            if t is None or a is None or t <= 0:
-                continue
-            expect = size / 1e9 / (t * 1e-6)
-            if abs(a - expect) <= max(0.011, 0.02 * expect):
-                row = (size, t, a)
-                break
-        if row is None:
-            raise CalibrationError(f"{where}: line {lineno}: cannot read time and algbw from {s!r}")
-        rows.append(row)
-    if coll is None:
-        raise CalibrationError(f"{where}: no nccl-tests header naming the collective (a '# Collective test starting: "
-                               f"<name>_perf' line); pass --collective {'|'.join(_COLLECTIVES)} (collective= in Python)")
-    if not rows:
-        raise CalibrationError(f"{where}: no result rows")
-    return {"collective": coll, "nranks": nranks or None, "rows": rows}
-
-
-def format_nccl_tests(collective: str, nranks: int, rows: Sequence[tuple[int, float]], *, version: str = "2.17.1") -> str:
-    """An nccl-tests style stdout for ``rows`` of ``(size_B, time_us)`` (same time in place).
-
-    >>> print(format_nccl_tests("alltoall", 2, [(8388608, 83.1)]).splitlines()[-5])
-         8388608       1048576     float    none      -1    83.10  100.95   50.47       0    83.10  100.95   50.47       0
-    """
-    prog = {v: k for k, v in _NCCL_TESTS_NAMES.items()}[collective]
-    op = "sum" if collective in ("allreduce", "reducescatter") else "none"
-    factor = _BUSBW[collective](nranks)
-    out = [
-        f"# nccl-tests version {version} nccl-headers=22809 nccl-library=22809",
-        f"# Collective test starting: {prog}_perf",
-        f"# nThread 1 nGpus 1 minBytes {rows[0][0]} maxBytes {rows[-1][0]} step: 2(factor) warmup iters: 5 iters: 20 "
-        "agg iters: 1 validation: 1 graph: 0",
-        "#",
-        "# Using devices",
-    ]
-    out += [f"#  Rank {r:2d} Group  0 Pid {1000 + r:6d} on       node device {r:2d} [0000:{r:02x}:00] NVIDIA H200"
-            for r in range(nranks)]
-    out += [
-        "#",
-        "#                                                              out-of-place                       in-place          ",
-        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
-        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ",
-    ]
-    for size, t in rows:
-        a = size / 1e9 / (t * 1e-6)
-        cols = f"{_w(t, 7)}  {_w(a, 6)}  {_w(a * factor, 6)}  {0:6d}"
-        count = size // 4 if collective == "allreduce" else size // 4 // nranks  # nccl-tests prints the per-rank count
-        out.append(f"{size:12d}  {count:12d}  {'float':>8s}  {op:>6s}  {-1:6d}  {cols}  {cols}")
-    out += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 0 ", "#",
-            f"# Collective test concluded: {prog}_perf", ""]
-    return "\n".join(out)
-
-
-def _w(value: float, width: int) -> str:
-    """nccl-tests' number format: 2 decimals, fewer when the field would overflow."""
-    for fmt in (".2f", ".1f", ".0f"):
-        s = f"{value:{width}{fmt}}"
-        if len(s) <= width:
-            return s
-    return f"{value:{width}.1e}"
-
-
-_INSPECTOR_NAMES = {"AllGather": "allgather", "ReduceScatter": "reducescatter", "AllReduce": "allreduce",
-                    "All2All": "alltoall"}
-
-
-def _open_text(path: Path) -> Iterable[str]:
-    if path.suffix == ".gz":
-        with gzip.open(path, "rt", encoding="utf-8") as fh:
-            yield from fh
-    else:
-        with open(path, encoding="utf-8") as fh:
-            yield from fh
-
-
-def parse_inspector(
-    paths: Sequence[str | Path], *, window_us: tuple[float, float] | None = None
-) -> dict[tuple[str, int], dict[str, Any]]:
-    """Median kernel time per (collective, S) over NCCL Inspector ``coll_perf`` records.
-
-    ``S`` follows nccl-tests: message × ranks for AllGather and ReduceScatter, the message for
-    AllReduce. ``window_us`` keeps records whose ``dump_timestamp_us`` lies in it. Returns
-    ``{(collective, S): {"time_us", "records", "nranks"}}``; unknown lines are skipped.
-    """
-    times: dict[tuple[str, int], list[float]] = defaultdict(list)
-    ranks: dict[tuple[str, int], int] = {}
-    for p in paths:
-        path = Path(p)
-        if not path.is_file():
-            raise CalibrationError(f"{path}: no such Inspector log")
-        for line in _open_text(path):
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            body = rec.get("coll_perf") if isinstance(rec, dict) else None
-            if not isinstance(body, dict):
-                continue
-            coll = _INSPECTOR_NAMES.get(body.get("coll", ""))
-            n = rec.get("header", {}).get("n_ranks")
-            if coll is None or not isinstance(n, int):
-                continue
-            ts = rec.get("metadata", {}).get("dump_timestamp_us")
-            if window_us is not None and not (isinstance(ts, (int, float)) and window_us[0] <= ts <= window_us[1]):
-                continue
-            try:
-                msg = int(body["coll_msg_size_bytes"])
-                t = float(body["coll_exec_time_us"])
-            except (KeyError, TypeError, ValueError):
-                continue
-            if t <= 0:
-                continue
-            s = msg * n if coll in ("allgather", "reducescatter") else msg
-            times[(coll, s)].append(t)
-            ranks[(coll, s)] = n
-    if not times:
-        raise CalibrationError(f"{', '.join(map(str, paths))}: no usable coll_perf records")
-    return {k: {"time_us": statistics.median(v), "records": len(v), "nranks": ranks[k]} for k, v in sorted(times.items())}
-
-
-def parse_telemetry(paths: Sequence[str | Path]) -> dict[tuple[str, int, bool], dict[str, Any]]:
-    """Median ``busy_s`` (as µs) of ``loopcoll.telemetry/1`` ``coll`` samples per (collective, S, native).
-
-    ``native`` is true for samples of a native library collective (``version`` null).
-    """
-    times: dict[tuple[str, int, bool], list[float]] = defaultdict(list)
-    for p in paths:
-        path = Path(p)
-        if not path.is_file():
-            raise CalibrationError(f"{path}: no such telemetry file")
-        for line in _open_text(path):
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if not isinstance(rec, dict) or rec.get("format") != "loopcoll.telemetry/1" or rec.get("kind") != "coll":
-                continue
-            coll, nbytes, busy = rec.get("collective"), rec.get("bytes"), rec.get("busy_s")
-            if coll not in _COLLECTIVES or not isinstance(nbytes, int) or nbytes <= 0:
-                continue
-            if not isinstance(busy, (int, float)) or not busy > 0:
-                continue
-            times[(coll, nbytes, rec.get("version") is None)].append(float(busy) * 1e6)
-    if not times:
-        raise CalibrationError(f"{', '.join(map(str, paths))}: no usable loopcoll.telemetry/1 coll samples")
-    return {k: {"time_us": statistics.median(v), "records": len(v)} for k, v in sorted(times.items())}

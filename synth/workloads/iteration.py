@@ -127,7 +127,7 @@ class CollectiveTimer:
         key = (collective, comm + ":" + design)
         if key not in self.healthy:
             t0 = time.perf_counter()
-            res = synthesize(collective, syn, chunks=self.chunks, time_limit_s=self.time_limit_s,  # type: ignore[call-overload]
+            res = synthesize(collective, syn, chunks=self.chunks, time_limit_s=self.time_limit_s,
                              routing="free")
             if res.schedule is None:
                 raise WorkloadError(f"{collective} on communicator {comm!r} ({design}): no schedule ({res.message})")
@@ -146,10 +146,10 @@ class CollectiveTimer:
         plain = designs[0][1]
         out: dict[str, CollectiveFigure] = {}
         t0 = time.perf_counter()
-        base = nccl_direct_alltoall(plain) if collective == "alltoall" else nccl_ring(collective, plain)  # type: ignore[arg-type]
+        base = nccl_direct_alltoall(plain) if collective == "alltoall" else nccl_ring(collective, plain)
         nccl_s = time.perf_counter() - t0
         bw = base.algbw_GBps(plain)
-        bound_plain = optimal_bound(collective, plain).algbw_GBps  # type: ignore[arg-type]
+        bound_plain = optimal_bound(collective, plain).algbw_GBps
         out["nccl"] = CollectiveFigure(collective, comm, "nccl", scenario, plain.nranks, bw, route_latency_s(base, plain),
                                        bound_plain, 100.0 * max(0.0, 1 - bw / bound_plain), nccl_s, False,
                                        str(base.meta.get("baseline", "nccl")))
@@ -160,7 +160,7 @@ class CollectiveTimer:
             assert res0.schedule is not None
             sched0 = res0.schedule
             healthy_bw = sched0.algbw_GBps(syn0) * share
-            bound = bound_plain if design == "plain" else optimal_bound(collective, syn).algbw_GBps * share  # type: ignore[arg-type]
+            bound = bound_plain if design == "plain" else optimal_bound(collective, syn).algbw_GBps * share
             bw0 = sched0.algbw_GBps(syn) * share
             name = f"{sched0.meta.get('synthesizer', '')}/{design}"
             fig0 = CollectiveFigure(collective, comm, "static", scenario, plain.nranks, bw0, route_latency_s(sched0, syn),
@@ -171,7 +171,7 @@ class CollectiveTimer:
                 fig1 = CollectiveFigure(**{**fig0.__dict__, "family": "resynth"})
             else:
                 t0 = time.perf_counter()
-                res = synthesize(collective, syn, chunks=self.chunks, time_limit_s=self.time_limit_s,  # type: ignore[call-overload]
+                res = synthesize(collective, syn, chunks=self.chunks, time_limit_s=self.time_limit_s,
                                  warm_from=res0, routing="free")
                 warm_s = time.perf_counter() - t0
                 if res.schedule is None:

@@ -32,13 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from synth._atomic import write_text_atomic
+from synth.collective import COLLECTIVES
 from synth.errors import LoopcollError
 
 __all__ = ["COLLECTIVE_KINDS", "WORKLOAD_FORMAT", "Communicator", "Op", "Workload", "WorkloadError", "read_workload",
            "write_workload"]
 
 WORKLOAD_FORMAT = "loopcoll.workload/1"
-COLLECTIVE_KINDS = ("allgather", "reducescatter", "allreduce", "alltoall")
+#: The collective kinds an op may have (every :class:`~synth.collective.Collective`).
+COLLECTIVE_KINDS = COLLECTIVES
 
 
 class WorkloadError(LoopcollError):
@@ -173,31 +175,7 @@ class Workload:
             raise WorkloadError(f"{where}: communicators must be a non-empty object")
         comms: dict[str, Communicator] = {}
         for cname, cdoc in comms_doc.items():
-            cw = f"{where}: communicator {cname!r}"
-            cdoc = _keys(cdoc, cw, set(), {"ranks", "start", "stride", "size", "relay_share"})
-            if "ranks" in cdoc:
-                if {"start", "stride", "size"} & set(cdoc):
-                    raise WorkloadError(f"{cw}: give either ranks or start/stride/size")
-                if not isinstance(cdoc["ranks"], list):
-                    raise WorkloadError(f"{cw}: ranks must be a list of integers")
-                ranks = tuple(_int(r, f"{cw}: rank", 0) for r in cdoc["ranks"])
-            else:
-                start = _int(cdoc.get("start", 0), f"{cw}: start", 0)
-                stride = _int(cdoc.get("stride", 1), f"{cw}: stride", 1)
-                if "size" not in cdoc:
-                    raise WorkloadError(f"{cw}: needs ranks or size")
-                size = _int(cdoc["size"], f"{cw}: size", 2)
-                ranks = tuple(start + i * stride for i in range(size))
-            if len(ranks) < 2 or len(set(ranks)) != len(ranks):
-                raise WorkloadError(f"{cw}: needs at least 2 distinct ranks, got {list(ranks)[:8]}")
-            if max(ranks) >= gpus:
-                raise WorkloadError(f"{cw}: rank {max(ranks)} out of range for {gpus} GPUs")
-            share = cdoc.get("relay_share")
-            if share is not None:
-                share = _num(share, f"{cw}: relay_share", positive=True)
-                if share > 1:
-                    raise WorkloadError(f"{cw}: relay_share must be in (0, 1], got {share!r}")
-            comms[str(cname)] = Communicator(str(cname), ranks, share)
+            comms[str(cname)] = _communicator(cname, cdoc, where, gpus)
         if not isinstance(doc["ops"], list) or not doc["ops"]:
             raise WorkloadError(f"{where}: ops must be a non-empty list")
         ops: list[Op] = []
@@ -265,3 +243,30 @@ def write_workload(workload: Workload, path: str | Path) -> None:
     write_text_atomic(Path(path), json.dumps(workload.to_dict(), indent=2, sort_keys=True) + "\n")
 
 
+def _communicator(cname: Any, cdoc: Any, where: str, gpus: int) -> Communicator:
+    """One entry of a workload's ``communicators``: explicit ranks or start/stride/size."""
+    cw = f"{where}: communicator {cname!r}"
+    cdoc = _keys(cdoc, cw, set(), {"ranks", "start", "stride", "size", "relay_share"})
+    if "ranks" in cdoc:
+        if {"start", "stride", "size"} & set(cdoc):
+            raise WorkloadError(f"{cw}: give either ranks or start/stride/size")
+        if not isinstance(cdoc["ranks"], list):
+            raise WorkloadError(f"{cw}: ranks must be a list of integers")
+        ranks = tuple(_int(r, f"{cw}: rank", 0) for r in cdoc["ranks"])
+    else:
+        start = _int(cdoc.get("start", 0), f"{cw}: start", 0)
+        stride = _int(cdoc.get("stride", 1), f"{cw}: stride", 1)
+        if "size" not in cdoc:
+            raise WorkloadError(f"{cw}: needs ranks or size")
+        size = _int(cdoc["size"], f"{cw}: size", 2)
+        ranks = tuple(start + i * stride for i in range(size))
+    if len(ranks) < 2 or len(set(ranks)) != len(ranks):
+        raise WorkloadError(f"{cw}: needs at least 2 distinct ranks, got {list(ranks)[:8]}")
+    if max(ranks) >= gpus:
+        raise WorkloadError(f"{cw}: rank {max(ranks)} out of range for {gpus} GPUs")
+    share = cdoc.get("relay_share")
+    if share is not None:
+        share = _num(share, f"{cw}: relay_share", positive=True)
+        if share > 1:
+            raise WorkloadError(f"{cw}: relay_share must be in (0, 1], got {share!r}")
+    return Communicator(str(cname), ranks, share)

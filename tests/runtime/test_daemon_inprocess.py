@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import os
 import socket
 import time
@@ -16,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime import Client, Controller, ControllerConfig, DaemonConfig, WireError, profile_from_dict, serve
+from runtime.formats.store import VersionEntry
 from runtime.service.wire import FILE_CHUNK_BYTES
 from synth import load_topology
 
@@ -84,7 +87,7 @@ def test_get_is_chunked_and_refuses_paths_outside_the_store(daemon: Any) -> None
     with Client(daemon.address, token=TOKEN, comms=["world"]) as c:
         assert c.get("big.bin") == big
         entry = c.versions()[0]
-        assert c.get(entry["bands"][0]["schedule"]) == (daemon.store / entry["bands"][0]["schedule"]).read_bytes()
+        assert c.get(entry.bands[0].schedule) == (daemon.store / entry.bands[0].schedule).read_bytes()
         assert c.get("manifest.json") == (daemon.store / "manifest.json").read_bytes()
         for bad in ("token", "../" + daemon.store.name + "/big.bin", "/etc/hostname", "nope.json"):
             with pytest.raises(WireError, match="not a file of the store"):
@@ -93,13 +96,13 @@ def test_get_is_chunked_and_refuses_paths_outside_the_store(daemon: Any) -> None
 
 
 def test_versions_are_pushed_only_for_subscribed_communicators(daemon: Any) -> None:
-    seen: list[dict[str, Any]] = []
+    seen: list[VersionEntry] = []
     with Client(daemon.address, token=TOKEN, role="executor", rank=1, comms=["pair"]) as c:
         c.on_version(seen.append)
         assert c.wait_version("pair", "alltoall", timeout_s=10) is not None
         time.sleep(0.2)
-        assert [(v["comm"], v["collective"]) for v in c.versions()] == [("pair", "alltoall")]
-    assert [(v["comm"], v["collective"]) for v in seen] == [("pair", "alltoall")]
+        assert [(v.comm, v.collective) for v in c.versions()] == [("pair", "alltoall")]
+    assert [(v.comm, v.collective) for v in seen] == [("pair", "alltoall")]
     with Client(daemon.address, token=TOKEN) as tool:
         time.sleep(0.2)
         assert tool.versions() == []
@@ -135,3 +138,37 @@ def test_status_carries_prometheus_text(daemon: Any) -> None:
             float(value)
             assert name and " " not in name.split("{")[0]
     assert isinstance(Path(daemon.store).stat().st_size, int)
+
+
+class _AlsoPublishesABandlessEntry(Controller):
+    """The real controller; its bootstrap also hands the daemon an entry without bands (which no store
+    writes), pushed like any other version."""
+
+    def bootstrap(self) -> list[VersionEntry]:
+        entries = super().bootstrap()
+        return [*entries, dataclasses.replace(entries[0], collective="alltoall", bands=())]
+
+
+def test_a_malformed_pushed_entry_is_refused_with_a_log_and_the_good_one_arrives_typed(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    profile = profile_from_dict({"format": "loopcoll.profile/1", "topology": "ring:4", "communicators": [
+        {"name": "world", "ranks": [0, 1, 2, 3], "collectives": [{"collective": "allgather", "sizes": [1 << 20]}]}]})
+    controller = _AlsoPublishesABandlessEntry(load_topology("ring:4"), profile, tmp_path,
+                                              config=ControllerConfig(export_xml=False))
+    seen: list[VersionEntry] = []
+    with serve(controller, token=TOKEN, store_dir=tmp_path, log=lambda rec: None) as handle, \
+            caplog.at_level(logging.ERROR, logger="runtime.service.client"), \
+            Client(handle.address, token=TOKEN, role="executor", comms=["world"]) as c:
+        c.on_version(seen.append)
+        entry = c.wait_version("world", "allgather", timeout_s=60)
+        deadline = time.monotonic() + 10
+        while c.refused_versions == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert isinstance(entry, VersionEntry) and entry.version == 1 and entry.bands
+        assert c.get(entry.bands[0].schedule) == (tmp_path / entry.bands[0].schedule).read_bytes()
+        assert c.refused_versions == 1 and c.connected
+        assert c.wait_version("world", "alltoall", timeout_s=0.2) is None
+        assert [(v.comm, v.collective, v.version) for v in c.versions()] == [("world", "allgather", 1)]
+    assert [type(v) for v in seen] == [VersionEntry]
+    refused = [r.getMessage() for r in caplog.records if r.name == "runtime.service.client"]
+    assert refused == [f"refused pushed version 1 of world/alltoall from {handle.address}: has no bands"]

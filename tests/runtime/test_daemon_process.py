@@ -149,13 +149,13 @@ def test_two_clients_degrade_rank0_nic_publish_kill_restart(daemons: list[Daemon
     with d.client(role="executor", rank=0, comms=["world"]) as executor:
         v1 = executor.wait_version("world", "allgather", timeout_s=START_TIMEOUT_S)
         assert v1 is not None, "no bootstrap version pushed"
-        band = v1["bands"][0]
-        schedule_json = executor.get(band["schedule"])  # fetched over the wire, byte-identical to the store's file
-        assert schedule_json == (store / band["schedule"]).read_bytes()
+        band = v1.bands[0]
+        schedule_json = executor.get(band.schedule)  # fetched over the wire, byte-identical to the store's file
+        assert schedule_json == (store / band.schedule).read_bytes()
 
         # Two executor processes (one per host) push their samples concurrently.
         files = []
-        for host, samples in _degraded_samples(schedule_json, v1["version"], 200).items():
+        for host, samples in _degraded_samples(schedule_json, v1.version, 200).items():
             path = tmp_path / f"host{host}.jsonl"
             path.write_text("".join(json.dumps(s) + "\n" for s in samples))
             files.append(path)
@@ -168,11 +168,11 @@ def test_two_clients_degrade_rank0_nic_publish_kill_restart(daemons: list[Daemon
             totals = json.loads(out)
             assert totals["accepted"] == totals["sent"] > 0 and not totals["rejected"], totals
 
-        v2 = executor.wait_version("world", "allgather", newer_than=v1["version"], timeout_s=60)
+        v2 = executor.wait_version("world", "allgather", newer_than=v1.version, timeout_s=60)
         assert v2 is not None, f"no new version after the degradation: {executor.status()['controller']}"
-        assert v2["reason"] != v1["reason"]
+        assert v2.reason != v1.reason
         latest = _settle(executor)  # the controller may refine further while the last samples are folded in
-        assert executor.versions() == latest
+        assert [v.to_dict() for v in executor.versions()] == latest
         schedule_v = executor.get(latest[0]["bands"][0]["schedule"])
         assert schedule_v == (store / latest[0]["bands"][0]["schedule"]).read_bytes() != schedule_json
 
@@ -207,19 +207,19 @@ def test_two_clients_degrade_rank0_nic_publish_kill_restart(daemons: list[Daemon
     out = _loopcoll("daemon", "status", "--address", d.address, "--token-file", str(d.token_file), "--json")
     assert out.returncode == 0, out.stderr
     shown = json.loads(out.stdout)
-    assert [v["version"] for v in shown["controller"]["versions"]] == [v["version"] for v in before]
+    assert [v["version"] for v in shown["controller"]["versions"]] == [v.version for v in before]
     assert any(lk["estimate_gbps"] < 0.5 * lk["nominal_gbps"] for lk in shown["controller"]["links"]
                if lk["link"] == "gpu0->tor0.0"), "rank 0's NIC is not estimated degraded"
     prom = _loopcoll("daemon", "status", "--address", d.address, "--token-file", str(d.token_file), "--prometheus")
     assert "loopcoll_daemon_clients" in prom.stdout
     text = _loopcoll("daemon", "status", "--address", d.address, "--token-file", str(d.token_file))
-    assert f"world/allgather v{before[0]['version']}" in text.stdout and "gpu0->tor0.0" in text.stdout
+    assert f"world/allgather v{before[0].version}" in text.stdout and "gpu0->tor0.0" in text.stdout
 
     # SIGTERM: clean exit, port file removed; a restarted daemon (same port) serves the same latest versions,
     # to new clients and to an executor that stayed up and reconnected; SIGINT stops it cleanly too.
     survivor = d.client(role="executor", rank=4, comms=["world"])
     try:
-        assert survivor.wait_version("world", "allgather", newer_than=v1["version"], timeout_s=10) is not None
+        assert survivor.wait_version("world", "allgather", newer_than=v1.version, timeout_s=10) is not None
         assert d.stop() == 0
         assert not d.port_file.exists()
         assert {"stopped", "publish", "hello", "drop", "truncated"} <= {e["event"] for e in d.events()}
@@ -230,7 +230,7 @@ def test_two_clients_degrade_rank0_nic_publish_kill_restart(daemons: list[Daemon
         d2 = _start(daemons, tmp_path, store, "--port", d.address.rpartition(":")[2])
         assert d2.address == d.address
         with d2.client(role="executor", comms=["world"]) as executor:
-            assert executor.wait_version("world", "allgather", newer_than=v1["version"], timeout_s=30) is not None
+            assert executor.wait_version("world", "allgather", newer_than=v1.version, timeout_s=30) is not None
             time.sleep(1.0)  # twenty polls
             assert executor.versions() == before
         again = _loopcoll("daemon", "status", "--address", d2.address, "--token-file", str(d2.token_file), "--json")

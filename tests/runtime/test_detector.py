@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 
 from runtime.loop.detector import detect, verdict_for_schedule
 from runtime.loop.estimator import LinkEstimator
-from synth import Schedule, load_topology, synthesize
+from synth import CutLink, Schedule, load_topology, synthesize
 from tests.strategies import random_topologies
 
 GAMMA = 0.1
 # Three links: a (2 chunks) and b (1 chunk, base slack 0.5) form the cut K_s; c is off the cut.
 LOADS = {("x", "a"): 2, ("x", "b"): 1, ("x", "c"): 4}
-CUT = (("x", "a", 0.0), ("x", "b", 0.5))
+CUT = (CutLink("x", "a", 0.0), CutLink("x", "b", 0.5))
 CAPS = {("x", "a"): 10.0, ("x", "b"): 10.0, ("x", "c"): 100.0}
 
 

@@ -158,7 +158,7 @@ def test_a_group_missing_a_rank_closes_when_that_rank_moves_on(tmp_path: Path) -
 
 
 def test_held_groups_are_bounded_and_time_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from runtime.loop import controller as mod
+    from runtime.loop import grouping as mod
 
     topo = load_topology(TOPO)
     now = [0.0]

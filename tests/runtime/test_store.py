@@ -13,7 +13,7 @@ import pytest
 
 from runtime.errors import StoreError
 from runtime.formats.store import STORE_FORMAT, VersionEntry, VersionStore
-from synth import load_topology, synthesize
+from synth import CutLink, load_topology, synthesize
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def test_publish_writes_files_then_manifest(tmp_path: Path, ring: tuple) -> None
     assert store.path(e1.bands[0].schedule).is_file() and store.path(e1.bands[0].xml).is_file()
     assert e1.band_for(5000) == 1 and e1.band_for(10) == 0
     assert e1.reason == "bootstrap" and e1.algbw_GBps == pytest.approx(res.algbw_GBps)
-    assert e1.cut == tuple((c.src, c.dst, c.base_slack) for c in res.schedule.bottleneck)
+    assert e1.cut == res.schedule.bottleneck and all(isinstance(c, CutLink) for c in e1.cut)
     e2 = store.publish("world", "allgather", [(1, None, res)], reason="detector: x", topology=topo,
                        verdict={"flagged": True}, trigger_samples=7, created_t_s=3.5)
     assert e2.version == 2 and store.latest() == [e2] and store.entries() == [e1, e2]
@@ -143,3 +143,27 @@ def test_store_path_that_is_a_file_is_one_clear_error(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     with pytest.raises(StoreError, match="cannot create"):
         VersionStore(tmp_path / "f" / "store")
+
+
+def test_cut_links_round_trip_through_the_manifest(tmp_path: Path) -> None:
+    topo = load_topology("hpn:1x2x4")  # its AllGather schedule has a bottleneck cut of 4 links
+    sched = synthesize("allgather", topo).schedule
+    assert sched is not None and len(sched.bottleneck) == 4
+    store = VersionStore(tmp_path / "s")
+    entry = store.publish("world", "allgather", [(1, None, sched)], reason="bootstrap", topology=topo)
+    doc = json.loads((tmp_path / "s" / "manifest.json").read_text())["versions"][0]
+    assert doc["cut"] == [{"src": c.src, "dst": c.dst, "base_slack": c.base_slack} for c in sched.bottleneck]
+    back = VersionEntry.from_dict(doc)
+    assert back.cut == sched.bottleneck and all(type(c) is CutLink for c in back.cut)
+    assert back.to_dict() == doc == entry.to_dict()
+    again = VersionStore(tmp_path / "s", create=False).latest()[0]
+    assert again.cut == sched.bottleneck
+
+
+def test_malformed_cut_link_names_the_field(tmp_path: Path, ring: tuple) -> None:
+    topo, res = ring
+    doc = VersionStore(tmp_path / "s").publish("world", "allgather", [(1, None, res)], reason="r",
+                                               topology=topo).to_dict()
+    doc["cut"] = [{"src": "gpu0", "dst": "gpu1"}]
+    with pytest.raises(StoreError, match=r"^entry 3: cut: bottleneck entry gpu0->gpu1 needs a numeric 'base_slack'"):
+        VersionEntry.from_dict(doc, where="entry 3")
