@@ -83,13 +83,11 @@ class Executor:
         self.rank = dist.get_rank(self.group)
         self.size = dist.get_world_size(self.group)
         self.global_rank = dist.get_rank()
-        self._peers = [dist.get_global_rank(pg, r) if pg is not dist.group.WORLD else r
-                       for r in range(self.size)]
+        self._peers = [dist.get_global_rank(pg, r) if pg is not dist.group.WORLD else r for r in range(self.size)]
         self._hosts = list(default_hosts(dist.get_world_size()) if hosts is None else hosts)
         self.sync_every = sync_every
         self.control_timeout_s = control_timeout_s
-        # dist.new_group is collective over the default group: every process (members or not) makes it at the
-        # same point, unless the caller passes a gloo group of the members made that way (control_group).
+        # dist.new_group is collective over the default group (every process at the same point) unless passed in.
         self._ctrl = control_group if control_group is not None else dist.new_group(
             ranks=self._peers, backend="gloo", timeout=timedelta(seconds=control_timeout_s))
         self._store = default_store(dist) if store is None else store
@@ -114,6 +112,7 @@ class Executor:
         self._retired: list[tuple[Plan, ...]] = []
         #: Host seconds spent building and handing over samples (the telemetry's CPU cost on this thread).
         self.telemetry_s = 0.0
+        self._followed: Any = None  # follow()'s client: close() waits until it has sent the samples
 
         emu = emulation_from_env() if emulation is None else (emulation or None)
         #: The fault-injection pacer of this rank's sends (None: off).
@@ -166,6 +165,7 @@ class Executor:
         """
         if telemetry and self.sink is None:
             self.sink = client.send_samples
+            self._followed = client
 
         def on_version(entry: VersionEntry) -> None:
             if entry.comm == self.comm:
@@ -493,6 +493,8 @@ class Executor:
             t.div_(self.size)
 
     def close(self) -> None:
-        """Emit pending telemetry and release workspaces (the control group stays with torch)."""
+        """Emit pending telemetry (a followed client's queue sent within ``control_timeout_s``), free workspaces."""
         self.flush()
+        if self._followed is not None and not self._followed.flush(timeout_s=self.control_timeout_s):
+            log.warning("comm %r: telemetry not all sent to the daemon at close", self.comm)
         self._workspaces.clear()
