@@ -61,7 +61,9 @@ def train(rank: int, world: int, steps: int, daemon: str | None, telemetry: str 
         opt.step()
         if step == steps // 2 and not daemon:  # 4. hot-swap mid-training: stage now, switch at the next sync
             ex.stage(lower(synthesize("allreduce", named_topology(f"nvswitch:{world}")).schedule), version=2)
-    ex.close()
+    ex.close()  # sends what is pending (to the daemon too) before returning
+    if daemon:
+        client.close()
     if sink:
         sink.close()
     if rank == 0:

@@ -22,7 +22,7 @@ of its programs (:func:`runtime.executor.sources.local_digest`). :func:`choose` 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,9 +168,10 @@ def take(staged: dict[str, dict[Ident, Any]], chosen: Mapping[str, Ident], lock:
         return {coll: keep_from(staged[coll], ident) for coll, ident in chosen.items()}
 
 
-def choose(staged: Sequence[Mapping[str, Sequence[Ident]]],
-           active: Mapping[str, Ident]) -> tuple[dict[str, Ident], dict[str, tuple[int, ...]]]:
-    """Per collective, the identity to switch to, and the ranks that staged another digest of a version."""
+def choose(staged: Sequence[Mapping[str, Sequence[Ident]]], active: Mapping[str, Ident],
+           warn: Callable[[str], Any] | None = None) -> tuple[dict[str, Ident], dict[str, tuple[int, ...]]]:
+    """Per collective, the identity to switch to, and the ranks that staged another digest of a version
+    (each such collective also told to ``warn``)."""
     chosen: dict[str, Ident] = {}
     disagree: dict[str, tuple[int, ...]] = {}
     for coll in sorted(set().union(*(s.keys() for s in staged))):
@@ -186,4 +187,7 @@ def choose(staged: Sequence[Mapping[str, Sequence[Ident]]],
             odd = tuple(r for r, d in enumerate(digests) if d != digests[0])
             if odd and not any(i[:2] == num for i in common):
                 disagree[coll] = tuple(sorted(set(disagree.get(coll, ())) | set(odd)))
+    for coll, ranks in disagree.items():
+        if warn is not None:
+            warn(f"{coll}: rank(s) {list(ranks)} staged a version under another digest; not switching")
     return chosen, disagree

@@ -18,8 +18,8 @@ from runtime.executor.alltoallv import all_to_all_single_v
 from runtime.formats.store import VersionEntry
 from runtime.formats.telemetry import Sample
 
-from .agreement import (Ident, StagedVersion, SwapReport, add_staged, agreement_key, choose, default_store,
-                        gather_arrivals, take)
+from .agreement import (StagedVersion, SwapReport, add_staged, agreement_key, choose, default_store, gather_arrivals,
+                        take)
 from .engine import Timing, reducer, reduction_fallback, run_rank_plan, same_kind
 from .errors import ExecutorError, StagingError
 from .incarnation import incarnation_id
@@ -84,13 +84,11 @@ class Executor:
         self.rank = dist.get_rank(self.group)
         self.size = dist.get_world_size(self.group)
         self.global_rank = dist.get_rank()
-        self._peers = [dist.get_global_rank(pg, r) if pg is not dist.group.WORLD else r
-                       for r in range(self.size)]
+        self._peers = [dist.get_global_rank(pg, r) if pg is not dist.group.WORLD else r for r in range(self.size)]
         self._hosts = list(default_hosts(dist.get_world_size()) if hosts is None else hosts)
         self.sync_every = sync_every
         self.control_timeout_s = control_timeout_s
-        # dist.new_group is collective over the default group: every process (members or not) makes it at the
-        # same point, unless the caller passes a gloo group of the members made that way (control_group).
+        # dist.new_group is collective over the default group (every process at the same point) unless passed in.
         self._ctrl = control_group if control_group is not None else dist.new_group(
             ranks=self._peers, backend="gloo", timeout=timedelta(seconds=control_timeout_s))
         self._store = default_store(dist) if store is None else store
@@ -101,8 +99,8 @@ class Executor:
         self.sync_index = 0
         self.active: dict[str, int | None] = {}
         self._active_plans: dict[str, tuple[Plan, ...]] = {}
-        self._staged: dict[str, dict[Ident, tuple[Plan, ...]]] = {}
-        self.active_identity: dict[str, Ident] = {}  # per collective: (version, epoch, digest) running now
+        self._staged: dict[str, dict[tuple[int, str, str], tuple[Plan, ...]]] = {}
+        self.active_identity: dict[str, tuple[int, str, str]] = {}  # per collective: (version, epoch, digest) running
         self._lock = threading.Lock()
         self.refused: dict[int, str] = {}
         self.history: deque[tuple[int, str, int | None]] = deque(maxlen=history)
@@ -116,6 +114,7 @@ class Executor:
         self._retired: list[tuple[Plan, ...]] = []
         #: Host seconds spent building and handing over samples (the telemetry's CPU cost on this thread).
         self.telemetry_s = 0.0
+        self._followed: Any = None  # follow()'s client: close() waits until it has sent the samples
 
         emu = emulation_from_env() if emulation is None else (emulation or None)
         #: The fault-injection pacer of this rank's sends (None: off).
@@ -169,6 +168,7 @@ class Executor:
         """
         if telemetry and self.sink is None:
             self.sink = client.send_samples
+            self._followed = client
 
         def on_version(entry: VersionEntry) -> None:
             if entry.comm == self.comm:
@@ -213,15 +213,13 @@ class Executor:
         if len(seqs) != 1:
             raise ExecutorError(f"comm {self.comm!r}: ranks reached agreement {self.sync_index} at different "
                                 f"collectives {sorted((p[0], p[1]) for p in gathered)}; every rank must issue the same calls")
-        chosen, disagreed = choose([p[2] for p in gathered], self.active_identity)
+        chosen, disagreed = choose([p[2] for p in gathered], self.active_identity, warn=self._say_once)
         switched = {coll: (self.active.get(coll), ident[0]) for coll, ident in chosen.items()}
         for coll, plans in take(self._staged, chosen, self._lock).items():
             if coll in self._active_plans:
                 self._retired = [self._active_plans[coll]]  # kept alive until the next agreement
             self._active_plans[coll] = plans
             self.active[coll], self.active_identity[coll] = chosen[coll][0], chosen[coll]
-        for coll, ranks in disagreed.items():
-            self._say_once(f"{coll}: rank(s) {list(ranks)} staged a version under another digest; not switching")
         rep = SwapReport(self.sync_index, self.seq + 1, switched, time.perf_counter() - t0, disagreed)
         self.swaps.append(rep)
         if switched:
@@ -495,6 +493,8 @@ class Executor:
             t.div_(self.size)
 
     def close(self) -> None:
-        """Emit pending telemetry and release workspaces (the control group stays with torch)."""
+        """Emit pending telemetry (a followed client's queue sent within ``control_timeout_s``), free workspaces."""
         self.flush()
+        if self._followed is not None and not self._followed.flush(timeout_s=self.control_timeout_s):
+            log.warning("comm %r: telemetry not all sent to the daemon at close", self.comm)
         self._workspaces.clear()

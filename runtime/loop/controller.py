@@ -32,7 +32,7 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -44,34 +44,13 @@ from runtime.formats.telemetry import IngestReport, Sample, SampleStore, validat
 from runtime.loop.demand import AllToAllvPlanner, DemandEstimator
 from runtime.loop.detector import Verdict
 from runtime.loop.estimator import LinkEstimator, ScheduleRouting
+from runtime.loop.grouping import SampleGroups
 from runtime.loop.manager import ManagerConfig, ScheduleManager
 from synth import Schedule, Topology
 
 __all__ = ["Controller", "ControllerConfig"]
 
 _LOG = logging.getLogger("runtime.controller")  # the name users configure (the module moved)
-_REDUCING = ("allreduce", "reducescatter", "reduce")
-
-#: Held (incomplete) sample groups at most; past it the oldest are folded as they are (docs/controller.md §1).
-MAX_HELD_GROUPS = 4096
-#: An incomplete group is folded as it is once held this long (controller clock seconds).
-GROUP_TIMEOUT_S = 60.0
-#: A rank's later report closes a group it left incomplete only when at most this many collectives ahead.
-SEQ_WINDOW = 1024
-#: Ranks (comm, incarnation, rank) whose latest seq is remembered, least recently heard forgotten first.
-MAX_TRACKED_RANKS = 65536
-
-_Flow = tuple[str, int, int | None]
-_GroupKey = tuple[str, str, int, str | None, int]
-
-
-@dataclass(slots=True)
-class _Group:
-    """The samples held for one collective: per (kind, src, dst) flow, the first sample received."""
-
-    serial: int
-    created_t_s: float
-    flows: dict[_Flow, Sample] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,10 +183,7 @@ class Controller:
         self._last_verdict: dict[tuple[str, str], Verdict] = {}
         self._events: deque[dict[str, Any]] = deque(maxlen=256)
         self._routing: dict[tuple[str, str, int], ScheduleRouting | None] = {}
-        self._held: dict[_GroupKey, _Group] = {}
-        self._want: dict[tuple[str, str, int], frozenset[_Flow]] = {}
-        self._latest_seq: dict[tuple[str, str | None, int], int] = {}
-        self._serial = 0
+        self._groups = SampleGroups(clock=self._now, skipped=self._skipped)
         self.samples_since_publish = 0
         self.estimator = LinkEstimator(topology, alpha=config.alpha, tau_s=config.tau_s,
                                        slow_tolerance=config.slow_tolerance, pace_tolerance=config.pace_tolerance,
@@ -285,97 +261,14 @@ class Controller:
             self._routing[key] = None if sched is None else ScheduleRouting.build(sched, self.topology)
         return self._routing[key]
 
-    def _expected(self, key: tuple[str, str, int], routing: ScheduleRouting) -> frozenset[_Flow]:
-        """The (kind, src, dst) flows one collective of this version reports: a ``pair`` per GPU pair it sends
-        over, an ``inject`` per GPU with intra-host sends."""
-        want = self._want.get(key)
-        if want is None:
-            want = frozenset([("pair", u, v) for u, v in routing.pair_links] +
-                             [("inject", u, None) for u in routing.inject_links])
-            self._want[key] = want
-        return want
-
-    def _hold(self, s: Sample) -> None:
-        """Put one sample into its collective's group (a duplicate flow of a group is skipped)."""
-        assert s.collective is not None and s.version is not None and s.seq is not None
-        gkey = (s.comm, s.collective, s.version, s.incarnation, s.seq)
-        group = self._held.get(gkey)
-        if group is None:
-            self._serial += 1
-            group = self._held[gkey] = _Group(self._serial, self._now())
-        flow = (s.kind, s.src, s.dst)
-        if flow in group.flows:
-            self._skipped["duplicate_sample"] += 1
-            return
-        group.flows[flow] = s
-        rank = (s.comm, s.incarnation, s.src)
-        self._latest_seq.pop(rank, None)  # re-inserted last: the dict's order is least recently heard first
-        self._latest_seq[rank] = s.seq
-        while len(self._latest_seq) > MAX_TRACKED_RANKS:
-            del self._latest_seq[next(iter(self._latest_seq))]
-
-    def _moved_on(self, gkey: _GroupKey, missing: Iterable[int]) -> bool:
-        """Whether every rank whose flows a group lacks has since reported a later collective of the same
-        incarnation, at most ``SEQ_WINDOW`` ahead (a rank reports in order: what it skipped is lost)."""
-        comm, _coll, _version, inc, seq = gkey
-        for r in missing:
-            latest = self._latest_seq.get((comm, inc, r))
-            if latest is None or not seq < latest <= seq + SEQ_WINDOW:
-                return False
-        return True
-
     def _process_samples(self) -> int:
-        """Group pending samples per collective and fold complete groups into the estimator."""
+        """Group pending samples per collective (:mod:`runtime.loop.grouping`) and fold the groups ready into
+        the estimator."""
         with self._lock:
             batch = list(self._pending)
             self._pending.clear()
-            single: list[Sample] = []
-            for s in batch:
-                if s.kind not in ("pair", "inject"):
-                    continue
-                if s.collective in _REDUCING:
-                    self._skipped["reduction_phase"] += 1
-                    continue
-                if s.version is None or s.collective is None:
-                    self._skipped["no_schedule_version"] += 1
-                    continue
-                if s.seq is None:
-                    single.append(s)  # no collective to group with: a group of its own
-                else:
-                    self._hold(s)
-            now = self._now()
-            ready: list[tuple[tuple[Any, ...], ScheduleRouting, list[Sample]]] = []
-            for i, s in enumerate(single):
-                assert s.collective is not None and s.version is not None
-                routing = self._routing_for(s.comm, s.collective, s.version)
-                if routing is None:
-                    self._skipped["unknown_version"] += 1
-                else:
-                    ready.append(((s.comm, s.collective, -1 - i, s.version, ""), routing, [s]))
-            waiting: list[_GroupKey] = []
-            for gkey in list(self._held):
-                comm, coll, version, inc, seq = gkey
-                group = self._held[gkey]
-                routing = self._routing_for(comm, coll, version)
-                if routing is None:
-                    self._skipped["unknown_version"] += len(group.flows)
-                    del self._held[gkey]
-                    continue
-                missing = {src for kind, src, dst in self._expected((comm, coll, version), routing)
-                           if (kind, src, dst) not in group.flows}
-                if missing and not self._moved_on(gkey, missing) and now - group.created_t_s <= GROUP_TIMEOUT_S:
-                    waiting.append(gkey)
-                    continue
-                del self._held[gkey]
-                ready.append(((comm, coll, seq, version, inc or ""), routing, list(group.flows.values())))
-            waiting.sort(key=lambda k: self._held[k].serial)
-            for gkey in waiting[:max(0, len(waiting) - MAX_HELD_GROUPS)]:  # the oldest past the bound
-                comm, coll, version, inc, seq = gkey
-                routing = self._routing_for(comm, coll, version)
-                assert routing is not None
-                ready.append(((comm, coll, seq, version, inc or ""), routing, list(self._held.pop(gkey).flows.values())))
             done = 0
-            for _order, routing, samples in sorted(ready, key=lambda r: r[0]):
+            for routing, samples in self._groups.collect(batch, self._routing_for):
                 meas = [(s.kind, s.src, s.dst, float(s.bytes), s.busy_s) for s in samples]
                 self.estimator.observe_group(routing, meas, t_s=max(s.t_s for s in samples))
                 self.samples_since_publish += len(samples)
@@ -447,7 +340,7 @@ class Controller:
             counters = {
                 "samples_accepted": rep.accepted, "samples_rejected": dict(rep.rejected),
                 "samples_skipped": dict(sorted(self._skipped.items())), "samples_dropped": self.samples.dropped,
-                "samples_pending": len(self._pending) + sum(len(g.flows) for g in self._held.values()),
+                "samples_pending": len(self._pending) + self._groups.pending_samples,
                 "groups": self.estimator.groups, **asdict(self.manager.counters),
             }
             return {

@@ -33,7 +33,6 @@ import logging
 import os
 import queue
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -43,6 +42,7 @@ from runtime.errors import StoreError, WireError
 from runtime.formats.identity import supersedes
 from runtime.formats.store import VersionEntry
 from runtime.formats.telemetry import Sample
+from runtime.service._client_link import PING, open_link, pushed_entry, sample_doc, sample_lines
 from runtime.service.wire import DAEMON_TO_CLIENT, MAX_MESSAGE_BYTES, ROLES, LineFramer, check_token, decode, encode
 
 __all__ = ["Client", "parse_address", "read_token"]
@@ -53,8 +53,6 @@ _BACKOFF_START_S = 0.1
 _BACKOFF_MAX_S = 5.0
 _BATCH_TARGET_BYTES = 256 << 10
 _WAKE: dict[str, Any] = {}
-_ID_ROOM = 32  # bytes a request id adds to a message
-_PING = encode({"type": "ping"})
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -178,53 +176,14 @@ class Client:
 
     # --- connection ------------------------------------------------------------------------------------
     def _connect(self) -> None:
-        try:
-            sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
-        except OSError as exc:
-            raise WireError(f"cannot connect to {self.address}: {exc.strerror or exc}", reason="connect") from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        framer = LineFramer(MAX_MESSAGE_BYTES)
-        try:
-            sock.sendall(encode({"type": "hello", "token": self._token, "role": self.role, "rank": self.rank,
-                                 "comms": list(self.comms)}))
-            reply = None
-            early: list[dict[str, Any]] = []  # versions pushed right after the hello reply
-            while reply is None:
-                data = sock.recv(65536)
-                if not data:
-                    raise WireError(f"daemon {self.address} closed the connection during hello", reason="closed")
-                for line in framer.feed(data):
-                    msg = decode(line, DAEMON_TO_CLIENT)
-                    if reply is None:
-                        reply = msg
-                    else:
-                        early.append(msg)
-            if reply["type"] == "error":
-                reason = "auth" if "token" in reply["message"] else "remote"
-                raise WireError(f"daemon {self.address}: {reply['message']}", reason=reason)
-            if reply["type"] != "hello":
-                raise WireError(f"daemon {self.address}: expected hello, got {reply['type']}", reason="protocol")
-            idle_s = reply["idle_timeout_s"]
-            self._ping_s = None if idle_s is None else idle_s / 3
-        except socket.timeout:
-            sock.close()
-            raise WireError(f"daemon {self.address}: no hello reply within {self.timeout_s} s",
-                            reason="timeout") from None
-        except OSError as exc:
-            sock.close()
-            raise WireError(f"daemon {self.address}: {exc.strerror or exc}", reason="closed") from None
-        except WireError:
-            sock.close()
-            raise
-        # From here reads block (close() wakes them with a shutdown) and a send may stall at most timeout_s
-        # under the daemon's back-pressure before the connection counts as lost: one socket timeout would
-        # apply to both directions, so the send limit is the kernel's SO_SNDTIMEO.
-        sock.settimeout(None)
-        secs = max(self.timeout_s, 0.001)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
-                        struct.pack("ll", int(secs), int((secs - int(secs)) * 1e6)))
-        self._framer = framer
-        self._sock = sock
+        hello = {"type": "hello", "token": self._token, "role": self.role, "rank": self.rank,
+                 "comms": list(self.comms)}
+        early: list[dict[str, Any]] = []  # versions pushed right after the hello reply
+        link = open_link(self.host, self.port, hello, address=self.address, timeout_s=self.timeout_s,
+                         on_push=early.append)
+        self._ping_s = link.ping_s
+        self._framer = link.framer
+        self._sock = link.sock
         self.connections += 1
         self._connected.set()
         for msg in early:  # once connected: a callback may fetch the version's files at once
@@ -310,17 +269,12 @@ class Client:
     def _read_entry(self, msg: dict[str, Any]) -> VersionEntry | None:
         """The pushed manifest entry, typed; ``None`` (logged, counted) when it is malformed or is not the
         version its message names."""
-        what = f"pushed version {msg['version']} of {msg['comm']}/{msg['collective']} from {self.address}"
         try:
-            entry = VersionEntry.from_dict(msg["manifest_entry"], where=what)
-            named = (msg["comm"], msg["collective"], msg["version"])
-            if (entry.comm, entry.collective, entry.version) != named:
-                raise StoreError(f"{what}: its entry is version {entry.version} of {entry.comm}/{entry.collective}")
+            return pushed_entry(msg, self.address)
         except StoreError as exc:
             self.refused_versions += 1
             log.error("refused %s", exc)
             return None
-        return entry
 
     # --- sending ---------------------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
@@ -361,20 +315,6 @@ class Client:
             raise WireError(f"daemon {self.address}: {reply['message']}", reason="remote")
         return reply
 
-    def _lines(self, batch: list[dict[str, Any]]) -> list[tuple[bytes, int]]:
-        """``samples`` messages for ``batch`` (with room for a request id) and their sample counts; a batch over
-        the size limit is halved until its parts fit, and a sample that cannot be sent alone is left out."""
-        try:
-            line = encode({"type": "samples", "samples": batch})
-            if len(line) + _ID_ROOM <= MAX_MESSAGE_BYTES:
-                return [(line, len(batch))]
-        except WireError:
-            pass
-        if len(batch) <= 1:
-            return []
-        mid = len(batch) // 2
-        return self._lines(batch[:mid]) + self._lines(batch[mid:])
-
     def _send_loop(self) -> None:
         while True:
             try:
@@ -414,12 +354,12 @@ class Client:
         if ping_s is None or not self._connected.is_set() or time.monotonic() - self._last_write_s < ping_s:
             return
         try:
-            self._write(_PING)
+            self._write(PING)
         except WireError:
             pass  # the reader notices the lost connection
 
     def _deliver(self, batch: list[dict[str, Any]]) -> int:
-        parts = self._lines(batch)
+        parts = sample_lines(batch)
         sent = 0
         while True:
             try:
@@ -438,7 +378,7 @@ class Client:
         Past ``max_queued_samples`` waiting, further samples are dropped and counted in :attr:`dropped_samples`.
         """
         for s in samples:
-            doc = _sample_doc(s)
+            doc = sample_doc(s)
             try:
                 self._queue.put_nowait(doc)
             except queue.Full:
@@ -460,12 +400,12 @@ class Client:
                      batch_samples: int | None = None) -> dict[str, Any]:
         """Send samples synchronously, batch by batch, and return the daemon's totals
         ``{"accepted": n, "rejected": {reason: n}}`` (the controller's validation)."""
-        docs = [_sample_doc(s) for s in samples]
+        docs = [sample_doc(s) for s in samples]
         step = batch_samples or self.batch_samples
         accepted = 0
         rejected: dict[str, int] = {}
         for i in range(0, len(docs), step):
-            for line, _ in self._lines(docs[i:i + step]):
+            for line, _ in sample_lines(docs[i:i + step]):
                 reply = self._request_line(line, "samples")
                 accepted += reply["accepted"]
                 for reason, n in reply["rejected"].items():
@@ -553,8 +493,3 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _sample_doc(sample: Sample | Mapping[str, Any]) -> dict[str, Any]:
-    """A sample as its wire document (a :class:`~runtime.formats.telemetry.Sample` or a mapping already)."""
-    return sample.to_dict() if isinstance(sample, Sample) else dict(sample)
