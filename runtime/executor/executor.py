@@ -18,12 +18,13 @@ from runtime.executor.alltoallv import all_to_all_single_v
 from runtime.formats.store import VersionEntry
 from runtime.formats.telemetry import Sample
 
-from .agreement import StagedVersion, SwapReport, agreement_key, default_store, gather_arrivals, newest_common
+from .agreement import (StagedVersion, SwapReport, add_staged, agreement_key, choose, default_store, gather_arrivals,
+                        take)
 from .engine import Timing, reducer, reduction_fallback, run_rank_plan, same_kind
 from .errors import ExecutorError, StagingError
 from .incarnation import incarnation_id
 from .plan import Plan
-from .sources import entry_programs, load_programs
+from .sources import entry_programs, load_programs, local_digest
 from .staging import compile_programs
 from .telemetry import collective_samples, default_hosts, demand_sample
 from .workspaces import Workspaces
@@ -98,7 +99,8 @@ class Executor:
         self.sync_index = 0
         self.active: dict[str, int | None] = {}
         self._active_plans: dict[str, tuple[Plan, ...]] = {}
-        self._staged: dict[str, dict[int, tuple[Plan, ...]]] = {}
+        self._staged: dict[str, dict[tuple[int, str, str], tuple[Plan, ...]]] = {}
+        self.active_identity: dict[str, tuple[int, str, str]] = {}  # per collective: (version, epoch, digest) running
         self._lock = threading.Lock()
         self.refused: dict[int, str] = {}
         self.history: deque[tuple[int, str, int | None]] = deque(maxlen=history)
@@ -143,15 +145,16 @@ class Executor:
             work()
         return fut
 
-    def _stage_now(self, source: Any, version: int) -> StagedVersion:
+    def _stage_now(self, source: Any, version: int, identity: tuple[str, str] | None = None) -> StagedVersion:
         t0 = time.perf_counter()
         programs = load_programs(source)
+        epoch, digest = identity or ("", local_digest(programs))
         t1 = time.perf_counter()
         staged, split = compile_programs(programs, size=self.size, comm=self.comm, version=version)
         dt = time.perf_counter() - t0
         with self._lock:
             for coll, bands in staged.items():
-                self._staged.setdefault(coll, {})[version] = bands
+                add_staged(self._staged.setdefault(coll, {}), (version, epoch, digest), bands)
             self.staging_s[version] = dt
             self.staging_split[version] = {"load_s": t1 - t0, **split}
         return StagedVersion(version, staged, dt)
@@ -177,7 +180,7 @@ class Executor:
     def _stage_entry(self, client: Any, entry: VersionEntry) -> None:
         version = entry.version
         try:
-            self._stage_now(entry_programs(entry, client.get), version)
+            self._stage_now(entry_programs(entry, client.get), version, (entry.epoch, entry.digest or ""))
         except Exception as exc:  # noqa: BLE001 - a bad push must not stop training
             with self._lock:
                 self.refused[version] = str(exc)
@@ -193,8 +196,8 @@ class Executor:
         """Agree the switch point with every rank (out-of-band all-gather on a gloo group); collective.
 
         Each rank contributes (the versions it has staged per collective, its last issued seq). The
-        highest version staged on *all* ranks and newer than the active one runs from the next
-        collective on. Raises :class:`SwapTimeoutError` naming ranks that do not answer in time.
+        newest (version, epoch, digest) staged on *all* ranks that supersedes the active one runs from the
+        next collective on (``agreement.choose``). Raises :class:`SwapTimeoutError` naming late ranks.
         """
         dist = self._dist
         t0 = time.perf_counter()
@@ -210,17 +213,14 @@ class Executor:
         if len(seqs) != 1:
             raise ExecutorError(f"comm {self.comm!r}: ranks reached agreement {self.sync_index} at different "
                                 f"collectives {sorted((p[0], p[1]) for p in gathered)}; every rank must issue the same calls")
-        switched = newest_common(gathered, self.active)
-        for coll, (_, v) in switched.items():
-            with self._lock:
-                plans = self._staged[coll][v]
-                for old in [x for x in self._staged[coll] if x < v]:
-                    del self._staged[coll][old]
+        chosen, disagreed = choose([p[2] for p in gathered], self.active_identity, warn=self._say_once)
+        switched = {coll: (self.active.get(coll), ident[0]) for coll, ident in chosen.items()}
+        for coll, plans in take(self._staged, chosen, self._lock).items():
             if coll in self._active_plans:
                 self._retired = [self._active_plans[coll]]  # kept alive until the next agreement
             self._active_plans[coll] = plans
-            self.active[coll] = v
-        rep = SwapReport(self.sync_index, self.seq + 1, switched, time.perf_counter() - t0)
+            self.active[coll], self.active_identity[coll] = chosen[coll][0], chosen[coll]
+        rep = SwapReport(self.sync_index, self.seq + 1, switched, time.perf_counter() - t0, disagreed)
         self.swaps.append(rep)
         if switched:
             log.info("comm %r: from seq %d run %s", self.comm, rep.switch_seq, switched)
