@@ -138,8 +138,10 @@ class Sprt:
             lam = min(self.max_llr, lam)
         return lam
 
-    def update(self, x: float) -> str | None:
-        self.llr += self.llr_of(x)
+    def update(self, x: float, *, evidence: bool = True) -> str | None:
+        """Fold in ``x``; ``evidence=False`` counts it only towards H0 (its λ capped at 0)."""
+        lam = self.llr_of(x)
+        self.llr += lam if evidence else min(lam, 0.0)
         self.n += 1
         if self.llr >= self.upper:
             self.reset()
@@ -251,7 +253,8 @@ class GateConfig:
     ``ew_alpha``: EWMA/EWVar weight; ``min_sigma``: floor on the relative noise σ/μ0;
     ``max_llr``: clip per sample (``None``: ``A / 3``); ``cooldown``: samples after
     :meth:`ContentionGate.reconfigured` during which H1 is reported COOLDOWN; ``elevated``: ρ above
-    ``1 + elevated · effect`` marks a sample as part of an episode.
+    ``1 + elevated · effect`` marks a sample as part of an episode; ``elevated_sigmas``: it must also lie
+    more than that many learnt σ above 1 (only elevated samples move the SPRT towards H1).
     """
 
     effect: float = 0.2
@@ -263,6 +266,7 @@ class GateConfig:
     max_llr: float | None = None
     cooldown: int = 3
     elevated: float = 0.5
+    elevated_sigmas: float = 4.0
 
     def __post_init__(self) -> None:
         _num("effect", self.effect, 0.0, math.inf)
@@ -271,6 +275,7 @@ class GateConfig:
         _num("ew_alpha", self.ew_alpha, 0.0, 1.0, open_hi=False)
         _num("min_sigma", self.min_sigma, 0.0, math.inf)
         _num("elevated", self.elevated, 0.0, 1.0, open_hi=False)
+        _num("elevated_sigmas", self.elevated_sigmas, 0.0, math.inf, open_lo=False)
         if self.max_llr is not None:
             _num("max_llr", self.max_llr, 0.0, math.inf)
         for name in ("warmup", "cooldown"):
@@ -351,9 +356,12 @@ class ContentionGate:
                 track.sprt = self._sprt(track)
             return self._emit(key, ContentionState.WARMUP, x / track.stats.mean, track)
         rho = x / track.mu0
-        if rho > 1.0 + cfg.elevated * cfg.effect:
+        # elevated: above 1 + elevated·effect and above the noise (elevated_sigmas σ); a sample that
+        # is not elevated is evidence only for H0, so noise next to a 1–2-sample burst cannot complete it
+        elevated = rho > 1.0 + max(cfg.elevated * cfg.effect, cfg.elevated_sigmas * track.sigma)
+        if elevated:
             track.episode += 1
-        decision = track.sprt.update(rho)
+        decision = track.sprt.update(rho, evidence=elevated)
         if track.cooldown > 0:
             track.cooldown -= 1
         if decision == "h1":

@@ -1,21 +1,41 @@
 """The executor's version agreement: what a staged version and a swap are, the store keys that name
 the ranks missing an agreement, and the choice of what to switch to.
 
->>> newest_common([(0, 5, {"allgather": [1, 2]}), (1, 5, {"allgather": [2, 3]})], {"allgather": 1})
-{'allgather': (1, 2)}
+A staged version is identified by ``Ident = (version, epoch, digest)``: a pushed one by its manifest
+entry (the store's epoch and the version's digest), one staged locally by epoch ``""`` and the digest
+of its programs (:func:`runtime.executor.sources.local_digest`). :func:`choose` picks (docs/executor.md,
+"Guarantees"):
+
+* a candidate is an identity staged on *every* rank (same version, epoch and digest);
+* it supersedes the active one when it is of the same epoch and a higher version, or of another epoch
+  (a daemon restarted on a store whose manifest is gone numbers from 1 under a new epoch: newest pushed
+  wins); among several, the highest ``(version, epoch, digest)``;
+* a (version, epoch) that every rank staged but under different digests is never a candidate; the
+  ranks whose digest differs from the lowest rank's are reported.
+
+>>> a, b = (2, "e1", "d"), (1, "e2", "x")
+>>> choose([{"ag": [a, b]}, {"ag": [a, b]}], {"ag": (2, "e1", "d")})
+({'ag': (1, 'e2', 'x')}, {})
+>>> choose([{"ag": [(3, "e1", "d")]}, {"ag": [(3, "e1", "z")]}], {})
+({}, {'ag': (1,)})
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
+
+from runtime.formats.identity import supersedes
 
 from .errors import SwapTimeoutError
 from .plan import Plan
 
-__all__ = ["StagedVersion", "SwapReport", "agreement_key", "default_store", "gather_arrivals", "missing_ranks",
-           "newest_common"]
+__all__ = ["Ident", "StagedVersion", "SwapReport", "add_staged", "agreement_key", "choose", "default_store",
+           "gather_arrivals", "keep_from", "missing_ranks", "take"]
+
+#: A staged version's identity: (version, store epoch, digest).
+Ident = tuple[int, str, str]
 
 
 @dataclass(frozen=True)
@@ -35,6 +55,8 @@ class SwapReport:
     switch_seq: int
     switched: dict[str, tuple[int | None, int]]
     agreement_s: float
+    #: Per collective: ranks that staged a version under another digest than the lowest rank (not switched).
+    disagreed: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 def default_store(dist: Any) -> Any:
@@ -120,16 +142,52 @@ def missing_ranks(store: Any, key: str, size: int, sync_index: int) -> list[int]
     return missing
 
 
-def newest_common(gathered: Sequence[tuple[int, int, Mapping[str, Sequence[int]]]],
-                  active: Mapping[str, int | None]) -> dict[str, tuple[int | None, int]]:
-    """Per collective, ``(active, new)`` where ``new`` is the highest version every rank has staged and
-    newer than the active one; collectives with none are left out (sorted by name)."""
-    switched: dict[str, tuple[int | None, int]] = {}
-    colls: set[str] = set().union(*(p[2].keys() for p in gathered))
-    for coll in sorted(colls):
-        common = set.intersection(*(set(p[2].get(coll, ())) for p in gathered))
-        cur = active.get(coll)
-        newer = [v for v in common if cur is None or v > cur]
+def add_staged(staged: dict[Ident, Any], ident: Ident, plans: Any) -> None:
+    """Stage ``plans`` as ``ident`` in one collective's ``staged``, dropping those of other epochs (a push of
+    a new epoch supersedes the old epoch's versions not yet switched to)."""
+    for other in [i for i in staged if i[1] != ident[1]]:
+        del staged[other]
+    staged[ident] = plans
+
+
+def keep_from(staged: dict[Ident, Any], ident: Ident) -> Any:
+    """The plans of ``ident`` after dropping what it supersedes from ``staged`` (other epochs, lower versions).
+
+    >>> s = {(1, "a", "x"): "p1", (2, "a", "y"): "p2", (5, "b", "z"): "p5"}
+    >>> keep_from(s, (2, "a", "y")), sorted(s)
+    ('p2', [(2, 'a', 'y')])
+    """
+    for old in [i for i in staged if i[1] != ident[1] or i[0] < ident[0]]:
+        del staged[old]
+    return staged[ident]
+
+
+def take(staged: dict[str, dict[Ident, Any]], chosen: Mapping[str, Ident], lock: Any) -> dict[str, Any]:
+    """Per collective of ``chosen``, its plans, after dropping what each supersedes (:func:`keep_from`)."""
+    with lock:
+        return {coll: keep_from(staged[coll], ident) for coll, ident in chosen.items()}
+
+
+def choose(staged: Sequence[Mapping[str, Sequence[Ident]]], active: Mapping[str, Ident],
+           warn: Callable[[str], Any] | None = None) -> tuple[dict[str, Ident], dict[str, tuple[int, ...]]]:
+    """Per collective, the identity to switch to, and the ranks that staged another digest of a version
+    (each such collective also told to ``warn``)."""
+    chosen: dict[str, Ident] = {}
+    disagree: dict[str, tuple[int, ...]] = {}
+    for coll in sorted(set().union(*(s.keys() for s in staged))):
+        per_rank = [set(s.get(coll, ())) for s in staged]
+        common = set.intersection(*per_rank)
+        held, epoch = active.get(coll, (None, None, None))[:2]
+        newer = [i for i in common if supersedes(i[0], i[1], held, epoch)]
         if newer:
-            switched[coll] = (cur, max(newer))
-    return switched
+            chosen[coll] = max(newer)
+        numbers = set.intersection(*({i[:2] for i in r} for r in per_rank))
+        for num in sorted(numbers):
+            digests = [sorted(i[2] for i in r if i[:2] == num) for r in per_rank]
+            odd = tuple(r for r, d in enumerate(digests) if d != digests[0])
+            if odd and not any(i[:2] == num for i in common):
+                disagree[coll] = tuple(sorted(set(disagree.get(coll, ())) | set(odd)))
+    for coll, ranks in disagree.items():
+        if warn is not None:
+            warn(f"{coll}: rank(s) {list(ranks)} staged a version under another digest; not switching")
+    return chosen, disagree

@@ -56,6 +56,8 @@ def all_to_all_single_v(out: Any, inp: Any, output_split_sizes: Sequence[int], i
     import torch.distributed as dist
 
     n = dist.get_world_size(group)
+    if inp.device.type == "cuda":
+        bound = None  # a bounded NCCL wait would block the host: NCCL's own timeout applies
     me = dist.get_rank(group)
     if schedule is None or schedule.nranks != n:
         dist.all_to_all_single(out, inp, list(output_split_sizes), list(input_split_sizes), group=group)

@@ -143,10 +143,12 @@ def run_rank_plan(
     ``peers`` maps the program's (group-local) ranks to global ranks for ``P2POp``. With a ``throttle``
     (:class:`~runtime.executor.throttle.Throttle`, fault injection), each round posts its receives first and
     every send once its emulated links have carried it (individual ``isend``/``irecv``: gloo only). With a
-    ``bound``, each wait is bounded (:func:`wait_all`).
+    ``bound``, each wait on CPU tensors is bounded (:func:`wait_all`).
     """
     dist = torch.distributed
     isend, irecv, P2POp = dist.isend, dist.irecv, dist.P2POp
+    if bufs["o"].device.type == "cuda":
+        bound = None  # a bounded NCCL wait would block the host: NCCL's own timeout applies
 
     def view(reg: Region) -> Any:
         return bufs[reg[0]][reg[1] * chunk:(reg[1] + reg[2]) * chunk]

@@ -18,12 +18,13 @@ from runtime.executor.alltoallv import all_to_all_single_v
 from runtime.formats.store import VersionEntry
 from runtime.formats.telemetry import Sample
 
-from .agreement import StagedVersion, SwapReport, agreement_key, default_store, gather_arrivals, newest_common
+from .agreement import (StagedVersion, SwapReport, add_staged, agreement_key, choose, default_store, gather_arrivals,
+                        take)
 from .engine import Bound, Timing, reducer, reduction_fallback, run_rank_plan, same_kind
 from .errors import ExecutorError, StagingError
 from .incarnation import incarnation_id
 from .plan import Plan
-from .sources import entry_programs, load_programs
+from .sources import entry_programs, load_programs, local_digest
 from .staging import compile_programs
 from .telemetry import collective_samples, default_hosts, demand_sample
 from .workspaces import Workspaces
@@ -49,13 +50,8 @@ class Executor:
     sync_every
         Run the version agreement automatically every this many collectives (all ranks issue the same
         sequence); None: only on :meth:`sync_versions`.
-    control_timeout_s
-        Timeout of the out-of-band agreement; a rank that does not answer raises :class:`SwapTimeoutError`.
-    collective_timeout_s
-        Bound of each wait of a program's (and an AllToAllv schedule's) transfers on CPU tensors (gloo); a
-        transfer that does not complete, or whose peer's connection breaks, raises
-        :class:`~runtime.executor.errors.CollectiveTimeoutError` naming the peer rank(s), the collective, its seq
-        and version. None: ``control_timeout_s``. CUDA tensors and native fallbacks: the process group's timeout.
+    control_timeout_s, collective_timeout_s
+        Agreement timeout (:class:`SwapTimeoutError`); bound of each transfer wait (None: the first; docs/executor.md).
     hosts
         Host id per global rank (``inject`` samples count sends within a host); default: ranks
         ``LOCAL_WORLD_SIZE`` apart share a host, or all ranks share one when it is unset.
@@ -91,8 +87,7 @@ class Executor:
         self._peers = [dist.get_global_rank(pg, r) if pg is not dist.group.WORLD else r for r in range(self.size)]
         self._hosts = list(default_hosts(dist.get_world_size()) if hosts is None else hosts)
         self.sync_every = sync_every
-        self.control_timeout_s = control_timeout_s
-        self.collective_timeout_s = control_timeout_s if collective_timeout_s is None else collective_timeout_s
+        self.control_timeout_s, self.collective_timeout_s = control_timeout_s, collective_timeout_s or control_timeout_s
         # dist.new_group is collective over the default group (every process at the same point) unless passed in.
         self._ctrl = control_group if control_group is not None else dist.new_group(
             ranks=self._peers, backend="gloo", timeout=timedelta(seconds=control_timeout_s))
@@ -104,7 +99,8 @@ class Executor:
         self.sync_index = 0
         self.active: dict[str, int | None] = {}
         self._active_plans: dict[str, tuple[Plan, ...]] = {}
-        self._staged: dict[str, dict[int, tuple[Plan, ...]]] = {}
+        self._staged: dict[str, dict[tuple[int, str, str], tuple[Plan, ...]]] = {}
+        self.active_identity: dict[str, tuple[int, str, str]] = {}  # per collective: (version, epoch, digest) running
         self._lock = threading.Lock()
         self.refused: dict[int, str] = {}
         self.history: deque[tuple[int, str, int | None]] = deque(maxlen=history)
@@ -149,15 +145,16 @@ class Executor:
             work()
         return fut
 
-    def _stage_now(self, source: Any, version: int) -> StagedVersion:
+    def _stage_now(self, source: Any, version: int, identity: tuple[str, str] | None = None) -> StagedVersion:
         t0 = time.perf_counter()
         programs = load_programs(source)
+        epoch, digest = identity or ("", local_digest(programs))
         t1 = time.perf_counter()
         staged, split = compile_programs(programs, size=self.size, comm=self.comm, version=version)
         dt = time.perf_counter() - t0
         with self._lock:
             for coll, bands in staged.items():
-                self._staged.setdefault(coll, {})[version] = bands
+                add_staged(self._staged.setdefault(coll, {}), (version, epoch, digest), bands)
             self.staging_s[version] = dt
             self.staging_split[version] = {"load_s": t1 - t0, **split}
         return StagedVersion(version, staged, dt)
@@ -183,7 +180,7 @@ class Executor:
     def _stage_entry(self, client: Any, entry: VersionEntry) -> None:
         version = entry.version
         try:
-            self._stage_now(entry_programs(entry, client.get), version)
+            self._stage_now(entry_programs(entry, client.get), version, (entry.epoch, entry.digest or ""))
         except Exception as exc:  # noqa: BLE001 - a bad push must not stop training
             with self._lock:
                 self.refused[version] = str(exc)
@@ -199,8 +196,8 @@ class Executor:
         """Agree the switch point with every rank (out-of-band all-gather on a gloo group); collective.
 
         Each rank contributes (the versions it has staged per collective, its last issued seq). The
-        highest version staged on *all* ranks and newer than the active one runs from the next
-        collective on. Raises :class:`SwapTimeoutError` naming ranks that do not answer in time.
+        newest (version, epoch, digest) staged on *all* ranks that supersedes the active one runs from the
+        next collective on (``agreement.choose``). Raises :class:`SwapTimeoutError` naming late ranks.
         """
         dist = self._dist
         t0 = time.perf_counter()
@@ -216,17 +213,14 @@ class Executor:
         if len(seqs) != 1:
             raise ExecutorError(f"comm {self.comm!r}: ranks reached agreement {self.sync_index} at different "
                                 f"collectives {sorted((p[0], p[1]) for p in gathered)}; every rank must issue the same calls")
-        switched = newest_common(gathered, self.active)
-        for coll, (_, v) in switched.items():
-            with self._lock:
-                plans = self._staged[coll][v]
-                for old in [x for x in self._staged[coll] if x < v]:
-                    del self._staged[coll][old]
+        chosen, disagreed = choose([p[2] for p in gathered], self.active_identity, warn=self._say_once)
+        switched = {coll: (self.active.get(coll), ident[0]) for coll, ident in chosen.items()}
+        for coll, plans in take(self._staged, chosen, self._lock).items():
             if coll in self._active_plans:
                 self._retired = [self._active_plans[coll]]  # kept alive until the next agreement
             self._active_plans[coll] = plans
-            self.active[coll] = v
-        rep = SwapReport(self.sync_index, self.seq + 1, switched, time.perf_counter() - t0)
+            self.active[coll], self.active_identity[coll] = chosen[coll][0], chosen[coll]
+        rep = SwapReport(self.sync_index, self.seq + 1, switched, time.perf_counter() - t0, disagreed)
         self.swaps.append(rep)
         if switched:
             log.info("comm %r: from seq %d run %s", self.comm, rep.switch_seq, switched)
@@ -262,8 +256,7 @@ class Executor:
         return self._workspaces.get(tag, numel, dtype, device)
 
     def _run(self, plan: Plan, coll: str, i: Any, o: Any, chunk: int, op: Any, seq: int) -> None:
-        torch = self._torch
-        rp = plan.ranks[self.rank]
+        torch, rp, version = self._torch, plan.ranks[self.rank], self.active.get(coll)
         dtype, device = o.dtype, o.device
         bufs = {"i": i, "o": o}
         if rp.scratch_chunks:
@@ -274,7 +267,7 @@ class Executor:
         if self.throttle is not None:
             self.throttle.begin(seq)
         run_rank_plan(torch, rp, bufs, chunk, self.group, self._peers, reducer(torch, op, dtype) if op is not None else None, timing,
-                      o.element_size(), self.throttle, self._bound(coll, seq, device))
+                      o.element_size(), self.throttle, Bound(self.collective_timeout_s, self.comm, coll, seq, version))
         self.history.append((seq, coll, self.active.get(coll)))
         if timing is not None:
             self._pending.append((timing, {"seq": seq, "coll": coll, "version": self.active.get(coll),
@@ -310,12 +303,6 @@ class Executor:
                 self._say_once(f"telemetry sink failed: {exc!r}")
         finally:
             self.telemetry_s += time.perf_counter() - t_cpu
-
-    def _bound(self, coll: str, seq: int, device: Any) -> Bound | None:
-        """What bounds the waits of collective ``seq`` (None on CUDA: a bounded NCCL wait would block the host)."""
-        if device.type == "cuda":
-            return None
-        return Bound(self.collective_timeout_s, self.comm, coll, seq, self.active.get(coll))
 
     def _native(self, coll: str, seq: int) -> None:
         self.history.append((seq, coll, None))
@@ -490,9 +477,8 @@ class Executor:
             sched = None
         if sched is None:
             self._say_once("all_to_all_single with split sizes: native torch.distributed (no AllToAllv schedule)")
-        how = all_to_all_single_v(out, inp, outs, ins, sched,
-                                  group=None if self.group is self._dist.group.WORLD else self.group,
-                                  bound=self._bound("alltoallv", seq, inp.device))
+        how = all_to_all_single_v(out, inp, outs, ins, sched, group=self.group,
+                                  bound=Bound(self.collective_timeout_s, self.comm, "alltoallv", seq, None))
         self.history.append((seq, "alltoallv" if how == "schedule" else "alltoall", None))
 
     def _op_ok(self, op: Any, t: Any) -> bool:

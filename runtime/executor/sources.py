@@ -7,6 +7,8 @@
 ...     Route(RouteKind.OUT_TREE, 1, 1, (Hop(1, 0, ("gpu1", "gpu0")),))))
 >>> [p.coll for p in load_programs(ag)]
 ['allgather']
+>>> local_digest(load_programs(ag)) == local_digest(load_programs(ag))
+True
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from msccl_xml import Program, lower, parse, read
+from msccl_xml import Program, lower, parse, read, write
+from runtime.formats.identity import sha256_hex, version_digest
 from runtime.formats.store import VersionEntry
 from synth import LoopcollError, Schedule, read_schedule
 
 from .errors import StagingError
 
-__all__ = ["entry_programs", "load_programs", "program_from_bytes"]
+__all__ = ["entry_programs", "load_programs", "local_digest", "program_from_bytes"]
 
 
 def load_programs(source: Any) -> list[Program]:
@@ -65,20 +68,28 @@ def load_programs(source: Any) -> list[Program]:
 def entry_programs(entry: VersionEntry, fetch: Callable[[str], bytes]) -> list[Program]:
     """One program per band of a pushed manifest entry, in band order, each selecting its band's sizes:
     the band's MSCCL XML, or its schedule JSON lowered when it has none; ``fetch(path)`` returns a store
-    file's bytes (``runtime.Client.get``). In memory only.
+    file's bytes (``runtime.Client.get``), checked against the band's digest. In memory only.
 
     Raises
     ------
     StagingError, XmlError, ScheduleError
-        As :func:`program_from_bytes`.
+        As :func:`program_from_bytes`; StagingError also when fetched bytes are not the manifest's sha256.
     """
     out: list[Program] = []
     for band in entry.bands:
         name = band.xml or band.schedule
-        prog = program_from_bytes(fetch(name), name=name)
+        data = fetch(name)
+        if band.digest is not None and sha256_hex(data) != band.digest:
+            raise StagingError(f"{name}: fetched bytes do not match the manifest's sha256")
+        prog = program_from_bytes(data, name=name)
         out.append(dataclasses.replace(prog, min_bytes=band.min_bytes,
                                        max_bytes=0 if band.max_bytes is None else band.max_bytes))
     return out
+
+
+def local_digest(programs: Iterable[Program]) -> str:
+    """The digest of programs staged locally: over their size bands and the sha256 of their XML."""
+    return version_digest((p.min_bytes or 0, p.max_bytes or None, sha256_hex(write(p).encode())) for p in programs)
 
 
 def program_from_bytes(data: bytes, *, name: str) -> Program:

@@ -29,16 +29,18 @@ import math
 import os
 import re
 import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from msccl_xml import parse as parse_xml
 from msccl_xml.deploy import DeployableVersion, fit_bands
 from msccl_xml.limits import RUNTIMES
 from msccl_xml.targets import MscclTarget, TorchTarget
 from runtime.errors import StoreError
+from runtime.formats.identity import MAX_VERSION, check_digest, check_epoch, new_epoch, sha256_hex, version_digest
 from synth import CutLink, LoopcollError, Schedule, ScheduleError, SynthResult, Topology
 from synth.figures import warm_mode_of
 from synth.fileio import write_bytes_atomic, write_text_atomic
@@ -56,7 +58,8 @@ class Band:
     """One size band of a version: sizes ``min_bytes <= S <= max_bytes`` (``None``: no upper end).
 
     ``schedule`` and ``xml`` are paths relative to the store directory; ``xml`` is ``None`` when the
-    schedule does not lower to MSCCL XML, and ``xml_error`` then says why.
+    schedule does not lower to MSCCL XML, and ``xml_error`` then says why. ``schedule_sha256`` and
+    ``xml_sha256`` are the sha256 hex of those files' bytes (``None`` in a manifest written before them).
     """
 
     min_bytes: int
@@ -64,6 +67,13 @@ class Band:
     schedule: str
     xml: str | None = None
     xml_error: str | None = None
+    schedule_sha256: str | None = None
+    xml_sha256: str | None = None
+
+    @property
+    def digest(self) -> str | None:
+        """The band's digest: its XML's, else its schedule's (``DeployedBand.digest``)."""
+        return self.xml_sha256 if self.xml is not None else self.schedule_sha256
 
     def covers(self, nbytes: int) -> bool:
         """Whether a collective of ``nbytes`` bytes falls in this band."""
@@ -71,7 +81,8 @@ class Band:
 
     def to_dict(self) -> dict[str, Any]:
         return {"min_bytes": self.min_bytes, "max_bytes": self.max_bytes, "schedule": self.schedule,
-                "xml": self.xml, "xml_error": self.xml_error}
+                "xml": self.xml, "xml_error": self.xml_error, "schedule_sha256": self.schedule_sha256,
+                "xml_sha256": self.xml_sha256}
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +106,14 @@ class VersionEntry:
     synth_time_s: float = 0.0
     status: str = "optimal"
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    epoch: str = ""
+
+    @property
+    def digest(self) -> str | None:
+        """The version's digest over its bands (``DeployableVersion.digest``); None without band digests."""
+        if any(b.digest is None for b in self.bands):
+            return None
+        return version_digest((b.min_bytes, b.max_bytes, str(b.digest)) for b in self.bands)
 
     def band_for(self, nbytes: int) -> int:
         """Index of the band covering ``nbytes`` (the nearest band when none covers it)."""
@@ -115,7 +134,7 @@ class VersionEntry:
             "reason": self.reason, "verdict": None if self.verdict is None else dict(self.verdict),
             "trigger_samples": self.trigger_samples, "created_t_s": self.created_t_s,
             "warm_mode": self.warm_mode, "synth_time_s": self.synth_time_s, "status": self.status,
-            "extra": dict(self.extra),
+            "extra": dict(self.extra), "epoch": self.epoch, "digest": self.digest,
         }
 
     @classmethod
@@ -127,8 +146,10 @@ class VersionEntry:
             bands = tuple(
                 Band(int(b["min_bytes"]), None if b.get("max_bytes") is None else int(b["max_bytes"]),
                      str(b["schedule"]), None if b.get("xml") is None else str(b["xml"]),
-                     None if b.get("xml_error") is None else str(b["xml_error"]))
-                for b in doc["bands"])
+                     None if b.get("xml_error") is None else str(b["xml_error"]),
+                     check_digest(b.get("schedule_sha256"), f"{where}: bands[{i}].schedule_sha256"),
+                     check_digest(b.get("xml_sha256"), f"{where}: bands[{i}].xml_sha256"))
+                for i, b in enumerate(doc["bands"]))
             cut = tuple(CutLink.from_dict(c, source=f"{where}: cut") for c in doc.get("cut", ()))
             verdict = doc.get("verdict")
             entry = cls(
@@ -142,6 +163,7 @@ class VersionEntry:
                 warm_mode=None if doc.get("warm_mode") is None else str(doc["warm_mode"]),
                 synth_time_s=float(doc.get("synth_time_s", 0.0)), status=str(doc.get("status", "optimal")),
                 extra=MappingProxyType(dict(doc.get("extra") or {})),
+                epoch="" if doc.get("epoch") in (None, "") else check_epoch(doc["epoch"], f"{where}: epoch"),
             )
         except ScheduleError as exc:
             raise StoreError(str(exc)) from None
@@ -149,6 +171,10 @@ class VersionEntry:
             raise StoreError(f"{where}: malformed ({type(exc).__name__}: {str(exc)[:120]})") from None
         if not bands:
             raise StoreError(f"{where}: has no bands")
+        if not 1 <= entry.version <= MAX_VERSION:
+            raise StoreError(f"{where}: version {str(entry.version)[:40]} is outside 1..{MAX_VERSION}")
+        if doc.get("digest") is not None and doc["digest"] != entry.digest:
+            raise StoreError(f"{where}: digest {str(doc['digest'])[:80]!r} is not that of its bands")
         return entry
 
     def __eq__(self, other: object) -> bool:
@@ -166,6 +192,16 @@ def _check_name(value: str, what: str) -> str:
     return value
 
 
+def _newest(entries: Iterable[VersionEntry]) -> dict[tuple[str, str], VersionEntry]:
+    """The entry of the highest version per (comm, collective)."""
+    best: dict[tuple[str, str], VersionEntry] = {}
+    for e in entries:
+        key = (e.comm, e.collective)
+        if key not in best or e.version > best[key].version:
+            best[key] = e
+    return best
+
+
 def _finite(x: float) -> float:
     return float(x) if math.isfinite(x) else 0.0
 
@@ -180,6 +216,8 @@ class VersionStore:
         self.directory = Path(directory)
         self._lock = threading.RLock()
         self._entries: list[VersionEntry] = []
+        #: This store's epoch (the manifest's; a new one for a store without a manifest).
+        self.epoch = new_epoch()
         if not self.directory.is_dir():
             if not create:
                 raise StoreError(f"store directory {str(self.directory)!r} does not exist")
@@ -191,6 +229,7 @@ class VersionStore:
         if create and not os.access(self.directory, os.W_OK | os.X_OK):
             raise StoreError(f"store directory {str(self.directory)!r} is not writable")
         self._entries = self._read_manifest()
+        self._verify_files(self._entries)
 
     # -- manifest ---------------------------------------------------------------------------
     @property
@@ -215,10 +254,47 @@ class VersionStore:
         raw = doc.get("versions")
         if not isinstance(raw, list):
             raise StoreError(f"{p}: 'versions' must be a list")
-        return [VersionEntry.from_dict(e, where=f"{p}: versions[{i}]") for i, e in enumerate(raw)]
+        if doc.get("epoch") is not None:
+            self.epoch = check_epoch(doc["epoch"], f"{p}: epoch")
+        elif raw:  # written before epochs: one derived from its first entry, the same at every load
+            self.epoch = sha256_hex(json.dumps(raw[0], sort_keys=True).encode())[:16]
+        entries = [VersionEntry.from_dict(e, where=f"{p}: versions[{i}]") for i, e in enumerate(raw)]
+        return [e if e.epoch else replace(e, epoch=self.epoch) for e in entries]
+
+    def _verify_files(self, entries: Sequence[VersionEntry]) -> None:
+        """Check every band file against its digest; the newest entry per (comm, collective) is parsed too."""
+        newest = {id(e) for e in _newest(entries).values()}
+        for e in entries:
+            for b in e.bands:
+                self.check_file(b.schedule, b.schedule_sha256, e.collective, parse=id(e) in newest)
+                if b.xml is not None:
+                    self.check_file(b.xml, b.xml_sha256, e.collective, parse=id(e) in newest)
+
+    def check_file(self, relative: str, sha256: str | None, collective: str, *, parse: bool = True) -> bytes:
+        """The bytes of store file ``relative``, checked against ``sha256`` and (``parse``) read as a
+        schedule JSON or MSCCL XML of ``collective``; :class:`StoreError` naming the file otherwise."""
+        p = self.path(relative)
+        try:
+            data = p.read_bytes()
+        except OSError as exc:
+            raise StoreError(f"{p}: cannot read: {exc.strerror or exc}") from None
+        if sha256 is not None and sha256_hex(data) != sha256:
+            raise StoreError(f"{p}: content does not match its sha256 in the manifest (changed or swapped)")
+        if parse:
+            try:
+                text = data.decode("utf-8")
+                got = (parse_xml(text, source=str(p)).coll if p.suffix == ".xml"
+                       else Schedule.from_json(text, source=str(p)).collective)
+            except UnicodeDecodeError:
+                raise StoreError(f"{p}: not UTF-8 text") from None
+            except LoopcollError as exc:
+                raise StoreError(f"{p}: {str(exc)[:300]}") from None
+            if str(got).replace("_", "") != collective.replace("_", ""):  # reduce_scatter: XML's old spelling
+                raise StoreError(f"{p}: holds a {got} program, but its manifest entry is {collective}")
+        return data
 
     def _write_manifest(self, entries: Sequence[VersionEntry]) -> None:
-        doc = {"format": STORE_FORMAT, "versions": [e.to_dict() for e in entries]}
+        doc = {"format": STORE_FORMAT, "epoch": self.epoch, "versions": [e.to_dict() for e in entries]}
         try:
             write_text_atomic(self.manifest_path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
         except LoopcollError as exc:
@@ -227,7 +303,9 @@ class VersionStore:
     def reload(self) -> list[VersionEntry]:
         """Re-read the manifest from disk (another process may have published)."""
         with self._lock:
-            self._entries = self._read_manifest()
+            entries = self._read_manifest()
+            self._verify_files(entries)
+            self._entries = entries
             return list(self._entries)
 
     # -- queries ----------------------------------------------------------------------------
@@ -237,12 +315,8 @@ class VersionStore:
 
     def latest(self, comm: str | None = None, collective: str | None = None) -> list[VersionEntry]:
         """The newest version of each (comm, collective), sorted by name; optionally filtered."""
-        best: dict[tuple[str, str], VersionEntry] = {}
-        for e in self.entries():
-            if (comm is None or e.comm == comm) and (collective is None or e.collective == collective):
-                key = (e.comm, e.collective)
-                if key not in best or e.version > best[key].version:
-                    best[key] = e
+        best = _newest(e for e in self.entries()
+                       if (comm is None or e.comm == comm) and (collective is None or e.collective == collective))
         return [best[k] for k in sorted(best)]
 
     def next_version(self, comm: str, collective: str) -> int:
@@ -314,7 +388,7 @@ class VersionStore:
                 caps = {k: v for k, v in caps.items() if nom.get(k) != v}
             warm_mode = None if first is None else warm_mode_of(first.figures)
             entry = VersionEntry(
-                comm=comm, collective=collective, version=number, bands=bands,
+                comm=comm, collective=collective, version=number, bands=tuple(self._digested(b) for b in bands),
                 topology_fingerprint=topology.fingerprint, capacities_gbps=MappingProxyType(dict(sorted(caps.items()))),
                 cut=version.schedule.bottleneck,
                 algbw_GBps=_finite(version.algbw_GBps), optimal_algbw_GBps=_finite(version.optimal_algbw_GBps),
@@ -323,7 +397,7 @@ class VersionStore:
                 trigger_samples=int(trigger_samples), created_t_s=float(created_t_s),
                 warm_mode=None if warm_mode is None else str(warm_mode),
                 synth_time_s=float(0.0 if first is None else first.solve_time_s),
-                status=version.status, extra=MappingProxyType(dict(extra or {})),
+                status=version.status, extra=MappingProxyType(dict(extra or {})), epoch=self.epoch,
             )
             if _fail_before_manifest:
                 raise StoreError(f"{comm}/{collective} v{number}: injected failure before the manifest write")
@@ -331,6 +405,12 @@ class VersionStore:
             self._write_manifest(entries)
             self._entries = entries
             return entry
+
+    def _digested(self, band: Band) -> Band:
+        """``band`` with the sha256 of the bytes its files were written with."""
+        def sha(rel: str | None) -> str | None:
+            return None if rel is None else sha256_hex(self.path(rel).read_bytes())
+        return replace(band, schedule_sha256=sha(band.schedule), xml_sha256=sha(band.xml))
 
     @staticmethod
     def _fitted(comm: str, collective: str,

@@ -54,6 +54,8 @@ from synth import Link, Schedule, Topology
 from synth.errors import LoopcollError
 from synth.routing import pair_route
 
+from runtime.loop.pacing import Pacing
+
 __all__ = ["LinkEstimate", "LinkEstimator", "Measurement", "ScheduleRouting"]
 
 LinkKey = tuple[str, str]
@@ -201,7 +203,7 @@ class LinkEstimator:
 
     def __init__(self, nominal: Topology, *, alpha: float = 0.012, tau_s: float | None = None,
                  slow_tolerance: float = 0.1, pace_tolerance: float = 0.1, snap: float = 0.02,
-                 window: int = 8) -> None:
+                 window: int = 8, pace_window: int = 16) -> None:
         if not 0.0 < alpha <= 1.0:
             raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
         if tau_s is not None and not (math.isfinite(tau_s) and tau_s > 0):
@@ -218,6 +220,8 @@ class LinkEstimator:
         self._last: dict[LinkKey, tuple[float, float]] = {}
         self._recent: dict[LinkKey, deque[float]] = {}
         self.window = max(1, int(window))
+        self.pace_window = max(1, int(pace_window))
+        self._pacing = Pacing(self.pace_tolerance, self.pace_window)
         self.groups = 0
 
     # -- updates ----------------------------------------------------------------------------
@@ -265,7 +269,7 @@ class LinkEstimator:
             verdicts.append(is_slow)
             if is_slow and kind == "pair" and dst is not None:
                 slow_pairs.add((src, dst))
-        paced = self._paced_set(routing, rows, verdicts, slow_pairs, per_chunk)
+        paced = self._pacing.paced(routing, rows, verdicts, per_chunk)
         for (kind, src, dst, rate, links, _pc), is_slow in zip(rows, verdicts):
             if not is_slow:
                 healthy.update(links)
@@ -281,38 +285,6 @@ class LinkEstimator:
             self.update(a, out[a], t_s)
         self.groups += 1
         return out
-
-    def _paced_set(self, routing: ScheduleRouting, rows: Sequence[tuple[Any, ...]], verdicts: Sequence[bool],
-                   slow_pairs: set[tuple[int, int]], rates: Mapping[tuple[int, int], float]) -> set[tuple[Any, ...]]:
-        """Slow measurements explained by a slow feeder upstream of them (pacing), cycles resolved.
-
-        Edge m → f when a feeder pair f of m (slow or not) runs at a per-chunk rate at most
-        ``1 + pace_tolerance`` times m's: m relays at its input's pace. Measurements that pace each
-        other in a cycle (a ring slowed as a whole) form one strongly connected component; a component
-        with an edge leaving it is paced by something upstream, one without (a sink) holds the cause
-        and is kept as evidence.
-        """
-        import networkx as nx
-
-        g = nx.DiGraph()
-        for (kind, src, dst, _rate, _links, pc), is_slow in zip(rows, verdicts):
-            if not is_slow:
-                continue
-            node = (kind, src, dst)
-            g.add_node(node)
-            if kind == "pair" and dst is not None:
-                feeders: Iterable[tuple[int, int]] = routing.upstream.get((src, dst), ())
-            else:
-                feeders = {f for (u, _v), ups in routing.upstream.items() if u == src for f in ups}
-            limit = (1.0 + self.pace_tolerance) * pc
-            for f in sorted(feeders):
-                if rates.get(f, math.inf) <= limit and ("pair", *f) != node:
-                    g.add_edge(node, ("pair", *f))
-        if g.number_of_edges() == 0:
-            return set()
-        cond = nx.condensation(g)
-        members = cond.graph["mapping"]
-        return {n for n in g.nodes if cond.out_degree(members[n]) > 0}
 
     # -- queries ----------------------------------------------------------------------------
     def estimate_gbps(self, key: LinkKey) -> float:

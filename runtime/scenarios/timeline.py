@@ -35,6 +35,7 @@ from typing import Any
 
 from runtime.formats.profile import profile_from_dict
 from runtime.loop.controller import Controller, ControllerConfig
+from runtime.scenarios.noise import TimingNoise
 from runtime.scenarios.scenario import (
     SCENARIO_FORMAT, Change, Scenario, ScenarioError, load_scenario, preset_scenario, scenario_from_dict,
 )
@@ -120,8 +121,12 @@ def _samples(tt: TransferTimes, t0: float, comm: str, coll: str, seq: int, versi
 
 def run_timeline(scenario: Scenario, *, store_dir: str | os.PathLike[str] | None = None,
                  nominal: Topology | None = None,
-                 progress: Callable[[float, str], None] | None = None) -> TimelineResult:
+                 progress: Callable[[float, str], None] | None = None,
+                 noise: TimingNoise | None = None) -> TimelineResult:
     """Run the closed loop over the scenario; see the module docstring for the model.
+
+    ``noise`` (:class:`runtime.scenarios.noise.TimingNoise`) perturbs every telemetry sample's
+    ``busy_s`` before the controller sees it (the collectives' own times, and so algbw, stay exact).
 
     ``progress`` is called before every simulated collective with the fraction of the scenario's
     simulated time done and a phrase (the CLI's live line; it throttles itself).
@@ -151,14 +156,15 @@ def run_timeline(scenario: Scenario, *, store_dir: str | os.PathLike[str] | None
         if progress is not None:
             progress(0.0, "bootstrap: synthesizing the first versions")
         ctl.bootstrap()
-        return _loop(scenario, topo, ctl, clock, decisions, wall0, progress)
+        return _loop(scenario, topo, ctl, clock, decisions, wall0, progress, noise)
     finally:
         if tmp is not None:
             tmp.cleanup()
 
 
 def _loop(scenario: Scenario, topo: Topology, ctl: Controller, clock: list[float], decisions: list[dict[str, Any]],
-          wall0: float, progress: Callable[[float, str], None] | None = None) -> TimelineResult:
+          wall0: float, progress: Callable[[float, str], None] | None = None,
+          noise: TimingNoise | None = None) -> TimelineResult:
     host = {g.rank: g.host for g in topo.gpus if g.rank is not None}
     active: dict[tuple[str, str], tuple[int, Schedule]] = {}
     for key in sorted({(c, k) for c, k, _ in scenario.workload}):
@@ -208,6 +214,8 @@ def _loop(scenario: Scenario, topo: Topology, ctl: Controller, clock: list[float
             sim_cache[ck] = tt
         granks = sched.meta.get("global_ranks") or list(range(sched.nranks))
         samples = _samples(tt, t, comm, coll, seq[comm], version, granks, host)
+        if noise is not None:
+            samples = noise.apply(samples)
         seq[comm] += 1
         row = {"t_s": t, "t_end_s": t + tt.time_s, "time_s": tt.time_s, "comm": comm, "collective": coll,
                "size_bytes": size, "version": version, "algbw_GBps": size / tt.time_s / 1e9,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import hmac
 import os
 import stat
@@ -34,7 +35,7 @@ from runtime.service.wire import (
     request_id,
 )
 
-__all__ = ["Connection", "DaemonLimits", "DaemonState", "open_store_file", "resolve_store_file", "version_message"]
+__all__ = ["Connection", "DaemonLimits", "DaemonState", "band_digests", "file_sha256", "open_store_file", "resolve_store_file", "version_message"]
 
 
 class DaemonLimits(Protocol):
@@ -80,6 +81,8 @@ class DaemonState(Protocol):
     def counters(self) -> Counter[str]: ...
     @property
     def latest(self) -> dict[tuple[str, str], dict[str, Any]]: ...
+    @property
+    def digests(self) -> dict[str, str]: ...
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
 
@@ -410,6 +413,13 @@ class Connection(asyncio.Protocol):
         try:
             fh, size = open_store_file(d.store_dir, msg["path"], refuse=d.refuse_files)
             with fh:
+                sha = d.digests.get(msg["path"]) if msg["offset"] == 0 else None
+                if sha is not None and file_sha256(fh) != sha:
+                    d.counters["get_refused"] += 1
+                    d.log({"event": "get_refused", "client": self.id, "path": msg["path"][:200], "reason": "digest"})
+                    self.send({"type": "error", "message": f"get: {msg['path'][:200]!r} does not match its "
+                               "manifest sha256 (changed since it was published); not served", **reply_id})
+                    return
                 fh.seek(min(msg["offset"], size))
                 chunk = fh.read(FILE_CHUNK_BYTES)
         except WireError as exc:
@@ -424,6 +434,25 @@ class Connection(asyncio.Protocol):
         eof = msg["offset"] + len(chunk) >= size
         self.send({"type": "file", "path": msg["path"], "offset": msg["offset"], "size": size, "eof": eof,
                    "data": base64.b64encode(chunk).decode("ascii"), **reply_id})
+
+
+def file_sha256(fh: BinaryIO) -> str:
+    """The sha256 hex of the whole open file ``fh`` (read from its start)."""
+    fh.seek(0)
+    h = hashlib.sha256()
+    for block in iter(lambda: fh.read(1 << 20), b""):
+        h.update(block)
+    return h.hexdigest()
+
+
+def band_digests(entry: Mapping[str, Any]) -> dict[str, str]:
+    """``{store path: sha256}`` of a manifest entry's band files that carry a digest."""
+    out: dict[str, str] = {}
+    for b in entry.get("bands", ()):
+        for key in ("schedule", "xml"):
+            if b.get(key) and b.get(f"{key}_sha256"):
+                out[str(b[key])] = str(b[f"{key}_sha256"])
+    return out
 
 
 def request_id_of(msg: Mapping[str, Any]) -> dict[str, Any]:

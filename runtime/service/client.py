@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from runtime.errors import StoreError, WireError
+from runtime.formats.identity import supersedes
 from runtime.formats.store import VersionEntry
 from runtime.formats.telemetry import Sample
 from runtime.service._client_link import PING, open_link, pushed_entry, sample_doc, sample_lines
@@ -177,13 +178,16 @@ class Client:
     def _connect(self) -> None:
         hello = {"type": "hello", "token": self._token, "role": self.role, "rank": self.rank,
                  "comms": list(self.comms)}
+        early: list[dict[str, Any]] = []  # versions pushed right after the hello reply
         link = open_link(self.host, self.port, hello, address=self.address, timeout_s=self.timeout_s,
-                         on_push=self._dispatch)
+                         on_push=early.append)
         self._ping_s = link.ping_s
         self._framer = link.framer
         self._sock = link.sock
         self.connections += 1
         self._connected.set()
+        for msg in early:  # once connected: a callback may fetch the version's files at once
+            self._dispatch(msg)
 
     def _lost(self, sock: socket.socket) -> None:
         self._connected.clear()
@@ -241,8 +245,8 @@ class Client:
             key = (entry.comm, entry.collective)
             with self._vlock:
                 old = self._versions.get(key)
-                if old is not None and old.version >= entry.version:
-                    return
+                if old is not None and not supersedes(entry.version, entry.epoch, old.version, old.epoch):
+                    return  # a lower or equal number of the held epoch (docs/executor.md, Guarantees)
                 self._versions[key] = entry
                 callbacks = list(self._callbacks)
             for cb in callbacks:

@@ -62,9 +62,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runtime.errors import WireError
+from runtime.formats.identity import StoreLock
 from runtime.formats.store import VersionEntry
 from runtime.formats.telemetry import IngestReport
-from runtime.service._connection import Connection, resolve_store_file, version_message
+from runtime.service._connection import (Connection, band_digests, file_sha256, open_store_file, resolve_store_file,
+                                         version_message)
 from runtime.service._guard import AuthGuard
 from runtime.service.wire import check_token, json_safe
 
@@ -155,6 +157,7 @@ class _Daemon:
         self.paused: dict[int, Connection] = {}  # clients paused for the ingest queue
         self.counters: Counter[str] = Counter()
         self.latest: dict[tuple[str, str], dict[str, Any]] = {}
+        self.digests: dict[str, str] = {}  # store path -> sha256 of the files of remembered entries
         self.loop = asyncio.new_event_loop()
         self.auth_guard = AuthGuard(budget=config.auth_failures_per_window, window_s=config.auth_window_s,
                                     loop=self.loop, log=self.log)
@@ -170,6 +173,7 @@ class _Daemon:
         self._last_error_logged = 0.0
         self._error_repeats = 0
         self.last_poll_s: float | None = None
+        self.store_lock: StoreLock | None = None
 
     def log(self, record: Mapping[str, Any]) -> None:
         try:
@@ -184,10 +188,28 @@ class _Daemon:
             doc = _entry_dict(e)
             key = (str(doc["comm"]), str(doc["collective"]))
             old = self.latest.get(key)
-            if old is None or int(doc["version"]) > int(old["version"]):
+            if (old is None or int(doc["version"]) > int(old["version"])) and self.intact(doc):
                 self.latest[key] = doc
+                self.digests.update(band_digests(doc))
                 fresh.append(doc)
         return fresh
+
+    def intact(self, doc: Mapping[str, Any]) -> bool:
+        """Whether every file of entry ``doc`` still has its manifest digest (logged and counted if not)."""
+        if self.store_dir is None:
+            return True
+        for path, sha in band_digests(doc).items():
+            try:
+                with open_store_file(self.store_dir, path, refuse=self.refuse_files)[0] as fh:
+                    ok = file_sha256(fh) == sha
+            except (OSError, WireError):
+                ok = False
+            if not ok:
+                self.counters["versions_refused"] += 1
+                self.log({"event": "version_refused", "comm": doc["comm"], "collective": doc["collective"],
+                          "version": doc["version"], "error": f"{path}: missing or not its manifest sha256"})
+                return False
+        return True
 
     def publish(self, entries: list[VersionEntry]) -> None:
         for doc in self.remember(entries):
@@ -391,6 +413,8 @@ class DaemonHandle:
         d.status_pool.shutdown(wait=False, cancel_futures=True)
         if not d.loop.is_running():
             d.loop.close()
+        if d.store_lock is not None:
+            d.store_lock.release()
         d.log({"event": "stopped", "counters": dict(d.counters)})
 
     def __enter__(self) -> DaemonHandle:
@@ -433,14 +457,18 @@ def serve(
     if poll_interval_s is not None:
         config = DaemonConfig(**{**{f: getattr(config, f) for f in config.__dataclass_fields__},
                                  "poll_interval_s": poll_interval_s})
+    lock = None if store_dir is None else StoreLock(store_dir)  # one daemon per store, for its lifetime
     d = _Daemon(controller, token, config, None if store_dir is None else Path(store_dir),
                 tuple(Path(p) for p in refuse_files), log or json_log())
+    d.store_lock = lock
     d.remember(controller.latest())
     try:
         server = d.loop.run_until_complete(
             d.loop.create_server(lambda: Connection(d), host, port, reuse_address=True, backlog=128))
     except OSError as exc:
         d.loop.close()
+        if lock is not None:
+            lock.release()
         raise WireError(f"daemon: cannot listen on {host}:{port}: {exc.strerror or exc}", reason="listen") from None
     loop_thread = threading.Thread(target=d.loop.run_forever, name="loopcoll-daemon-loop", daemon=True)
     ingest_thread = threading.Thread(target=d.ingest_worker, name="loopcoll-daemon-ingest", daemon=True)

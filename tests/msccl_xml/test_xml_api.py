@@ -10,7 +10,7 @@ def test_public_api_is_pinned() -> None:
         "RUNTIMES", "BufferKind", "CheckResult", "CheckStatus", "Gpu", "Program", "Protocol", "RuntimeLimits",
         "Step", "StepType", "Threadblock", "check", "check_file", "check_text", "export", "lint_text",
         "lower", "nop", "parse", "program_algbw_GBps", "program_link_loads", "program_to_schedule",
-        "read",
+        "read", "render_xml",
         "runtime_limits", "switch_path", "verdict_message", "write",
     ])
     for name in msccl_xml.__all__:

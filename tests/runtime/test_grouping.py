@@ -93,9 +93,11 @@ def test_a_restarted_job_at_seq_1_keeps_healthy_links_at_nominal(tmp_path: Path)
     assert all(abs(g - 2880.0) <= 0.05 * 2880.0 for g in est.values()), est
     assert ctl.status()["counters"]["syntheses"] == 1  # the bootstrap's: nothing flagged, nothing re-synthesized
     assert ctl.estimator.groups == 20 + 240  # one group per collective, none split
-    # the restart is invisible: the same estimates as a controller that only ever saw the second run
+    # the restart is invisible: the same estimates as a job that did not restart (the same samples, its seq
+    # continuing; the estimator's memory of the first run, e.g. its learnt timing jitter, is the same in both)
     fresh, _, _ = _controller(tmp_path / "b")
-    _feed(fresh, second)
+    _feed(fresh, _run(sched, topo, first_seq=281, n=20, incarnation="00000000000000aa"))
+    _feed(fresh, [[{**s, "seq": s["seq"] + 300, "incarnation": "00000000000000aa"} for s in rows] for rows in second])
     assert _nvlink_estimates(fresh, topo) == est
 
 
