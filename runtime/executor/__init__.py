@@ -14,7 +14,7 @@ Of the runtime it may import :mod:`runtime.formats` (telemetry samples, the stor
 
 from __future__ import annotations
 
-from .errors import ExecutorError, StagingError, SwapTimeoutError
+from .errors import CollectiveTimeoutError, ExecutorError, StagingError, SwapTimeoutError
 from .agreement import StagedVersion, SwapReport
 from .executor import Executor
 from .plan import COLLECTIVES, Plan, compile_program
@@ -24,6 +24,7 @@ from .throttle import Emulation, Fault, Throttle, emulation_from_dict, emulation
 
 __all__ = [
     "COLLECTIVES",
+    "CollectiveTimeoutError",
     "Emulation",
     "Fault",
     "Throttle",

@@ -6,7 +6,10 @@ chunks (sizes ``b // K`` or one more, nothing padded) and moves each route's con
 along its GPU hops: round t posts hop t of every route as batched isend/irecv (relays keep the data
 in a buffer between rounds; the last hop lands in the output). A block with elements but no route
 in the schedule (its demand was 0 when the schedule was made), a schedule of another size, or no
-schedule at all runs the native ``all_to_all_single`` instead. torch is imported lazily.
+schedule at all runs the native ``all_to_all_single`` instead. With a ``bound``
+(:class:`~runtime.executor.engine.Bound`), the split-size all-gather and every round's wait are bounded
+and raise :class:`~runtime.executor.errors.CollectiveTimeoutError` naming the peers that did not
+complete. torch is imported lazily.
 
 Examples
 --------
@@ -20,6 +23,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from synth.alltoallv_schedule import AllToAllvSchedule
+
+from .engine import Bound, wait_all
 
 __all__ = ["all_to_all_single_v", "chunk_bounds"]
 
@@ -41,22 +46,30 @@ def _prefix(sizes: Sequence[int]) -> list[int]:
 
 
 def all_to_all_single_v(out: Any, inp: Any, output_split_sizes: Sequence[int], input_split_sizes: Sequence[int],
-                        schedule: AllToAllvSchedule | None, *, group: Any = None) -> str:
+                        schedule: AllToAllvSchedule | None, *, group: Any = None, bound: Bound | None = None) -> str:
     """``all_to_all_single(out, inp, output_split_sizes, input_split_sizes)`` by ``schedule`` (see the
     module docstring); returns ``"schedule"`` or ``"native"`` (what ran). Collective: every rank
-    calls it with the same schedule. ``out`` and ``inp`` are contiguous and distinct.
+    calls it with the same schedule. ``out`` and ``inp`` are contiguous and distinct. ``bound``: see the
+    module docstring (the native fallback is bounded by the process group's timeout).
     """
     import torch
     import torch.distributed as dist
 
     n = dist.get_world_size(group)
+    if inp.device.type == "cuda":
+        bound = None  # a bounded NCCL wait would block the host: NCCL's own timeout applies
     me = dist.get_rank(group)
     if schedule is None or schedule.nranks != n:
         dist.all_to_all_single(out, inp, list(output_split_sizes), list(input_split_sizes), group=group)
         return "native"
     mine = torch.tensor([int(x) for x in input_split_sizes], dtype=torch.int64)
     gathered = [torch.zeros(n, dtype=torch.int64) for _ in range(n)]
-    dist.all_gather(gathered, mine, group=group)
+
+    def peer(rank: int) -> int:
+        return rank if group is None else dist.get_global_rank(group, rank)
+
+    others = [peer(r) for r in range(n) if r != me]
+    wait_all([dist.all_gather(gathered, mine, group=group, async_op=True)], others, bound)
     sizes = [g.tolist() for g in gathered]  # sizes[s][d]: elements of block (s, d)
     routed = {(r.root, r.dest) for r in schedule.routes}
     if any(sizes[s][d] > 0 and (s, d) not in routed for s in range(n) for d in range(n) if s != d):
@@ -79,9 +92,6 @@ def all_to_all_single_v(out: Any, inp: Any, output_split_sizes: Sequence[int], i
         ranges.append((bounds[first], bounds[first + r.chunks]))
     relay: dict[int, Any] = {}
     rounds = max((len(r.hops) for r in schedule.routes), default=0)
-
-    def peer(rank: int) -> int:
-        return rank if group is None else dist.get_global_rank(group, rank)
 
     for t in range(rounds):
         ops = []
@@ -107,6 +117,5 @@ def all_to_all_single_v(out: Any, inp: Any, output_split_sizes: Sequence[int], i
                     buf = relay[i] = torch.empty(hi - lo, dtype=src.dtype, device=src.device)
                 ops.append(dist.P2POp(dist.irecv, buf, peer(hop.src), group=group, tag=i))
         if ops:
-            for req in dist.batch_isend_irecv(ops):
-                req.wait()
+            wait_all(dist.batch_isend_irecv(ops), [op.peer for op in ops], bound)
     return "schedule"

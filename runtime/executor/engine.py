@@ -3,19 +3,23 @@
 Each round posts one ``batch_isend_irecv`` of the round's messages (sends first, then receives, each list in
 the plan's order, which both ends share), waits for it, then runs the round's local ops. Timing is passive:
 on CPU the host clock is read around calls the executor makes anyway; on CUDA, events are recorded on the
-current stream and read later, once they have completed (never synchronising).
+current stream and read later, once they have completed (never synchronising). With a :class:`Bound`, every
+wait is bounded by its ``timeout_s``; a wait that times out or fails (a peer's connection broke) raises
+:class:`~runtime.executor.errors.CollectiveTimeoutError` naming the peers whose transfers did not complete.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
-from .errors import ExecutorError
+from .errors import CollectiveTimeoutError, ExecutorError
 from .plan import Op, RankPlan, Region
 
-__all__ = ["Timing", "reducer", "reduction_fallback", "run_rank_plan", "same_kind"]
+__all__ = ["Bound", "Timing", "wait_all", "reducer", "reduction_fallback", "run_rank_plan", "same_kind"]
 
 
 @dataclass
@@ -44,6 +48,54 @@ class Timing:
         if self.cuda:
             return max(a.elapsed_time(b) / 1e3, 1e-9)
         return max(b - a, 1e-9)
+
+
+#: Seconds each remaining wait of a round still gets once its collective's timeout has passed.
+GRACE_S = 0.5
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The bound of each wait of one collective and what its error names.
+
+    >>> Bound(3.0, "dp0", "allgather", 7, 2).timeout_s
+    3.0
+    """
+
+    timeout_s: float
+    comm: str
+    collective: str
+    seq: int
+    version: int | None
+
+
+def wait_all(works: Sequence[Any], peers: Sequence[int], bound: Bound | None) -> None:
+    """Wait for every work of ``works`` (``peers[j]``: the global peer of ``works[j]``; when the lengths
+    differ, every peer of ``peers`` is named), together bounded by ``bound`` (None: unbounded).
+
+    Every work is waited, until ``bound.timeout_s`` from the call, then at most ``GRACE_S`` more each (the
+    transfers of a closed pair fail at once); when any failed or timed out, raises
+    :class:`CollectiveTimeoutError` naming the peers of those works only.
+
+    >>> wait_all([], [], Bound(1.0, "w", "allgather", 1, None))
+    """
+    if bound is None:
+        for w in works:
+            w.wait()
+        return
+    deadline = time.monotonic() + bound.timeout_s
+    failed: set[int] = set()
+    cause = ""
+    for j, w in enumerate(works):
+        left_s = max(deadline - time.monotonic(), min(GRACE_S, bound.timeout_s))
+        try:
+            w.wait(timeout=timedelta(seconds=left_s))
+        except RuntimeError as exc:
+            failed |= {peers[j]} if len(works) == len(peers) else set(peers)
+            cause = cause or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    if failed:
+        raise CollectiveTimeoutError(bound.comm, bound.collective, seq=bound.seq, version=bound.version,
+                                     ranks=sorted(failed), timeout_s=bound.timeout_s, cause=cause)
 
 
 def reducer(torch: Any, op: Any, dtype: Any) -> Any:
@@ -84,15 +136,19 @@ def run_rank_plan(
     timing: Timing | None,
     elem_bytes: int,
     throttle: Any = None,
+    bound: Bound | None = None,
 ) -> None:
     """Run ``rp`` on the 1-D buffers ``bufs`` (``i``, ``o``, ``s``, ``t``) with ``chunk`` elements per chunk.
 
     ``peers`` maps the program's (group-local) ranks to global ranks for ``P2POp``. With a ``throttle``
     (:class:`~runtime.executor.throttle.Throttle`, fault injection), each round posts its receives first and
-    every send once its emulated links have carried it (individual ``isend``/``irecv``: gloo only).
+    every send once its emulated links have carried it (individual ``isend``/``irecv``: gloo only). With a
+    ``bound``, each wait on CPU tensors is bounded (:func:`wait_all`).
     """
     dist = torch.distributed
     isend, irecv, P2POp = dist.isend, dist.irecv, dist.P2POp
+    if bufs["o"].device.type == "cuda":
+        bound = None  # a bounded NCCL wait would block the host: NCCL's own timeout applies
 
     def view(reg: Region) -> Any:
         return bufs[reg[0]][reg[1] * chunk:(reg[1] + reg[2]) * chunk]
@@ -114,15 +170,14 @@ def run_rank_plan(
             if timing is None:
                 batch = _post(dist, p2p, rnd, throttle, chunk * elem_bytes)[0] if throttle is not None \
                     else dist.batch_isend_irecv(p2p)
-                for w in batch:
-                    w.wait()
+                wait_all(batch, [op.peer for op in p2p], bound)
             else:
-                _timed_round(torch, dist, p2p, rnd, throttle, chunk * elem_bytes, timing)
+                _timed_round(torch, dist, p2p, rnd, throttle, chunk * elem_bytes, timing, bound)
         local(rnd.ops)
 
 
 def _timed_round(torch: Any, dist: Any, p2p: list[Any], rnd: Any, throttle: Any, chunk_bytes: int,
-                 timing: Timing) -> None:
+                 timing: Timing, bound: Bound | None) -> None:
     """Post and wait one round's transfers, recording into ``timing`` when each peer's sends were posted and
     done, the bytes sent to it and, under a throttle, its paced time."""
     cuda = timing.cuda
@@ -138,10 +193,12 @@ def _timed_round(torch: Any, dist: Any, p2p: list[Any], rnd: Any, throttle: Any,
         works = dist.batch_isend_irecv(p2p)
     per_op = len(works) == len(p2p) and not cuda
     done: list[Any] = []
-    for w in works:
-        w.wait()
-        if per_op:
+    if per_op:
+        for j, w in enumerate(works):
+            wait_all([w], [p2p[j].peer], bound)
             done.append(time.perf_counter())
+    else:
+        wait_all(works, [op.peer for op in p2p], bound)
     done[:len(sent)] = sent  # paced sends: each one's own completion, not the batch's
     if cuda:
         t1 = torch.cuda.Event(enable_timing=True)

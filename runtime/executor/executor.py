@@ -20,7 +20,7 @@ from runtime.formats.telemetry import Sample
 
 from .agreement import (StagedVersion, SwapReport, add_staged, agreement_key, choose, default_store, gather_arrivals,
                         take)
-from .engine import Timing, reducer, reduction_fallback, run_rank_plan, same_kind
+from .engine import Bound, Timing, reducer, reduction_fallback, run_rank_plan, same_kind
 from .errors import ExecutorError, StagingError
 from .incarnation import incarnation_id
 from .plan import Plan
@@ -50,8 +50,8 @@ class Executor:
     sync_every
         Run the version agreement automatically every this many collectives (all ranks issue the same
         sequence); None: only on :meth:`sync_versions`.
-    control_timeout_s
-        Timeout of the out-of-band agreement; a rank that does not answer raises :class:`SwapTimeoutError`.
+    control_timeout_s, collective_timeout_s
+        Agreement timeout (:class:`SwapTimeoutError`); bound of each transfer wait (None: the first; docs/executor.md).
     hosts
         Host id per global rank (``inject`` samples count sends within a host); default: ranks
         ``LOCAL_WORLD_SIZE`` apart share a host, or all ranks share one when it is unset.
@@ -71,7 +71,7 @@ class Executor:
     def __init__(self, group: Any = None, *, comm: str = "world", sink: Sink | None = None,
                  sync_every: int | None = None, control_timeout_s: float = 30.0,
                  hosts: Sequence[int] | None = None, store: Any = None, history: int = 100_000,
-                 control_group: Any = None, emulation: Any = None) -> None:
+                 control_group: Any = None, emulation: Any = None, collective_timeout_s: float | None = None) -> None:
         import torch
         import torch.distributed as dist
 
@@ -87,7 +87,7 @@ class Executor:
         self._peers = [dist.get_global_rank(pg, r) if pg is not dist.group.WORLD else r for r in range(self.size)]
         self._hosts = list(default_hosts(dist.get_world_size()) if hosts is None else hosts)
         self.sync_every = sync_every
-        self.control_timeout_s = control_timeout_s
+        self.control_timeout_s, self.collective_timeout_s = control_timeout_s, collective_timeout_s or control_timeout_s
         # dist.new_group is collective over the default group (every process at the same point) unless passed in.
         self._ctrl = control_group if control_group is not None else dist.new_group(
             ranks=self._peers, backend="gloo", timeout=timedelta(seconds=control_timeout_s))
@@ -256,8 +256,7 @@ class Executor:
         return self._workspaces.get(tag, numel, dtype, device)
 
     def _run(self, plan: Plan, coll: str, i: Any, o: Any, chunk: int, op: Any, seq: int) -> None:
-        torch = self._torch
-        rp = plan.ranks[self.rank]
+        torch, rp, version = self._torch, plan.ranks[self.rank], self.active.get(coll)
         dtype, device = o.dtype, o.device
         bufs = {"i": i, "o": o}
         if rp.scratch_chunks:
@@ -268,7 +267,7 @@ class Executor:
         if self.throttle is not None:
             self.throttle.begin(seq)
         run_rank_plan(torch, rp, bufs, chunk, self.group, self._peers, reducer(torch, op, dtype) if op is not None else None, timing,
-                      o.element_size(), self.throttle)
+                      o.element_size(), self.throttle, Bound(self.collective_timeout_s, self.comm, coll, seq, version))
         self.history.append((seq, coll, self.active.get(coll)))
         if timing is not None:
             self._pending.append((timing, {"seq": seq, "coll": coll, "version": self.active.get(coll),
@@ -478,8 +477,8 @@ class Executor:
             sched = None
         if sched is None:
             self._say_once("all_to_all_single with split sizes: native torch.distributed (no AllToAllv schedule)")
-        how = all_to_all_single_v(out, inp, outs, ins, sched,
-                                  group=None if self.group is self._dist.group.WORLD else self.group)
+        how = all_to_all_single_v(out, inp, outs, ins, sched, group=self.group,
+                                  bound=Bound(self.collective_timeout_s, self.comm, "alltoallv", seq, None))
         self.history.append((seq, "alltoallv" if how == "schedule" else "alltoall", None))
 
     def _op_ok(self, op: Any, t: Any) -> bool:

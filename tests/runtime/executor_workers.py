@@ -289,3 +289,31 @@ def daemon(rank: int, world: int, address: str, token: str) -> dict:
            "sent_samples": client.sent_samples, "versions": sorted({v for _s, _c, v in ex.history}, key=str)}
     client.close()
     return out
+
+
+def frozen(rank: int, world: int, victim: int, mode: str, timeout_s: float, before: int) -> Any:
+    """Every rank runs ``before`` allgathers of a loaded ForestColl schedule, then the victim stops (sleeps
+    three timeouts, then exits, or dies) instead of joining the next one; the others report the error they get.
+    The collectives' bound is the executor's default, ``control_timeout_s``."""
+    import torch
+    from msccl_xml import lower
+    from synth import named_topology, synthesize
+
+    from runtime.executor import CollectiveTimeoutError, Executor
+
+    ex = Executor(comm="dp0", control_timeout_s=timeout_s)
+    ex.load(lower(synthesize("allgather", named_topology(f"ring:{world}")).schedule), version=1)
+    out = torch.zeros(world * 64)
+    for _ in range(before):
+        ex.all_gather_into_tensor(out, torch.full((64,), float(rank)))
+    if rank == victim:
+        if mode == "hang":
+            time.sleep(timeout_s * 3)
+        os._exit(3)
+    t0 = time.perf_counter()
+    try:
+        ex.all_gather_into_tensor(out, torch.full((64,), float(rank)))
+    except CollectiveTimeoutError as exc:
+        return {"error": str(exc), "ranks": list(exc.ranks), "elapsed_s": time.perf_counter() - t0,
+                "where": (exc.comm, exc.collective, exc.seq, exc.version)}
+    return {"error": None}

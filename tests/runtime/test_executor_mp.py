@@ -150,6 +150,22 @@ def test_dead_or_hung_rank_gives_timeout_naming_it(mode: str) -> None:
         assert r["elapsed_s"] < 30
 
 
+@pytest.mark.parametrize("mode", ["hang", "kill"])
+def test_frozen_or_dead_rank_mid_allgather_names_it(mode: str) -> None:
+    """Issue 30 item 3: a rank that stops in the middle of a run of allgathers does not hang the others for the
+    process group's timeout (120 s here): each fails within its collective timeout (``control_timeout_s``, 3 s)
+    naming that rank. Most of the test's time is spent starting 3 processes that import torch."""
+    t0 = time.monotonic()
+    res = launch(W.frozen, 3, 2, mode, 3.0, 2, timeout_s=60, allow_missing=True)
+    assert res[2] is None
+    for r in res[:2]:
+        assert r["error"] is not None and "rank(s) [2]" in r["error"], r
+        assert r["ranks"] == [2]
+        assert r["where"] == ("dp0", "allgather", 3, 1)
+        assert r["elapsed_s"] < 3.0 + 3.0
+    assert time.monotonic() - t0 < 60
+
+
 def test_fallbacks_refusal_and_telemetry(four) -> None:
     world = 4
     res = [r["misc"] for r in four["ranks"]]
