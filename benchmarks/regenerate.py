@@ -98,6 +98,7 @@ ITEMS: tuple[Item, ...] = (
     Item("mccl_fig9", ("mccl_fig9.json",), (_b("mccl_fig9.py"),), (_b("mccl_fig9.py", "--specs", "hpn:1x2x4", "--profiles", "ideal"),)),
     Item("calibration", ("calibration.json",), (_b("calibration.py"),), (_b("calibration.py", "--quick"),)),
     Item("closed_loop", ("closed_loop.json",), (_b("closed_loop.py"),), (_b("closed_loop.py", "--quick"),)),
+    Item("noise", ("noise.json",), (_b("noise.py"),), (_b("noise.py", "--quick"),)),
     Item("live_loop", ("live_loop.json",), (_b("live_loop.py", "--runs", "5"),),
          (_b("live_loop.py", "--runs", "1", "--steps", "120", "--fault-at", "40", "--clear-at", "90"),),
          ),
@@ -216,7 +217,7 @@ class Rule:
                                  r"(?<=poll )\d+", r"(?<=bytes_in )\d+")  # ports, pids, the daemon's timed counters
     skipped_suffixes: tuple[str, ...] = (".png", ".svg", ".pdf")
     measured_items: frozenset[str] = frozenset({"daemon", "executor", "executor_full4", "executor_full8", "live_loop"})
-    rounded_items: tuple[tuple[str, int], ...] = (("closed_loop", 12),)
+    rounded_items: tuple[tuple[str, int], ...] = (("closed_loop", 12), ("noise", 12))
     #: Hand-written files with a generated part: only the part between the markers is compared.
     generated_parts: tuple[tuple[str, str, str], ...] = (
         ("benchmarks/README.md", "<!-- mccl_fig9:begin -->", "<!-- mccl_fig9:end -->"),
