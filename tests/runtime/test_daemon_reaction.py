@@ -4,11 +4,9 @@ well under the ~5 s slow mode issue 32 reported (real daemon on loopback, severa
 from __future__ import annotations
 
 import tempfile
-import threading
 import time
 
 from runtime import Controller, profile_from_dict
-from runtime.formats.store import VersionEntry
 from runtime.service.client import Client
 from runtime.service.daemon import serve
 from synth import load_topology
@@ -34,19 +32,11 @@ def _reaction_s() -> float:
             assert deployed is not None
             by_host = degraded_samples(deployed[1], topo, version=v1.version, n_collectives=60)
             samples = [s for h in sorted(by_host) for s in by_host[h]]
-            arrived: dict[str, float] = {}
-            done = threading.Event()
-
-            def on_version(e: VersionEntry) -> None:
-                if e.version > v1.version and not done.is_set():
-                    arrived["t"] = time.monotonic()
-                    done.set()
-
-            client.on_version(on_version)
             t0 = time.monotonic()
             client.push_samples(samples)
-            assert done.wait(30), "no new version within 30 s"
-            return arrived["t"] - t0
+            v2 = client.wait_version("world", "allgather", newer_than=v1.version, timeout_s=30)
+            assert v2 is not None, "no new version within 30 s"
+            return time.monotonic() - t0  # wait_version polls every 20 ms
 
 
 def test_reaction_is_never_in_the_5_s_mode() -> None:
