@@ -74,7 +74,8 @@ class Executor:
                  control_group: Any = None, emulation: Any = None, collective_timeout_s: float | None = None) -> None:
         import torch
         import torch.distributed as dist
-
+        if collective_timeout_s is not None and not collective_timeout_s > 0:  # 0 would silently mean "the first"
+            raise ExecutorError(f"collective_timeout_s must be a number > 0 or None, got {collective_timeout_s!r}")
         self._torch = torch
         self._dist = dist
         pg: Any = dist.group.WORLD if group is None else group

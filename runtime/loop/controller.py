@@ -66,7 +66,11 @@ class ControllerConfig:
     cooldown_s
         No re-synthesis of a (comm, collective) within this long after its last swap (or kept decision).
     time_limit_s, solver
-        Passed to :func:`synth.synthesize`.
+        Passed to :func:`synth.synthesize` (``time_limit_s`` bounds every re-synthesis, and the optimum made
+        after a provisional version 1).
+    bootstrap_time_limit_s
+        Bounds version 1's synthesis; when it binds, version 1 is the time-capped incumbent or the NCCL-like
+        baseline and the optimum follows at the next ``poll`` (:mod:`runtime.loop.bootstrap`). ``None``: no bound.
     chunks, alltoall_chunks
         ``chunks`` for the tree collectives (at most this many chunks per source: MSCCL programs need
         few; ``None`` = the exact optimum, whose chunk count can explode on measured decimals) and for
@@ -97,6 +101,7 @@ class ControllerConfig:
     hysteresis: float = 0.5
     cooldown_s: float = 1.0
     time_limit_s: float | None = 30.0
+    bootstrap_time_limit_s: float | None = 10.0
     chunks: int | None = 16
     alltoall_chunks: int | None = None
     solver: str = "highs"
@@ -135,6 +140,10 @@ def _check_config(cfg: ControllerConfig) -> None:
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise bad(name, "a finite number >= 0")
+    for name in ("time_limit_s", "bootstrap_time_limit_s"):
+        v = getattr(cfg, name)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
+            raise bad(name, "a number > 0 or None")
     if not 0 <= cfg.hysteresis <= 1:
         raise bad("hysteresis", "in [0, 1]")
     if cfg.contention_gate is not None:

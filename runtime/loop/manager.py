@@ -37,8 +37,10 @@ from runtime.contention.gate import ContentionGate, GateConfig
 from runtime.errors import ProfileError, RuntimeStateError
 from runtime.formats.profile import JobProfile
 from runtime.formats.store import VersionEntry, VersionStore
+from runtime.loop.bootstrap import BUDGET_REASON, FALLBACK_REASON, budget_bound, fallback_schedule
 from runtime.loop.detector import Verdict, detect
-from runtime.loop.estimator import LinkEstimate, LinkEstimator
+from runtime.loop.estimator import LinkEstimator
+from runtime.loop.reasons import flag_reason
 from synth import COLLECTIVES, Collective, CutLink, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
 from synth.figures import warm_mode_of
 
@@ -46,41 +48,6 @@ __all__ = ["Deployed", "Job", "ManagerConfig", "ScheduleManager", "flag_reason",
 
 #: Collectives the controller synthesizes (AllToAllv needs a demand matrix: not handled yet).
 SYNTHESIZABLE = COLLECTIVES
-
-
-#: Links a flag reason names per list (bottleneck cut, degraded links); the rest are counted.
-REASON_LINKS = 4
-
-
-def _links(keys: Sequence[str]) -> str:
-    more = f" and {len(keys) - REASON_LINKS} more" if len(keys) > REASON_LINKS else ""
-    return ", ".join(keys[:REASON_LINKS]) + more
-
-
-def flag_reason(verdict: Verdict, estimates: Sequence[LinkEstimate], *, snap: float = 0.02) -> str:
-    """Why the detector flagged a schedule, in words that keep apart the *bottleneck-cut* links it
-    checked (whose slack moved by more than γ) and the *degraded* links whose estimate fell (more than
-    ``snap`` below nominal, lowest share first): a cut link is where the schedule feels a fault,
-    not necessarily where it is.
-
-    >>> from runtime.loop.detector import detect
-    >>> loads = {("gpu0", "tor0.0"): 2, ("gpu3", "tor0.1"): 2}
-    >>> v = detect(loads, (CutLink("gpu3", "tor0.1", 0.0),), {("gpu0", "tor0.0"): 50.0, ("gpu3", "tor0.1"): 400.0},
-    ...            gamma=0.1)
-    >>> est = [LinkEstimate("gpu0", "tor0.0", 400.0, 50.0, 9, 50.0, 1.0)]
-    >>> print(flag_reason(v, est))
-    detector: bottleneck cut {gpu3->tor0.1} off its slack by more than gamma 0.1; degraded links: gpu0->tor0.0 (estimated 50 of 400 Gbit/s)
-    """
-    if not verdict.deviations and verdict.deciding:  # a link the schedule uses is down
-        return "detector: link(s) in use down: " + _links([f"{a}->{b} (0 Gbit/s)" for a, b in verdict.deciding])
-    cut = _links([f"{a}->{b}" for a, b in verdict.deciding])
-    head = f"detector: bottleneck cut {{{cut}}} off its slack by more than gamma {verdict.gamma:.4g}" if cut \
-        else f"detector: {verdict.message}"
-    low = sorted((e for e in estimates if e.estimate_gbps < (1.0 - snap) * e.nominal_gbps),
-                 key=lambda e: (e.estimate_gbps / e.nominal_gbps, e.src, e.dst))
-    degraded = _links([f"{e.src}->{e.dst} (estimated {e.estimate_gbps:.4g} of {e.nominal_gbps:.4g} Gbit/s)"
-                       for e in low]) or "none estimated below nominal"
-    return f"{head}; degraded links: {degraded}"
 
 
 def size_bands(sizes_bytes: Sequence[int]) -> list[tuple[int, int | None, int]]:
@@ -109,6 +76,7 @@ class ManagerConfig:
     min_gain: float = 0.02
     recovery_check_s: float | None = 5.0
     export_xml: bool = True
+    bootstrap_time_limit_s: float | None = 10.0  # bounds version 1's synthesis (runtime.loop.bootstrap)
     gate: GateConfig | None = None  # contention gate (runtime.contention.gate): act on SUSTAINED verdicts only
 
 
@@ -124,6 +92,7 @@ class Deployed:
     last_recovery_check_t_s: float = -math.inf
     deferred_logged: bool = False
     samples_since: int = 0
+    provisional: bool = False  # a bootstrap version 1 made within its budget; the optimum is still due
 
 
 @dataclass
@@ -218,31 +187,30 @@ class ScheduleManager:
         return topo if ranks is None else topo.communicator(ranks, relay=relay)
 
     def _synthesize(self, key: tuple[str, str], topo: Topology, warm: SynthResult | Schedule | None,
-                    chunks: int | None = None) -> SynthResult:
-        """Synthesize ``key`` on ``topo`` (warm when it can); ``chunks`` overrides the config's."""
+                    chunks: int | None = None, limit_s: float | None | str = "config") -> SynthResult:
+        """Synthesize ``key`` on ``topo`` (warm when it can); ``chunks`` and ``limit_s`` override the config's."""
         collective = Collective.parse(key[1])
         ranks, relay = self.members[key[0]]
         if chunks is None:
             chunks = self.config.alltoall_chunks if collective is Collective.ALLTOALL else self.config.chunks
+        limit = self.config.time_limit_s if isinstance(limit_s, str) else limit_s
         try:
-            return synthesize(collective, topo, chunks=chunks, warm_from=warm,
-                              solver=self.config.solver, time_limit_s=self.config.time_limit_s,
-                              ranks=ranks, relay=relay)
+            return synthesize(collective, topo, chunks=chunks, warm_from=warm, solver=self.config.solver,
+                              time_limit_s=limit, ranks=ranks, relay=relay)
         except LoopcollError as exc:
             if warm is None:
                 raise
             self._log({"event": "warm_failed", "collective": collective, "error": str(exc)[:300]})
-            return synthesize(collective, topo, chunks=chunks,
-                              solver=self.config.solver, time_limit_s=self.config.time_limit_s,
+            return synthesize(collective, topo, chunks=chunks, solver=self.config.solver, time_limit_s=limit,
                               ranks=ranks, relay=relay)
 
-    def _publish(self, key: tuple[str, str], result: SynthResult, topo: Topology, reason: str,
+    def _publish(self, key: tuple[str, str], result: SynthResult | Schedule, topo: Topology, reason: str,
                  verdict: Verdict | None, trigger_samples: int, now: float) -> VersionEntry:
         comm, coll = key
         comm_topo = self.comm_topology(comm, topo)
+        redo = None if isinstance(result, Schedule) else (lambda cap: self._synthesize(key, topo, None, chunks=cap))
         version = fit(result, comm_topo, MscclTarget() if self.config.export_xml else TorchTarget(),
-                      bands=[(lo, hi) for lo, hi, _ in size_bands(self.sizes[key])],
-                      resynthesize=lambda cap: self._synthesize(key, topo, None, chunks=cap), strict=False)
+                      bands=[(lo, hi) for lo, hi, _ in size_bands(self.sizes[key])], resynthesize=redo, strict=False)
         entry = self.store.publish(comm, coll, version, reason=reason, topology=comm_topo,
                                    nominal=self.comm_topology(comm, self.nominal),
                                    verdict=None if verdict is None else verdict.to_dict(),
@@ -250,9 +218,9 @@ class ScheduleManager:
         if version.note is not None:
             self._log({"event": "capped", "t_s": now, "comm": comm, "collective": coll, "version": entry.version,
                        "chunks": version.capped_chunks, "message": version.note})
-        result = version.result or result
+        kept = version.result or (None if isinstance(result, Schedule) else result)
         self.schedules[(comm, coll, entry.version)] = version.schedule
-        self.deployed[key] = Deployed(entry, version.schedule, result, entry.cut, now)
+        self.deployed[key] = Deployed(entry, version.schedule, kept, entry.cut, now)
         self.counters.publications += 1
         if self.gate is not None:
             self.gate.reconfigured(f"{comm}/{coll}")
@@ -297,7 +265,9 @@ class ScheduleManager:
         return entry
 
     def bootstrap(self, now: float) -> list[VersionEntry]:
-        """Publish a first version of every synthesizable (comm, collective) the store lacks."""
+        """Publish a first version of every synthesizable (comm, collective) the store lacks, each within
+        ``bootstrap_time_limit_s``: the synthesis, or when that budget binds a provisional version 1 (the
+        incumbent, else the NCCL-like baseline) whose optimum the next ``step`` makes (runtime.loop.bootstrap)."""
         out = []
         topo = self.estimator.measured_topology()
         for key in sorted(self.sizes):
@@ -308,14 +278,29 @@ class ScheduleManager:
                            "message": f"{key[1]} schedules need a demand matrix; left to the native library"})
                 continue
             t0 = time.perf_counter()
-            res = self._synthesize(key, topo, None)
-            self.counters.syntheses += 1
-            if res.schedule is None:
-                raise RuntimeStateError(f"{key[0]}/{key[1]}: bootstrap synthesis failed: {res.message}")
+            res: SynthResult | None = None
+            try:
+                res = self._synthesize(key, topo, None, limit_s=self.config.bootstrap_time_limit_s)
+                self.counters.syntheses += 1
+            except LoopcollError as exc:
+                self._log({"event": "synthesis_failed", "t_s": now, "comm": key[0], "collective": key[1],
+                           "error": str(exc)[:300]})
+            provisional = budget_bound(res, self.config.bootstrap_time_limit_s, self.config.time_limit_s)
+            source: SynthResult | Schedule | None = res if res is not None and res.schedule is not None else None
+            if source is None:
+                try:
+                    source = fallback_schedule(key[1], self.comm_topology(key[0], topo))
+                except LoopcollError as exc:
+                    raise RuntimeStateError(f"{key[0]}/{key[1]}: bootstrap synthesis failed "
+                                            f"({'' if res is None else res.message}) and no fallback: {exc}") from None
             self._log({"event": "bootstrap", "t_s": now, "comm": key[0], "collective": key[1],
-                       "synth_time_s": time.perf_counter() - t0, "status": res.status.value})
-            out.append(self._publish(key, res, topo, "bootstrap", None, 0, now))
+                       "synth_time_s": time.perf_counter() - t0, "provisional": provisional,
+                       "status": "baseline" if isinstance(source, Schedule) else source.status.value})
+            reason = FALLBACK_REASON if isinstance(source, Schedule) else \
+                BUDGET_REASON if provisional else "bootstrap"
+            out.append(self._publish(key, source, topo, reason, None, 0, now))
             self.deployed[key].swapped_t_s = -math.inf  # no cool-down after a bootstrap
+            self.deployed[key].provisional = provisional
         return out
 
     def step(self, now: float, clock: Callable[[], float] | None, trigger_samples: int,
@@ -334,7 +319,10 @@ class ScheduleManager:
             v = self.verdict(key)
             reason = None
             allowed = self._gate_allows(key, v, now)
-            if v.flagged and not allowed:
+            if d.provisional:
+                d.provisional = False  # one try: a failure or no gain keeps version 1
+                reason = "bootstrap: optimum (version 1 was made within the bootstrap budget)"
+            elif v.flagged and not allowed:
                 self.counters.gated += 1
             elif v.flagged:
                 reason = flag_reason(v, self.estimator.snapshot(), snap=self.estimator.snap)
@@ -357,7 +345,8 @@ class ScheduleManager:
                        "measured_fingerprint": topo.fingerprint})
             t0 = time.perf_counter()
             try:
-                res = self._synthesize(key, topo, d.result if d.result is not None else d.schedule)
+                warm = None if reason.startswith("bootstrap") else d.result if d.result is not None else d.schedule
+                res = self._synthesize(key, topo, warm)
             except LoopcollError as exc:
                 self.counters.failures += 1
                 d.swapped_t_s = now  # back off for a cool-down before trying again
@@ -481,7 +470,8 @@ class ScheduleManager:
     def status(self) -> dict[str, Any]:
         return {
             "deployed": {f"{k[0]}/{k[1]}": {"version": d.entry.version, "swapped_t_s": d.swapped_t_s,
-                                            "algbw_GBps": d.entry.algbw_GBps}
+                                            "algbw_GBps": d.entry.algbw_GBps, "status": d.entry.status,
+                                            "reason": d.entry.reason, "provisional": d.provisional}
                          for k, d in sorted(list(self.deployed.items()))},
             "pending": [{"comm": j.key[0], "collective": j.key[1], "ready_t_s": j.ready_t_s, "reason": j.reason}
                         for j in list(self.jobs.values())],
