@@ -18,6 +18,7 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -74,6 +75,21 @@ class Logical:
         return Logical(self.n, self.pairs[:, ::-1].copy(), self.paths, self.incidence, self.caps_GBps,
                        self.link_keys, self.index.T.copy(), not self.flipped)
 
+    @cached_property
+    def route_links(self) -> IntArray:
+        """``route_links[i]``: the links of arc i's route, padded with ``len(caps_GBps)`` (a dummy link)."""
+        inc = self.incidence.tocsr()
+        counts = np.diff(inc.indptr)
+        out = np.full((len(self.pairs), int(counts.max(initial=1))), len(self.caps_GBps), dtype=np.int64)
+        rows = np.repeat(np.arange(len(self.pairs)), counts)
+        cols = np.arange(len(inc.indices)) - np.repeat(inc.indptr[:-1], counts)
+        out[rows, cols] = inc.indices
+        return out
+
+    @cached_property
+    def _incidence_t(self) -> csr_matrix:
+        return self.incidence.T
+
     def arc_cost(self, w: FloatArray) -> FloatArray:
         """Cost of every arc: the sum of ``w`` over its route's links."""
         return np.asarray(self.incidence @ w, dtype=np.float64)
@@ -86,7 +102,7 @@ class Logical:
 
     def loads(self, arc_counts: FloatArray) -> FloatArray:
         """Physical link loads of ``arc_counts[i]`` units on every arc i."""
-        return np.asarray(self.incidence.T @ arc_counts, dtype=np.float64)
+        return np.asarray(self._incidence_t @ arc_counts, dtype=np.float64)
 
     def arc(self, u: int, v: int) -> int:
         """The arc of (u, v); :class:`SolverError` if the pair has no route."""

@@ -48,31 +48,28 @@ def integral_capacities(lg: Logical, g_star: FloatArray, k: int, *, start: str =
     frac = want - np.floor(want + 1e-9)
     caps = lg.caps_GBps
     live = caps > 0
-    inv = np.where(live, 1.0 / np.where(live, caps, 1.0), 0.0)
-    util = lg.loads(g.astype(np.float64)) * inv
-    inc = lg.incidence.tocsr()
+    inv = np.r_[np.where(live, 1.0 / np.where(live, caps, 1.0), 0.0), 0.0]  # last: the dummy pad link
+    util = np.r_[lg.loads(g.astype(np.float64)) * inv[:-1], -np.inf]
+    links = lg.route_links
     net = FlowNetwork(n + 1)
     hub = n
     arc_ids = net.add_arcs(lg.pairs[:, 0].tolist(), lg.pairs[:, 1].tolist(), g.tolist())
     net.add_arcs([hub] * n, list(range(n)), [k] * n)
-    # Arc cost of one more unit: the largest utilisation along its route afterwards.
+    side = np.zeros(n + 1, dtype=bool)
     for v in range(n):
         while net.max_flow(hub, v) < k * n:
-            side = np.zeros(n + 1, dtype=bool)
+            side[:] = False
             side[list(net.source_side(hub, v))] = True
             entering = np.flatnonzero(side[lg.pairs[:, 0]] & ~side[lg.pairs[:, 1]])
-            best, best_key = -1, None
-            for i in entering.tolist():
-                row = inc.indices[inc.indptr[i]:inc.indptr[i + 1]]
-                after = float((util[row] + inv[row]).max()) if len(row) else 0.0
-                key = (after, -frac[i], i)
-                if best_key is None or key < best_key:
-                    best, best_key = i, key
-            if best < 0:  # cannot happen: the logical graph is strongly connected
+            if len(entering) == 0:  # cannot happen: the logical graph is strongly connected
                 raise ValueError(f"no routed arc enters the set short of trees at GPU {v}")
+            # Cost of one more unit: the largest utilisation along the arc's route afterwards; ties
+            # to the largest fractional part, then the lowest arc.
+            after = np.maximum((util + inv)[links[entering]].max(axis=1), 0.0)
+            best = int(entering[np.lexsort((entering, -frac[entering], after))[0]])
             g[best] += 1
             frac[best] = 0.0
-            row = inc.indices[inc.indptr[best]:inc.indptr[best + 1]]
+            row = links[best]
             util[row] += inv[row]
             net.set_capacity(int(arc_ids[best]), int(g[best]))
     return g
