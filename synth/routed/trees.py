@@ -115,6 +115,38 @@ def _best_k(graphs: Sequence[Logical], stars: Sequence[np.ndarray], k_max: int,
     return best[1], best[2], best[0]
 
 
+def _denominator(stars: Sequence[np.ndarray], k_min: int, k_max: int) -> int | None:
+    """The smallest k in ``k_min..k_max`` that makes every ``k·g*`` integral (within 1e-6), or None.
+
+    >>> _denominator([np.array([0.5, 1 / 3])], 1, 8), _denominator([np.array([0.1])], 1, 8)
+    (6, None)
+    """
+    if k_max < k_min:
+        return None
+    ks = np.arange(k_min, k_max + 1, dtype=np.float64)[:, None]
+    whole = np.ones(len(ks), dtype=bool)
+    for star in stars:
+        scaled = ks * np.asarray(star, dtype=np.float64)[None, :]
+        whole &= np.abs(scaled - np.rint(scaled)).max(axis=1, initial=0.0) <= 1e-6
+    hits = np.flatnonzero(whole)
+    return int(k_min + hits[0]) if len(hits) else None
+
+
+def _exact_beyond(graphs: Sequence[Logical], stars: Sequence[np.ndarray], n: int, lp_T: float,  # noqa: N803
+                  deadline: float | None) -> tuple[int, list[np.ndarray], float] | None:
+    """Without ``max_chunks``, when some ``q`` beyond :data:`DEFAULT_MAX_CHUNKS` (within the chunk
+    cap) makes the cut LP's ``q·g*`` integral, that rounding is exact: the first k up to q that
+    reaches the optimum (what :func:`_more_chunks` would pick from these stars), found before any
+    column generation; None when there is no such q or the k found falls short."""
+    q = _denominator(stars, DEFAULT_MAX_CHUNKS + 1, chunk_cap(n, None, None)[1])
+    if q is None:
+        return None
+    budget = time.perf_counter() + ROUNDING_BUDGET_S
+    more = _best_k(graphs, stars, q, lp_T, k_min=DEFAULT_MAX_CHUNKS + 1,
+                   deadline=budget if deadline is None else min(budget, deadline))
+    return more if more[2] <= lp_T * (1 + 1e-9) else None
+
+
 def _more_chunks(graphs: Sequence[Logical], stars: Sequence[np.ndarray], n: int, lp_T: float,  # noqa: N803
                  best: tuple[int, list[np.ndarray], float], budget_s: float) -> tuple[tuple[int, list[np.ndarray],
                                                                                            float], str | None]:
@@ -211,6 +243,10 @@ def _pick(phases: Sequence[tuple[Logical, RouteKind]], stars: list[np.ndarray], 
     k, caps, per_unit = _best_k(graphs, stars, k_max, lp.lp_T)
     cg_rounds: tuple[int, ...] = ()
     seeded = 0
+    if per_unit > lp.lp_T * (1 + 1e-9) and max_chunks is None and lp.proven:
+        exact = _exact_beyond(graphs, stars, n, lp.lp_T, deadline)
+        if exact is not None:
+            return _Pick(exact[0], exact[1], cg_rounds, seeded, None)
     if per_unit > lp.lp_T * (1 + 1e-9) and n <= CG_MAX_RANKS and (deadline is None or time.perf_counter() < deadline):
         # Small fabrics: the tree LP's optimum (column generation, warm-started from the previous
         # schedule's trees) is another optimal g*, often with a better rounding.
