@@ -53,29 +53,25 @@ def cut_lp(lg: Logical, *, max_rounds: int = 500, deadline: float | None = None)
     h.addCols(1, np.array([1.0]), np.array([0.0]), np.array([inf]), 0, np.zeros(0, np.int32), np.zeros(0, np.int32),
               np.zeros(0))
     inc = lg.incidence.tocsc()
-    for a in live:
-        arcs = inc.indices[inc.indptr[a]:inc.indptr[a + 1]]
-        if len(arcs) == 0:
-            continue
-        idx = np.r_[arcs, m].astype(np.int32)
-        val = np.r_[np.ones(len(arcs)), -lg.caps_GBps[a] / scale]
-        h.addRow(-inf, 0.0, len(idx), idx, val)
+    rows = [(np.r_[inc.indices[inc.indptr[a]:inc.indptr[a + 1]], m], -lg.caps_GBps[a] / scale) for a in live
+            if inc.indptr[a + 1] > inc.indptr[a]]
+    _add_rows(h, [(-inf, 0.0, idx, np.r_[np.ones(len(idx) - 1), cap]) for idx, cap in rows])
     seen: set[bytes] = set()
 
-    def add_cut(inside: np.ndarray) -> bool:
+    def cut_row(inside: np.ndarray) -> tuple[float, float, np.ndarray, np.ndarray] | None:
         key = np.packbits(inside).tobytes()
         if key in seen:
-            return False
+            return None
         seen.add(key)
-        arcs = np.flatnonzero(~inside[lg.pairs[:, 0]] & inside[lg.pairs[:, 1]]).astype(np.int32)
-        h.addRow(float(n - inside.sum()), inf, len(arcs), arcs, np.ones(len(arcs)))
-        return True
+        arcs = np.flatnonzero(~inside[lg.pairs[:, 0]] & inside[lg.pairs[:, 1]])
+        return float(n - inside.sum()), inf, arcs, np.ones(len(arcs))
 
+    singles = []
     for v in range(n):  # every GPU must be entered, every GPU must send
         one = np.zeros(n, dtype=bool)
         one[v] = True
-        add_cut(one)
-        add_cut(~one)
+        singles += [cut_row(one), cut_row(~one)]
+    _add_rows(h, [r for r in singles if r is not None])
     net = FlowNetwork(n + 1)
     arc_ids = net.add_arcs(lg.pairs[:, 0].tolist(), lg.pairs[:, 1].tolist(), [0] * m)
     net.add_arcs([n] * n, list(range(n)), [_SCALE] * n)
@@ -88,13 +84,26 @@ def cut_lp(lg: Logical, *, max_rounds: int = 500, deadline: float | None = None)
         x = np.asarray(h.getSolution().col_value)
         g = np.maximum(x[:m], 0.0)
         net.set_capacities(arc_ids, np.floor(g * _SCALE).astype(np.int64))
-        added = 0
+        fresh = []
         for v in range(n):
             if net.max_flow(n, v) < n * _SCALE * (1 - _TOL):
                 side = np.zeros(n + 1, dtype=bool)
                 side[list(net.source_side(n, v))] = True
-                added += add_cut(~side[:n])
-        if added == 0:
+                row = cut_row(~side[:n])
+                if row is not None:
+                    fresh.append(row)
+        _add_rows(h, fresh)
+        if not fresh:
             return g, float(x[m]) / scale, rounds, True
         if rounds >= max_rounds or (deadline is not None and time.perf_counter() > deadline):
             return g, float(x[m]) / scale, rounds, False
+
+
+def _add_rows(h: highspy.Highs, rows: list[tuple[float, float, np.ndarray, np.ndarray]]) -> None:
+    """Append rows ``(lower, upper, column indices, values)`` to ``h`` in one call."""
+    if not rows:
+        return
+    starts = np.cumsum([0] + [len(r[2]) for r in rows[:-1]]).astype(np.int32)
+    idx = np.concatenate([r[2] for r in rows]).astype(np.int32)
+    val = np.concatenate([r[3] for r in rows]).astype(np.float64)
+    h.addRows(len(rows), np.array([r[0] for r in rows]), np.array([r[1] for r in rows]), len(idx), starts, idx, val)
