@@ -41,7 +41,9 @@ def cut_lp(lg: Logical, *, max_rounds: int = 500, deadline: float | None = None)
 
     Every round's T is a lower bound on the optimum (a relaxation), so ``N / T`` is a proven upper
     bound on the routed algbw even when the rounds or the ``deadline`` (``time.perf_counter()``)
-    ran out first (``proven`` false; ``g`` may then miss some cuts)."""
+    ran out first (``proven`` false; ``g`` may then miss some cuts). The deadline also bounds every
+    LP solve (HiGHS's ``time_limit``) and is checked between the separation max-flows; when it
+    passes before the first LP is solved, ``g`` is zero and ``T`` is 0 (no bound)."""
     n, m = lg.n, len(lg.pairs)
     live = np.flatnonzero(lg.caps_GBps > 0)
     scale = float(lg.caps_GBps[live].sum()) / (3.0 * n)
@@ -76,16 +78,18 @@ def cut_lp(lg: Logical, *, max_rounds: int = 500, deadline: float | None = None)
     arc_ids = net.add_arcs(lg.pairs[:, 0].tolist(), lg.pairs[:, 1].tolist(), [0] * m)
     net.add_arcs([n] * n, list(range(n)), [_SCALE] * n)
     rounds = 0
+    g, t_scaled = np.zeros(m), 0.0  # before any round: no capacities, no bound
     while True:
         rounds += 1
-        h.run()
-        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-            raise SolverError(f"routed cut LP: {h.modelStatusToString(h.getModelStatus())}")
+        if not _run(h, deadline):
+            return g, t_scaled / scale, rounds - 1, False
         x = np.asarray(h.getSolution().col_value)
-        g = np.maximum(x[:m], 0.0)
+        g, t_scaled = np.maximum(x[:m], 0.0), float(x[m])
         net.set_capacities(arc_ids, np.floor(g * _SCALE).astype(np.int64))
         fresh = []
         for v in range(n):
+            if deadline is not None and time.perf_counter() > deadline:
+                return g, t_scaled / scale, rounds, False
             if net.max_flow(n, v) < n * _SCALE * (1 - _TOL):
                 side = np.zeros(n + 1, dtype=bool)
                 side[list(net.source_side(n, v))] = True
@@ -94,9 +98,27 @@ def cut_lp(lg: Logical, *, max_rounds: int = 500, deadline: float | None = None)
                     fresh.append(row)
         _add_rows(h, fresh)
         if not fresh:
-            return g, float(x[m]) / scale, rounds, True
+            return g, t_scaled / scale, rounds, True
         if rounds >= max_rounds or (deadline is not None and time.perf_counter() > deadline):
-            return g, float(x[m]) / scale, rounds, False
+            return g, t_scaled / scale, rounds, False
+
+
+def _run(h: highspy.Highs, deadline: float | None) -> bool:
+    """Solve ``h`` within the time left to ``deadline``: True when optimal, False when the time ran
+    out first (:class:`SolverError` on any other outcome)."""
+    if deadline is not None:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return False
+        # HiGHS compares its limit with the object's accumulated run time.
+        h.setOptionValue("time_limit", float(h.getRunTime() + left))
+    h.run()
+    status = h.getModelStatus()
+    if status == highspy.HighsModelStatus.kOptimal:
+        return True
+    if status == highspy.HighsModelStatus.kTimeLimit:
+        return False
+    raise SolverError(f"routed cut LP: {h.modelStatusToString(status)}")
 
 
 def _add_rows(h: highspy.Highs, rows: list[tuple[float, float, np.ndarray, np.ndarray]]) -> None:

@@ -23,6 +23,8 @@ True
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import numpy.typing as npt
 
@@ -36,11 +38,14 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 
-def integral_capacities(lg: Logical, g_star: FloatArray, k: int, *, start: str = "floor") -> IntArray:
+def integral_capacities(lg: Logical, g_star: FloatArray, k: int, *, start: str = "floor",
+                        deadline: float | None = None) -> IntArray:
     """Integer arc capacities holding ``k`` trees per root, near ``k·g_star`` (module docstring).
 
     ``start`` is where the repair begins: ``"floor"`` (``⌊k·g*⌋``), ``"round"`` (nearest) or
-    ``"zero"`` (pure greedy, g* only breaking ties)."""
+    ``"zero"`` (pure greedy, g* only breaking ties). Past ``deadline`` (``time.perf_counter()``)
+    each repair step adds a short set's whole deficit to its chosen arc at once (fewer max-flows,
+    a coarser balance)."""
     n = lg.n
     want = k * np.asarray(g_star, dtype=np.float64)
     g = {"floor": np.floor(want + 1e-9), "round": np.floor(want + 0.5), "zero": np.zeros_like(want)}[start]
@@ -57,7 +62,7 @@ def integral_capacities(lg: Logical, g_star: FloatArray, k: int, *, start: str =
     net.add_arcs([hub] * n, list(range(n)), [k] * n)
     side = np.zeros(n + 1, dtype=bool)
     for v in range(n):
-        while net.max_flow(hub, v) < k * n:
+        while (flow := net.max_flow(hub, v)) < k * n:
             side[:] = False
             side[list(net.source_side(hub, v))] = True
             entering = np.flatnonzero(side[lg.pairs[:, 0]] & ~side[lg.pairs[:, 1]])
@@ -66,12 +71,16 @@ def integral_capacities(lg: Logical, g_star: FloatArray, k: int, *, start: str =
             # Cost of one more unit: the largest utilisation along the arc's route afterwards; ties
             # to the largest fractional part, then the lowest arc.
             after = np.maximum((util + inv)[links[entering]].max(axis=1), 0.0)
-            best = int(entering[np.lexsort((entering, -frac[entering], after))[0]])
-            g[best] += 1
-            frac[best] = 0.0
-            row = links[best]
-            util[row] += inv[row]
-            net.set_capacity(int(arc_ids[best]), int(g[best]))
+            order = entering[np.lexsort((entering, -frac[entering], after))]
+            # Past the deadline the whole deficit at once, one unit to each of the best arcs in turn.
+            units = 1 if deadline is None or time.perf_counter() <= deadline else k * n - flow
+            for i, best in enumerate(order[:units].tolist()):
+                add = units // len(order) + (i < units % len(order))
+                g[best] += add
+                frac[best] = 0.0
+                row = links[best]
+                util[row] += add * inv[row]
+                net.set_capacity(int(arc_ids[best]), int(g[best]))
     return g
 
 
