@@ -87,6 +87,16 @@ class Logical:
         return out
 
     @cached_property
+    def head_links(self) -> csr_matrix:
+        """``head_links[v, a]`` is 1 when some arc into GPU v (in this graph's orientation) ends its
+        route with link a: the last link of a real transfer to v or, transposed, the first of one from v."""
+        link_of = {key: a for a, key in enumerate(self.link_keys)}
+        ends = [link_of[(p[0], p[1])] if self.flipped else link_of[(p[-2], p[-1])] for p in self.paths]
+        m = csr_matrix((np.ones(len(ends)), (self.pairs[:, 1], ends)), shape=(self.n, len(self.link_keys)))
+        m.data[:] = 1.0  # duplicates summed: one entry per (GPU, link)
+        return m
+
+    @cached_property
     def _incidence_t(self) -> csr_matrix:
         return self.incidence.T
 

@@ -32,7 +32,7 @@ from synth.kernels.packing import TreeClass, pack_with_figures
 from synth.maxflow import FlowNetwork
 from synth.routed._logical import Logical
 
-__all__ = ["integral_capacities", "pack_trees"]
+__all__ = ["integral_capacities", "may_reach", "pack_trees"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -82,6 +82,22 @@ def integral_capacities(lg: Logical, g_star: FloatArray, k: int, *, start: str =
                 util[row] += add * inv[row]
                 net.set_capacity(int(arc_ids[best]), int(g[best]))
     return g
+
+
+def may_reach(lg: Logical, t_phase: float, k: int, *, slack: float = 1e-6) -> bool:
+    """A necessary condition for integral capacities with ``k`` trees per root at phase ratio
+    ``t_phase`` per chunk (the LP optimum): every GPU v must be entered ``k·(N−1)`` times
+    (Lovász's condition for X = {v}), every arc into v ends on one of v's head links
+    (:attr:`Logical.head_links`), and each link a carries at most ``⌊k·t·c_a⌋`` units, so the
+    head links of v must hold ``k·(N−1)``. False proves that no ``k``-rounding reaches the optimum.
+
+    >>> from synth.topologies import named_topology
+    >>> lg = Logical.build(named_topology("nvswitch:4"))  # T = 3/360 per unit: 3 chunks fit at k = 1
+    >>> may_reach(lg, 3 / 360, 1), may_reach(lg, 3 / 360 * 0.99, 1)
+    (True, False)
+    """
+    cap = np.floor(k * t_phase * lg.caps_GBps * (1 + slack) + 1e-9)
+    return bool((lg.head_links @ cap >= k * (lg.n - 1)).all())
 
 
 def pack_trees(lg: Logical, g: IntArray, k: int) -> list[TreeClass]:

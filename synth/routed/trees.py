@@ -37,7 +37,7 @@ from synth.figures import RoutedTreeFigures, RoutingFigures
 from synth.result import Status, SynthResult, gap_pct, judge
 from synth.routed._logical import Logical
 from synth.kernels.packing import PackingError, TreeClass
-from synth.routed._lovasz import integral_capacities, pack_trees
+from synth.routed._lovasz import integral_capacities, may_reach, pack_trees
 from synth.routed._cutlp import cut_lp
 from synth.routed._cuts import tree_cut_T
 from synth.routed._treelp import TreeLp, solve_tree_lp, tree_arcs
@@ -106,17 +106,31 @@ def _seeds(warm: Schedule | None, lg: Logical, kind: RouteKind) -> list[tuple[in
 
 def _best_k(graphs: Sequence[Logical], stars: Sequence[np.ndarray], k_max: int,
             lp_T: float, *, k_min: int = 1, deadline: float | None = None,  # noqa: N803
-            limit: float | None = None, stop_rtol: float = 1e-9) -> tuple[int, list[np.ndarray], float]:
+            limit: float | None = None, stop_rtol: float = 1e-9,
+            phase_T: Sequence[float] | None = None) -> tuple[int, list[np.ndarray], float]:  # noqa: N803
     """The k in k_min..k_max whose integral capacities have the smallest summed phase ratio per
     chunk (the first such k; stops at a k within ``stop_rtol`` of the LP optimum, or after
     ``deadline`` or the time limit's ``limit`` once one k is done; past ``limit`` the repairs of
-    :func:`integral_capacities` take whole deficits)."""
-    best: tuple[float, int, list[np.ndarray]] | None = None
-    for k in range(k_min, k_max + 1):
+    :func:`integral_capacities` take whole deficits). With the phases' optima ``phase_T`` and no
+    deadline, the k that :func:`may_reach` proves short of the optimum are tried only when no
+    other k reaches it (the same pick, fewer roundings)."""
+    def rounded(k: int) -> tuple[float, int, list[np.ndarray]]:
         caps = [integral_capacities(g, star, k, deadline=limit) for g, star in zip(graphs, stars)]
-        per_unit = sum(_ratio(g, c) for g, c in zip(graphs, caps)) / k
-        if best is None or per_unit < best[0] * (1 - 1e-12):
-            best = (per_unit, k, caps)
+        return sum(_ratio(g, c) for g, c in zip(graphs, caps)) / k, k, caps
+
+    ks = range(k_min, k_max + 1)
+    done: dict[int, tuple[float, int, list[np.ndarray]]] = {}
+    if phase_T is not None and deadline is None and limit is None:
+        for k in ks:
+            if all(may_reach(g, t, k) for g, t in zip(graphs, phase_T)):
+                done[k] = rounded(k)
+                if done[k][0] <= lp_T * (1 + stop_rtol):
+                    return k, done[k][2], done[k][0]
+    best: tuple[float, int, list[np.ndarray]] | None = None
+    for k in ks:
+        cur = done[k] if k in done else rounded(k)
+        if best is None or cur[0] < best[0] * (1 - 1e-12):
+            best = cur
         now = time.perf_counter()
         if best[0] <= lp_T * (1 + stop_rtol) or any(d is not None and now > d for d in (deadline, limit)):
             break
@@ -213,7 +227,9 @@ def synthesize_routed_trees(
     # A phase stopped by the limit: its last LP's T, or the cheap cut bound where that is higher.
     lp_T = sum(c[1] if c[3] else max(c[1], tree_cut_T(topology, into=kind is RouteKind.OUT_TREE))  # noqa: N806
                for c, (_, kind) in zip(cuts, phases))
-    lp = _RoutedLp(time.perf_counter() - start, lp_T, all(c[3] for c in cuts), tuple(c[2] for c in cuts))
+    proven = all(c[3] for c in cuts)
+    lp = _RoutedLp(time.perf_counter() - start, lp_T, proven, tuple(c[2] for c in cuts),
+                   tuple(c[1] for c in cuts) if proven else ())
     pick = _pick(phases, [c[0] for c in cuts], lp, topology.nranks, max_chunks, warm_start, solver, deadline)
     grace = None if time_limit_s is None else start + time_limit_s + max(GRACE_S, 0.1 * time_limit_s)
     routes: list[Route] = []
@@ -260,6 +276,7 @@ class _RoutedLp:
     lp_T: float  # noqa: N815
     proven: bool
     rounds: tuple[int, ...]
+    phase_T: tuple[float, ...] = ()  # noqa: N815  (each phase's proven optimum; empty when not proven)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +296,8 @@ def _pick(phases: Sequence[tuple[Logical, RouteKind]], stars: list[np.ndarray], 
     tree LP's (column generation); beyond ``max_chunks`` when none was given."""
     graphs = [g for g, _ in phases]
     k_max = max_chunks or DEFAULT_MAX_CHUNKS
-    k, caps, per_unit = _best_k(graphs, stars, k_max, lp.lp_T, limit=deadline)
+    phase_T = lp.phase_T or None  # noqa: N806
+    k, caps, per_unit = _best_k(graphs, stars, k_max, lp.lp_T, limit=deadline, phase_T=phase_T)
     cg_rounds: tuple[int, ...] = ()
     seeded = 0
     if per_unit > lp.lp_T * (1 + 1e-9) and max_chunks is None and lp.proven:
@@ -296,7 +314,7 @@ def _pick(phases: Sequence[tuple[Logical, RouteKind]], stars: list[np.ndarray], 
         cg_rounds = tuple(t.rounds for t in lps)
         seeded = sum(t.seeded for t in lps)
         stars2 = [_g_star(g, t) for g, t in zip(graphs, lps)]
-        k2, caps2, per_unit2 = _best_k(graphs, stars2, k_max, lp.lp_T, limit=deadline)
+        k2, caps2, per_unit2 = _best_k(graphs, stars2, k_max, lp.lp_T, limit=deadline, phase_T=phase_T)
         if per_unit2 < per_unit * (1 - 1e-12):
             k, caps, per_unit, stars = k2, caps2, per_unit2, stars2
     binding = None
