@@ -36,7 +36,7 @@ PROPS = settings(max_examples=10, deadline=None, derandomize=True, suppress_heal
 
 
 def _assert_bounded_and_honest(topo: Topology, coll: str, limit_s: float, optimum: float | None) -> None:
-    """``optimum``: the routed optimum, to check the stated bound against (and the free one), or None."""
+    """``optimum``: the routed optimum, to check the stated bound against, or None."""
     start = time.perf_counter()
     r = synthesize(coll, topo, routing="routed", time_limit_s=limit_s)
     elapsed = time.perf_counter() - start
@@ -51,7 +51,6 @@ def _assert_bounded_and_honest(topo: Topology, coll: str, limit_s: float, optimu
     assert r.gap_pct == pytest.approx(gap_pct(r.algbw_GBps, r.optimal_algbw_GBps), abs=1e-9)
     assert np.isfinite(r.optimal_algbw_GBps), "a stopped run still states a finite proven bound"
     if optimum is not None:  # the stated bound is a bound on the routed optimum (equal once proven)
-        assert r.optimal_algbw_GBps <= optimal_bound(coll, topo).algbw_GBps * (1 + 1e-9)
         assert r.optimal_algbw_GBps >= optimum * (1 - 1e-7)
         if r.status is not Status.TIME_LIMIT:
             assert r.optimal_algbw_GBps == pytest.approx(optimum, rel=1e-7)
@@ -121,3 +120,11 @@ def test_mi250_like_speed_path_keeps_its_optimum() -> None:
     r = synthesize("allgather", mi250_like(2), routing="routed")
     assert r.status is Status.OPTIMAL
     assert r.algbw_GBps == pytest.approx(routed_bound("allgather", mi250_like(2)), rel=1e-9)
+
+
+@PROPS
+@given(seed=st.integers(0, 10**6), n=st.integers(3, 10), coll=st.sampled_from(["allgather", "allreduce", "alltoall"]),
+       limit_s=st.sampled_from([1e-6, 1e-3, 0.02]))
+def test_any_limit_gives_a_valid_schedule_and_a_true_bound(seed: int, n: int, coll: str, limit_s: float) -> None:
+    topo = random_fabric(seed, n)
+    _assert_bounded_and_honest(topo, coll, limit_s, routed_bound(coll, topo))
