@@ -76,6 +76,16 @@ class Logical:
                        self.link_keys, self.index.T.copy(), not self.flipped)
 
     @cached_property
+    def tails(self) -> IntArray:
+        """``pairs[:, 0]``, contiguous."""
+        return np.ascontiguousarray(self.pairs[:, 0])
+
+    @cached_property
+    def heads(self) -> IntArray:
+        """``pairs[:, 1]``, contiguous."""
+        return np.ascontiguousarray(self.pairs[:, 1])
+
+    @cached_property
     def route_links(self) -> IntArray:
         """``route_links[i]``: the links of arc i's route, padded with ``len(caps_GBps)`` (a dummy link)."""
         inc = self.incidence.tocsr()

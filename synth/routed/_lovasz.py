@@ -53,19 +53,19 @@ def integral_capacities(lg: Logical, g_star: FloatArray, k: int, *, start: str =
     frac = want - np.floor(want + 1e-9)
     caps = lg.caps_GBps
     live = caps > 0
-    inv = np.r_[np.where(live, 1.0 / np.where(live, caps, 1.0), 0.0), 0.0]  # last: the dummy pad link
-    util = np.r_[lg.loads(g.astype(np.float64)) * inv[:-1], -np.inf]
-    links = lg.route_links
+    inv = np.zeros(len(caps) + 1)  # last: the dummy pad link of route_links
+    inv[:-1] = np.where(live, 1.0 / np.where(live, caps, 1.0), 0.0)
+    util = np.full(len(caps) + 1, -np.inf)
+    util[:-1] = lg.loads(g.astype(np.float64)) * inv[:-1]
+    links, tails, heads = lg.route_links, lg.tails, lg.heads
     net = FlowNetwork(n + 1)
     hub = n
-    arc_ids = net.add_arcs(lg.pairs[:, 0].tolist(), lg.pairs[:, 1].tolist(), g.tolist())
-    net.add_arcs([hub] * n, list(range(n)), [k] * n)
-    side = np.zeros(n + 1, dtype=bool)
+    arc_ids = net.add_arcs(tails, heads, g)
+    net.add_arcs(np.full(n, hub), np.arange(n), np.full(n, k))
     for v in range(n):
         while (flow := net.max_flow(hub, v)) < k * n:
-            side[:] = False
-            side[list(net.source_side(hub, v))] = True
-            entering = np.flatnonzero(side[lg.pairs[:, 0]] & ~side[lg.pairs[:, 1]])
+            side = net.source_mask(hub, v)
+            entering = np.flatnonzero(side[tails] & ~side[heads])
             if len(entering) == 0:  # cannot happen: the logical graph is strongly connected
                 raise ValueError(f"no routed arc enters the set short of trees at GPU {v}")
             # Cost of one more unit: the largest utilisation along the arc's route afterwards; ties
