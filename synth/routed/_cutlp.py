@@ -72,7 +72,7 @@ def cut_lp(lg: Logical, *, max_rounds: int = 500, deadline: float | None = None)
         if key in seen:
             return None
         seen.add(key)
-        arcs = np.flatnonzero(~inside[lg.pairs[:, 0]] & inside[lg.pairs[:, 1]])
+        arcs = np.flatnonzero(~inside[lg.tails] & inside[lg.heads])
         return float(n - inside.sum()), inf, arcs, np.ones(len(arcs))
 
     singles = []
@@ -98,9 +98,7 @@ def cut_lp(lg: Logical, *, max_rounds: int = 500, deadline: float | None = None)
             if deadline is not None and time.perf_counter() > deadline:
                 return g, t_scaled / scale, rounds, False
             if net.max_flow(n, v) < n * _SCALE * (1 - _TOL):
-                side = np.zeros(n + 1, dtype=bool)
-                side[list(net.source_side(n, v))] = True
-                row = cut_row(~side[:n])
+                row = cut_row(~net.source_mask(n, v)[:n])
                 if row is not None:
                     fresh.append(row)
         _add_rows(h, fresh)
