@@ -55,11 +55,11 @@ def cut_lp(lg: Logical, *, max_rounds: int = 500, deadline: float | None = None)
     h.addCols(1, np.array([1.0]), np.array([0.0]), np.array([inf]), 0, np.zeros(0, np.int32), np.zeros(0, np.int32),
               np.zeros(0))
     # One row per live link some route crosses: its arcs' g, then -c_a/scale · T, at most 0.
-    inc = lg.incidence.tocsc()
+    inc = lg.incidence_csc
     used = live[inc.indptr[live + 1] > inc.indptr[live]]
     counts = inc.indptr[used + 1] - inc.indptr[used]
-    arcs = np.concatenate([inc.indices[inc.indptr[a]:inc.indptr[a + 1]] for a in used.tolist()] or [np.zeros(0)])
     ends = np.cumsum(counts)
+    arcs = inc.indices[np.repeat(inc.indptr[used] - (ends - counts), counts) + np.arange(int(counts.sum()))]
     idx = np.insert(arcs.astype(np.int32), ends, m)
     val = np.insert(np.ones(len(arcs)), ends, -lg.caps_GBps[used] / scale)
     starts = np.r_[0, ends[:-1] + np.arange(1, len(used))].astype(np.int32)

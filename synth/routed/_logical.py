@@ -22,7 +22,7 @@ from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
-from scipy.sparse import csr_matrix
+from scipy.sparse import csc_matrix, csr_matrix
 
 from synth._types import NodeId
 from synth.errors import SolverError
@@ -74,6 +74,11 @@ class Logical:
         """The graph whose out-trees are this graph's in-trees (arcs turned, routes kept)."""
         return Logical(self.n, self.pairs[:, ::-1].copy(), self.paths, self.incidence, self.caps_GBps,
                        self.link_keys, self.index.T.copy(), not self.flipped)
+
+    @cached_property
+    def incidence_csc(self) -> csc_matrix:
+        """:attr:`incidence` by columns (links)."""
+        return self.incidence.tocsc()
 
     @cached_property
     def tails(self) -> IntArray:
