@@ -128,6 +128,8 @@ ITEMS: tuple[Item, ...] = (
          (_b("rounding.py", "--fabrics", "random-6-seed1,random-12-seed2"),)),
     Item("routed", ("routed_fabrics.json", "routed_named.json"), (_b("routed.py", "--tree-limit", "90"),),
          (_b("routed.py", "--quick", "--tree-limit", "20"),)),
+    Item("routed_speed", ("routed_speed.json",), (_b("routed_speed.py"),),
+         (_b("routed_speed.py", "--fabrics", "mi250-1,random-6-seed1", "--repeats", "1"),)),
     Item("training", ("training.json", "training_collectives.json"),
          (_b("training.py", "--skip-solve", "--skip-model-error", "--time-limit", "60"),),
          (_b("training.py", "--gpus", "128", "--skip-solve", "--skip-model-error", "--time-limit", "20"),)),

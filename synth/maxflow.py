@@ -66,14 +66,15 @@ class FlowNetwork:
         self._solved = None
         return int(arc)
 
-    def add_arcs(self, tails: Sequence[int], heads: Sequence[int], capacities: Sequence[int]) -> np.ndarray:
+    def add_arcs(self, tails: Sequence[int] | np.ndarray, heads: Sequence[int] | np.ndarray,
+                 capacities: Sequence[int] | np.ndarray) -> np.ndarray:
         """Add many arcs at once; returns their indices."""
         caps = _int64_caps(capacities)
         arcs = self._smf.add_arcs_with_capacity(
             np.asarray(tails, dtype=np.int32), np.asarray(heads, dtype=np.int32), caps
         )
-        self._tails.extend(int(t) for t in tails)
-        self._heads.extend(int(h) for h in heads)
+        self._tails.extend(np.asarray(tails, dtype=np.int64).tolist())
+        self._heads.extend(np.asarray(heads, dtype=np.int64).tolist())
         self._solved = None
         return np.asarray(arcs)
 
@@ -126,6 +127,15 @@ class FlowNetwork:
                         stack.append(head)
             return side
         return {int(v) for v in self._smf.get_source_side_min_cut()}
+
+    def source_mask(self, source: int, sink: int) -> np.ndarray:
+        """:meth:`source_side` as a boolean array over the nodes."""
+        mask = np.zeros(self.n_nodes, dtype=bool)
+        if self._solved == (source, sink) and not self._touches_no_arc(source, sink):
+            mask[self._smf.get_source_side_min_cut()] = True
+        else:
+            mask[list(self.source_side(source, sink))] = True
+        return mask
 
     def flows(self, arcs: np.ndarray) -> np.ndarray:
         """Flow on the given arcs in the last solve."""

@@ -70,9 +70,10 @@ def route_table(topo: Topology) -> Mapping[tuple[Rank, Rank], tuple[NodeId, ...]
 @lru_cache(maxsize=16)
 def _route_table(topo: Topology) -> Mapping[tuple[Rank, Rank], tuple[NodeId, ...]]:
     out: dict[tuple[Rank, Rank], tuple[NodeId, ...]] = {}
+    rank = {g.id: topo.rank_of(g.id) for g in topo.gpus}
     for g in topo.gpus:
         for dst, path in _source_routes(topo, g.id).items():
-            out[(topo.rank_of(g.id), topo.rank_of(dst))] = path
+            out[(rank[g.id], rank[dst])] = path
     return MappingProxyType(dict(sorted(out.items())))
 
 
@@ -94,10 +95,15 @@ def _source_routes(topo: Topology, src: NodeId) -> Mapping[NodeId, tuple[NodeId,
             continue
         if v not in dist:
             continue
+        paths = _shortest_paths(preds, src, v)
+        if len(paths) == 1:  # the only shortest path (most pairs): no tie to break
+            out[v] = paths[0]
+            continue
+        caps = topo.capacity_grid.caps
         best: tuple[tuple[int, Fraction, tuple[NodeId, ...]], tuple[NodeId, ...]] | None = None
-        for path in _shortest_paths(preds, src, v):
+        for path in paths:
             host = 0 if len(path) == 3 and roles.get(path[1]) == "nvswitch" else 1
-            width = min(topo.exact_capacity(a, b) for a, b in zip(path[:-1], path[1:]))
+            width = min(caps[(a, b)] for a, b in zip(path[:-1], path[1:]))
             key = (host, -width, path)
             if best is None or key < best[0]:
                 best = (key, path)

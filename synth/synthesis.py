@@ -40,22 +40,38 @@ ROUTINGS: tuple[str, ...] = ("auto", "free", "routed")
 
 def _routed(collective: Collective, topo: Topology, chunks: int | None, warm_from: Schedule | SynthResult | None,
             solver: str, time_limit_s: float | None) -> SynthResult:
-    """Routed synthesis, with the free-routing optimum and the executor's loss in its routing figures."""
+    """Routed synthesis, with the free-routing optimum and the executor's loss in its routing figures.
+
+    Under a time limit the free-routing bound gets the time left, at least a tenth of the limit; a
+    free bound stopped by it leaves the free figures unset, but still caps the proven upper bound of
+    a routed run the limit stopped (the routed optimum is at most the free one)."""
     from synth.routed import synthesize_routed
 
+    start = time.perf_counter()
     result = synthesize_routed(collective, topo, chunks=chunks, warm_from=warm_from, solver=solver,
                                time_limit_s=time_limit_s)
-    free = optimal_bound(collective, topo).algbw_GBps
+    left = None if time_limit_s is None else max(time_limit_s - (time.perf_counter() - start), time_limit_s / 10)
+    bound = optimal_bound(collective, topo, time_limit_s=left)
+    free = bound.algbw_GBps
     figures = result.figures
     if not isinstance(figures, RoutedTreeFigures | RoutedAllToAllFigures):
         return result  # a failed re-check: no figures to complete
     # Never above the free optimum (a time-limited run states a proven upper bound, which may be).
     routed = min(figures.routing.routed_optimal_algbw_GBps, free)
+    proven_free = bound.status is Status.OPTIMAL
     loss = max(0.0, 100.0 * (1.0 - routed / free)) if free > 0 else 0.0
     loss = 0.0 if loss < 1e-7 else loss  # LP round-off where the two optima coincide
-    routing = replace(figures.routing, free_optimal_algbw_GBps=free, routed_optimal_algbw_GBps=routed,
-                      routing_gap_pct=loss)
-    return replace(result, figures=replace(figures, routing=routing))
+    routing = replace(figures.routing, free_optimal_algbw_GBps=free if proven_free else None,
+                      routed_optimal_algbw_GBps=routed, routing_gap_pct=loss if proven_free else None,
+                      routed_bound_algbw_GBps=min(figures.routing.routed_bound_algbw_GBps, free))
+    result = replace(result, figures=replace(figures, routing=routing))
+    if result.status is not Status.TIME_LIMIT or result.schedule is None or free >= result.optimal_algbw_GBps:
+        return result
+    gap = gap_pct(result.algbw_GBps, free)
+    capped = replace(result.figures, gap=gap / 100.0) if isinstance(result.figures, RoutedAllToAllFigures) else \
+        result.figures
+    return replace(result, optimal_algbw_GBps=free, gap_pct=gap, figures=capped,
+                   message=f"{result.message}; the free-routing bound {free:.6g} GB/s caps it: within {gap:.3f}%")
 
 
 @overload

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["min_arborescence"]
+__all__ = ["all_root_arborescences", "functional_cycles", "min_arborescence"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -131,9 +131,6 @@ def all_root_arborescences(cost: FloatArray) -> IntArray:
     >>> all_root_arborescences(c).tolist()
     [[0, 0, 1], [2, 1, 1], [2, 0, 2]]
     """
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import connected_components
-
     n = len(cost)
     m = np.array(cost, dtype=np.float64)
     np.fill_diagonal(m, np.inf)
@@ -153,12 +150,10 @@ def all_root_arborescences(cost: FloatArray) -> IntArray:
         w_in = m[pre, np.arange(k)]
         if not np.isfinite(w_in).all():
             raise ValueError("the graph is not strongly connected")
-        g = csr_matrix((np.ones(k), (np.arange(k), pre)), shape=(k, k))
-        ncomp, label = connected_components(g, directed=True, connection="strong")
-        sizes = np.bincount(label, minlength=ncomp)
-        on = sizes[label] > 1
-        cyc_labels = np.flatnonzero(sizes > 1)
-        members = [np.flatnonzero(label == c) for c in cyc_labels]
+        members = [np.array(c, dtype=np.int64) for c in functional_cycles(pre.tolist())]
+        on = np.zeros(k, dtype=bool)
+        for mem in members:
+            on[mem] = True
         new_nodes = []
         for mem in members:
             node = len(children)
@@ -171,6 +166,30 @@ def all_root_arborescences(cost: FloatArray) -> IntArray:
         m, arc_u, arc_v = _contract(m, arc_u, arc_v, on, w_in, off, members)
         current = [current[x] for x in off] + new_nodes
     return _expand(current[0], children, cycle_arc, n)
+
+
+def functional_cycles(pre: list[int]) -> list[list[int]]:
+    """The cycles of the map ``x → pre[x]`` (members sorted), in the order that walks from 0, 1, …
+    first reach them: the order of their labels in ``scipy.sparse.csgraph.connected_components``
+    (strong), whose depth-first search completes a cycle before the nodes leading into it.
+
+    >>> functional_cycles([1, 0, 3, 4, 2, 2])
+    [[0, 1], [2, 3, 4]]
+    """
+    state = [0] * len(pre)  # 0 new, 1 on the current walk, 2 done
+    cycles: list[list[int]] = []
+    for s in range(len(pre)):
+        walk: list[int] = []
+        v = s
+        while state[v] == 0:
+            state[v] = 1
+            walk.append(v)
+            v = pre[v]
+        if state[v] == 1:  # the walk closed a new cycle at v
+            cycles.append(sorted(walk[walk.index(v):]))
+        for u in walk:
+            state[u] = 2
+    return cycles
 
 
 def _contract(m: FloatArray, arc_u: IntArray, arc_v: IntArray, on: npt.NDArray[np.bool_], w_in: FloatArray,

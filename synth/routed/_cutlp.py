@@ -41,7 +41,9 @@ def cut_lp(lg: Logical, *, max_rounds: int = 500, deadline: float | None = None)
 
     Every round's T is a lower bound on the optimum (a relaxation), so ``N / T`` is a proven upper
     bound on the routed algbw even when the rounds or the ``deadline`` (``time.perf_counter()``)
-    ran out first (``proven`` false; ``g`` may then miss some cuts)."""
+    ran out first (``proven`` false; ``g`` may then miss some cuts). The deadline also bounds every
+    LP solve (HiGHS's ``time_limit``) and is checked between the separation max-flows; when it
+    passes before the first LP is solved, ``g`` is zero and ``T`` is 0 (no bound)."""
     n, m = lg.n, len(lg.pairs)
     live = np.flatnonzero(lg.caps_GBps > 0)
     scale = float(lg.caps_GBps[live].sum()) / (3.0 * n)
@@ -52,49 +54,83 @@ def cut_lp(lg: Logical, *, max_rounds: int = 500, deadline: float | None = None)
               np.zeros(0))
     h.addCols(1, np.array([1.0]), np.array([0.0]), np.array([inf]), 0, np.zeros(0, np.int32), np.zeros(0, np.int32),
               np.zeros(0))
-    inc = lg.incidence.tocsc()
-    for a in live:
-        arcs = inc.indices[inc.indptr[a]:inc.indptr[a + 1]]
-        if len(arcs) == 0:
-            continue
-        idx = np.r_[arcs, m].astype(np.int32)
-        val = np.r_[np.ones(len(arcs)), -lg.caps_GBps[a] / scale]
-        h.addRow(-inf, 0.0, len(idx), idx, val)
+    # One row per live link some route crosses: its arcs' g, then -c_a/scale · T, at most 0.
+    inc = lg.incidence_csc
+    used = live[inc.indptr[live + 1] > inc.indptr[live]]
+    counts = inc.indptr[used + 1] - inc.indptr[used]
+    ends = np.cumsum(counts)
+    arcs = inc.indices[np.repeat(inc.indptr[used] - (ends - counts), counts) + np.arange(int(counts.sum()))]
+    idx = np.insert(arcs.astype(np.int32), ends, m)
+    val = np.insert(np.ones(len(arcs)), ends, -lg.caps_GBps[used] / scale)
+    starts = np.r_[0, ends[:-1] + np.arange(1, len(used))].astype(np.int32)
+    if len(used):
+        h.addRows(len(used), np.full(len(used), -inf), np.zeros(len(used)), len(idx), starts, idx, val)
     seen: set[bytes] = set()
 
-    def add_cut(inside: np.ndarray) -> bool:
+    def cut_row(inside: np.ndarray) -> tuple[float, float, np.ndarray, np.ndarray] | None:
         key = np.packbits(inside).tobytes()
         if key in seen:
-            return False
+            return None
         seen.add(key)
-        arcs = np.flatnonzero(~inside[lg.pairs[:, 0]] & inside[lg.pairs[:, 1]]).astype(np.int32)
-        h.addRow(float(n - inside.sum()), inf, len(arcs), arcs, np.ones(len(arcs)))
-        return True
+        arcs = np.flatnonzero(~inside[lg.tails] & inside[lg.heads])
+        return float(n - inside.sum()), inf, arcs, np.ones(len(arcs))
 
+    singles = []
     for v in range(n):  # every GPU must be entered, every GPU must send
         one = np.zeros(n, dtype=bool)
         one[v] = True
-        add_cut(one)
-        add_cut(~one)
+        singles += [cut_row(one), cut_row(~one)]
+    _add_rows(h, [r for r in singles if r is not None])
     net = FlowNetwork(n + 1)
     arc_ids = net.add_arcs(lg.pairs[:, 0].tolist(), lg.pairs[:, 1].tolist(), [0] * m)
     net.add_arcs([n] * n, list(range(n)), [_SCALE] * n)
     rounds = 0
+    g, t_scaled = np.zeros(m), 0.0  # before any round: no capacities, no bound
     while True:
         rounds += 1
-        h.run()
-        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-            raise SolverError(f"routed cut LP: {h.modelStatusToString(h.getModelStatus())}")
+        if not _run(h, deadline):
+            return g, t_scaled / scale, rounds - 1, False
         x = np.asarray(h.getSolution().col_value)
-        g = np.maximum(x[:m], 0.0)
+        g, t_scaled = np.maximum(x[:m], 0.0), float(x[m])
         net.set_capacities(arc_ids, np.floor(g * _SCALE).astype(np.int64))
-        added = 0
+        fresh = []
         for v in range(n):
+            if deadline is not None and time.perf_counter() > deadline:
+                return g, t_scaled / scale, rounds, False
             if net.max_flow(n, v) < n * _SCALE * (1 - _TOL):
-                side = np.zeros(n + 1, dtype=bool)
-                side[list(net.source_side(n, v))] = True
-                added += add_cut(~side[:n])
-        if added == 0:
-            return g, float(x[m]) / scale, rounds, True
+                row = cut_row(~net.source_mask(n, v)[:n])
+                if row is not None:
+                    fresh.append(row)
+        _add_rows(h, fresh)
+        if not fresh:
+            return g, t_scaled / scale, rounds, True
         if rounds >= max_rounds or (deadline is not None and time.perf_counter() > deadline):
-            return g, float(x[m]) / scale, rounds, False
+            return g, t_scaled / scale, rounds, False
+
+
+def _run(h: highspy.Highs, deadline: float | None) -> bool:
+    """Solve ``h`` within the time left to ``deadline``: True when optimal, False when the time ran
+    out first (:class:`SolverError` on any other outcome)."""
+    if deadline is not None:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return False
+        # HiGHS compares its limit with the object's accumulated run time.
+        h.setOptionValue("time_limit", float(h.getRunTime() + left))
+    h.run()
+    status = h.getModelStatus()
+    if status == highspy.HighsModelStatus.kOptimal:
+        return True
+    if status == highspy.HighsModelStatus.kTimeLimit:
+        return False
+    raise SolverError(f"routed cut LP: {h.modelStatusToString(status)}")
+
+
+def _add_rows(h: highspy.Highs, rows: list[tuple[float, float, np.ndarray, np.ndarray]]) -> None:
+    """Append rows ``(lower, upper, column indices, values)`` to ``h`` in one call."""
+    if not rows:
+        return
+    starts = np.cumsum([0] + [len(r[2]) for r in rows[:-1]]).astype(np.int32)
+    idx = np.concatenate([r[2] for r in rows]).astype(np.int32)
+    val = np.concatenate([r[3] for r in rows]).astype(np.float64)
+    h.addRows(len(rows), np.array([r[0] for r in rows]), np.array([r[1] for r in rows]), len(idx), starts, idx, val)

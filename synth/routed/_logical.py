@@ -18,10 +18,11 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
-from scipy.sparse import csr_matrix
+from scipy.sparse import csc_matrix, csr_matrix
 
 from synth._types import NodeId
 from synth.errors import SolverError
@@ -74,6 +75,46 @@ class Logical:
         return Logical(self.n, self.pairs[:, ::-1].copy(), self.paths, self.incidence, self.caps_GBps,
                        self.link_keys, self.index.T.copy(), not self.flipped)
 
+    @cached_property
+    def incidence_csc(self) -> csc_matrix:
+        """:attr:`incidence` by columns (links)."""
+        return self.incidence.tocsc()
+
+    @cached_property
+    def tails(self) -> IntArray:
+        """``pairs[:, 0]``, contiguous."""
+        return np.ascontiguousarray(self.pairs[:, 0])
+
+    @cached_property
+    def heads(self) -> IntArray:
+        """``pairs[:, 1]``, contiguous."""
+        return np.ascontiguousarray(self.pairs[:, 1])
+
+    @cached_property
+    def route_links(self) -> IntArray:
+        """``route_links[i]``: the links of arc i's route, padded with ``len(caps_GBps)`` (a dummy link)."""
+        inc = self.incidence.tocsr()
+        counts = np.diff(inc.indptr)
+        out = np.full((len(self.pairs), int(counts.max(initial=1))), len(self.caps_GBps), dtype=np.int64)
+        rows = np.repeat(np.arange(len(self.pairs)), counts)
+        cols = np.arange(len(inc.indices)) - np.repeat(inc.indptr[:-1], counts)
+        out[rows, cols] = inc.indices
+        return out
+
+    @cached_property
+    def head_links(self) -> csr_matrix:
+        """``head_links[v, a]`` is 1 when some arc into GPU v (in this graph's orientation) ends its
+        route with link a: the last link of a real transfer to v or, transposed, the first of one from v."""
+        link_of = {key: a for a, key in enumerate(self.link_keys)}
+        ends = [link_of[(p[0], p[1])] if self.flipped else link_of[(p[-2], p[-1])] for p in self.paths]
+        m = csr_matrix((np.ones(len(ends)), (self.pairs[:, 1], ends)), shape=(self.n, len(self.link_keys)))
+        m.data[:] = 1.0  # duplicates summed: one entry per (GPU, link)
+        return m
+
+    @cached_property
+    def _incidence_t(self) -> csr_matrix:
+        return self.incidence.T
+
     def arc_cost(self, w: FloatArray) -> FloatArray:
         """Cost of every arc: the sum of ``w`` over its route's links."""
         return np.asarray(self.incidence @ w, dtype=np.float64)
@@ -86,7 +127,7 @@ class Logical:
 
     def loads(self, arc_counts: FloatArray) -> FloatArray:
         """Physical link loads of ``arc_counts[i]`` units on every arc i."""
-        return np.asarray(self.incidence.T @ arc_counts, dtype=np.float64)
+        return np.asarray(self._incidence_t @ arc_counts, dtype=np.float64)
 
     def arc(self, u: int, v: int) -> int:
         """The arc of (u, v); :class:`SolverError` if the pair has no route."""

@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from synth.kernels.tree_master import TreeMaster
 from synth.errors import SolverError
+from synth.result import Status
 from synth.routed._arborescence import all_root_arborescences, min_arborescence
 from synth.routed._logical import Logical
 
@@ -132,11 +133,18 @@ class TreeCG:
     def run(self, deadline: float | None = None) -> tuple[Any, bool]:
         """Price until no column improves (or the deadline); returns (last solution, proven)."""
         lg, n = self.lg, self.n
+        last = None
         while True:
             self.rounds += 1
-            sol = self.master.solve()
+            # The first master (one tree per root) is solved whatever the time; later ones within it.
+            left = None if deadline is None or last is None else max(0.0, deadline - time.perf_counter())
+            sol = self.master.solve(time_limit_s=left)
             if not sol.has_solution:
+                if last is not None and sol.status is Status.TIME_LIMIT:
+                    self.rounds -= 1
+                    return last, False
                 raise SolverError(f"routed tree LP: master {sol.native}")
+            last = sol
             mu, w = self.master.duals(sol)
             c = lg.cost_matrix(w)
             parents = all_root_arborescences(c)

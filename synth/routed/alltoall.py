@@ -47,6 +47,7 @@ from synth.kernels.tree_master import TreeMaster
 from synth.errors import ScheduleError, SolverError
 from synth.figures import RoutedAllToAllFigures, RoutingFigures, Tried
 from synth.result import Status, SynthResult, gap_pct, judge
+from synth.routed._cuts import alltoall_cut_bound_GBps
 from synth.routed._logical import Logical
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.topologies.communicator import communicator_meta
@@ -145,12 +146,20 @@ class _Cg:
         return cols, costs
 
     def run(self, deadline: float | None) -> tuple[Any, bool]:
+        """Price until no column improves or the deadline (which also bounds every master solve but
+        the first); returns (last solution, proven)."""
         n = self.lg.n
+        last = None
         while True:
             self.rounds += 1
-            sol = self.master.solve()
+            left = None if deadline is None or last is None else max(0.0, deadline - time.perf_counter())
+            sol = self.master.solve(time_limit_s=left)
             if not sol.has_solution:
+                if last is not None and sol.status is Status.TIME_LIMIT:
+                    self.rounds -= 1
+                    return last, False
                 raise SolverError(f"routed AllToAll LP: master {sol.native}")
+            last = sol
             mu, w = self.master.duals(sol)
             cols, costs = self.price(w)
             denom = float((self.lg.caps_GBps / self.scale) @ w)
@@ -192,6 +201,7 @@ def _seed_columns(warm: Any, n: int) -> list[Column]:
 def routed_alltoall_lp(topology: Topology, *, solver: str = "highs", time_limit_s: float | None = None,
                        warm: Any = None) -> tuple[_Cg, Any, bool]:
     """Column generation to the routed AllToAll LP optimum: (state, last solution, proven)."""
+    deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
     lg = Logical.build(topology)
     lg.check_connected(topology.name)
     cg = _Cg(lg, solver)
@@ -200,7 +210,6 @@ def routed_alltoall_lp(topology: Topology, *, solver: str = "highs", time_limit_
     live = lg.caps_GBps > 0
     cols, _ = cg.price(np.where(live, 1.0 / np.where(live, lg.caps_GBps, 1.0), 0.0))
     cg.add(cols)
-    deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
     sol, proven = cg.run(deadline)
     return cg, sol, proven
 
@@ -333,6 +342,8 @@ def synthesize_routed_alltoall(
     warm = warm_start is not None
     optimal = n * cg.scale / float(sol.objective)
     upper = n * cg.scale / cg.best_lower if cg.best_lower > 0 else float("inf")
+    if not proven:
+        upper = min(upper, alltoall_cut_bound_GBps(topology))
     try:
         sched, algbw = _measured(topology, cg, counts, first)
     except ScheduleError as exc:
@@ -344,7 +355,7 @@ def synthesize_routed_alltoall(
     loss = 1.0 - algbw / optimal
     if proven and loss > 1e-9:
         budget = rounding_budget_s if time_limit_s is None else \
-            min(rounding_budget_s, start + time_limit_s - time.perf_counter())
+            max(0.0, min(rounding_budget_s, start + time_limit_s - time.perf_counter()))
         keys, bp = _block_paths(cg, weight)
         pick = choose_chunks(bp, first, cap_k, budget_s=budget, first_loss=loss, cap_name=cap_name)
         tried = pick.tried
