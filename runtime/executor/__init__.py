@@ -3,7 +3,8 @@
 torch is imported lazily (when an :class:`Executor` is made); the plan compiler is pure Python. Owns the plan
 compiler and interpreter, staging (``sources``: what becomes a program, ``staging``: checked and compiled),
 the hot-swap agreement (``agreement``), telemetry samples and sinks (``telemetry``, ``sinks``), fault injection
-(``throttle``), launch helpers and the AllToAllv runner (``alltoallv``); ``executor`` is the public class.
+(``throttle``), launch helpers, the AllToAllv runner (``alltoallv``) and the DDP comm hook (``ddp``); ``executor`` is
+the public class.
 Of the runtime it may import :mod:`runtime.formats` (telemetry samples, the store's version entries) and
 :mod:`runtime.errors`; it talks to the daemon only through the client object it is given.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from .errors import CollectiveTimeoutError, ExecutorError, StagingError, SwapTimeoutError
 from .agreement import StagedVersion, SwapReport
+from .ddp import ddp_comm_hook
 from .executor import Executor
 from .plan import COLLECTIVES, Plan, compile_program
 from .sinks import JsonlSink, MemorySink, client_sink
@@ -41,6 +43,7 @@ __all__ = [
     "SwapTimeoutError",
     "client_sink",
     "compile_program",
+    "ddp_comm_hook",
     "load_programs",
 ]
 

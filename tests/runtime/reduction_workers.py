@@ -1,0 +1,106 @@
+"""Per-process bodies of tests/runtime/test_reduction_executor.py (run by runtime.executor.launch)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+SLOW_REDUCE_S = 0.15  # each local reduction of the deliberately slow path sleeps this long first
+ELEMENTS = 1152  # float32 elements of each collective's input (divisible by every chunk count used)
+
+
+def slow_reductions(rank: int, world: int, programs: dict[str, Any], slow: bool) -> dict[str, Any]:
+    """Run each collective of ``programs`` once (after a barrier) with a sink; with ``slow``, every local
+    reduction first sleeps ``SLOW_REDUCE_S`` (the executor's real reducer, wrapped). Returns each
+    collective's wall time, its samples and whether it matched the native collective."""
+    import torch
+    import torch.distributed as dist
+
+    import runtime.executor.executor as exmod
+    from runtime.executor import Executor, MemorySink
+
+    real = exmod.reducer
+    if slow:
+        def slow_reducer(torch_: Any, op: Any, dtype: Any) -> Any:
+            fold = real(torch_, op, dtype)
+
+            def apply(out: Any, a: Any, b: Any) -> None:
+                time.sleep(SLOW_REDUCE_S)
+                fold(out, a, b)
+            return apply
+        exmod.reducer = slow_reducer
+    try:
+        out: dict[str, Any] = {}
+        for coll, prog in sorted(programs.items()):
+            sink = MemorySink()
+            ex = Executor(comm="world", sink=sink, control_timeout_s=30)
+            ex.load(prog, version=1)
+            g = torch.Generator().manual_seed(rank)
+            n = ELEMENTS
+            x = torch.randn(n, generator=g)
+            ref = x.clone()
+            dist.barrier()
+            t0 = time.perf_counter()
+            if coll == "allreduce":
+                y = x.clone()
+                ex.all_reduce(y)
+                dist.all_reduce(ref)
+            else:
+                y = torch.empty(n // world)
+                ex.reduce_scatter_tensor(y, x)
+                ref_out = torch.empty(n // world)
+                dist.reduce_scatter_tensor(ref_out, ref)
+                ref = ref_out
+            wall = time.perf_counter() - t0
+            ex.flush()
+            out[coll] = {"wall_s": wall, "correct": bool(torch.allclose(y, ref, atol=1e-5)),
+                         "samples": [s.to_dict() for s in sink.samples]}
+            ex.close()
+        return out
+    finally:
+        exmod.reducer = real
+
+
+def ddp_training(rank: int, world: int, program: Any, steps: int) -> dict[str, Any]:
+    """Train one small model twice from the same seed, once with DDP's default AllReduce and once with
+    ``ddp_comm_hook`` through an executor; returns every step's gradients of both and the executor's samples."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from runtime.executor import Executor, MemorySink, ddp_comm_hook
+
+    def run(hooked: bool) -> tuple[list[list[Any]], list[dict[str, Any]], list[Any]]:
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
+        model = DDP(net, bucket_cap_mb=0.001)  # several buckets per step (~1 KB each)
+        sink = MemorySink()
+        ex = None
+        if hooked:
+            ex = Executor(comm="world", sink=sink, control_timeout_s=30)
+            ex.load(program, version=1)
+            model.register_comm_hook(None, ddp_comm_hook(ex))
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        g = torch.Generator().manual_seed(100 + rank)
+        grads = []
+        for _ in range(steps):
+            x = torch.randn(8, 16, generator=g)
+            loss = ((model(x) - x[:, :3]) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            grads.append([p.grad.detach().clone() for p in model.parameters()])
+            opt.step()
+        history = [] if ex is None else list(ex.history)
+        if ex is not None:
+            ex.close()
+        return grads, [s.to_dict() for s in sink.samples], history
+
+    ref, _, _ = run(False)
+    got, samples, history = run(True)
+    close = all(torch.allclose(a, b, atol=1e-6, rtol=1e-5) for ga, gb in zip(ref, got) for a, b in zip(ga, gb))
+    return {"close": close, "steps": len(got), "samples": samples, "history": history}
+
+
+def both(rank: int, world: int, programs: dict[str, Any], steps: int) -> dict[str, Any]:
+    """:func:`slow_reductions` then :func:`ddp_training` (on the AllReduce program) in one set of processes."""
+    return {"slow": slow_reductions(rank, world, programs, True),
+            "ddp": ddp_training(rank, world, programs["allreduce"], steps)}
