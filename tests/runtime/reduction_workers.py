@@ -7,6 +7,7 @@ from typing import Any
 
 SLOW_REDUCE_S = 0.15  # each local reduction of the deliberately slow path sleeps this long first
 ELEMENTS = 1152  # float32 elements of each collective's input (divisible by every chunk count used)
+HIDDEN = 4096  # the live DDP model: 32 x HIDDEN x 4 (~150 K parameters, one ~600 KB gradient bucket)
 
 
 def slow_reductions(rank: int, world: int, programs: dict[str, Any], slow: bool) -> dict[str, Any]:
@@ -104,3 +105,55 @@ def both(rank: int, world: int, programs: dict[str, Any], steps: int) -> dict[st
     """:func:`slow_reductions` then :func:`ddp_training` (on the AllReduce program) in one set of processes."""
     return {"slow": slow_reductions(rank, world, programs, True),
             "ddp": ddp_training(rank, world, programs["allreduce"], steps)}
+
+
+def ddp_live(rank: int, world: int, address: str, token: str, emulation: dict[str, Any], hosts: list[int],
+             steps: int) -> dict[str, Any]:
+    """A DDP-only job on the live loop: an executor following the daemon under the fault emulation, a small
+    model whose gradient buckets go through ``ddp_comm_hook``. Returns the versions each AllReduce ran, the
+    swaps, the per-step wall times and a digest of the final parameters (equal on every rank)."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from runtime.executor import Executor, ddp_comm_hook
+    from runtime.executor.throttle import emulation_from_dict
+    from runtime.service.client import Client
+
+    torch.set_num_threads(1)
+    client = Client(address, token=token, role="executor", rank=rank, comms=["world"])
+    ex = Executor(comm="world", sync_every=10, control_timeout_s=60, hosts=hosts,
+                  emulation=emulation_from_dict(emulation))
+    ex.follow(client)
+    deadline = time.monotonic() + 120
+    while not ex._staged.get("allreduce"):  # version 1, fetched and compiled
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"rank {rank}: allreduce version 1 not received within 120 s")
+        time.sleep(0.01)
+    ex.sync_versions()
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(32, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 4)))
+    model.register_comm_hook(None, ddp_comm_hook(ex))  # the one line a DDP job adds
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    g = torch.Generator().manual_seed(rank)
+    step_s = []
+    for _ in range(steps):
+        x = torch.randn(16, 32, generator=g)
+        t0 = time.perf_counter()
+        loss = ((model(x) - x[:, :4]) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step_s.append(time.perf_counter() - t0)
+    ex.flush()
+    client.flush(10)
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    every = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(every, flat)
+    same = all(torch.allclose(every[0], f) for f in every)
+    res = {"history": list(ex.history), "swaps": [{c: list(v) for c, v in r.switched.items()} for r in ex.swaps
+                                                  if r.switched], "step_s": step_s, "same_params": same,
+           "sent_samples": client.sent_samples}
+    ex.close()
+    client.close()
+    return res
