@@ -135,8 +135,9 @@ class ScheduleRouting:
 
         Each GPU pair uses one path, its route (:func:`synth.routing.pair_route`), whatever paths
         the schedule's hops name. Loads ``n_a`` are recomputed from those paths. ``phase`` keeps one
-        phase of an AllReduce: ``reducescatter`` its in-trees, ``allgather`` its out-trees (the flows
-        and loads of the samples measured in that phase, docs/controller.md §1).
+        phase of an AllReduce: ``reducescatter`` its in-trees, ``allgather`` its out-trees (the flows of
+        the samples measured in that phase); its loads ``n_a`` stay the whole schedule's, since the phases
+        of pipelined trees overlap in time and share the links (docs/controller.md §1).
         """
         # a communicator's schedule has local ranks 0..k-1; samples and paths use the job's global ranks
         g = list(schedule.meta.get("global_ranks") or range(schedule.nranks))
@@ -161,6 +162,8 @@ class ScheduleRouting:
             pair_links[pair] = keys
             for a in keys:
                 link_chunks[a] += chunks[pair]
+        if phase is not None:  # the phases overlap in time (pipelined trees): a link is shared by both
+            link_chunks = defaultdict(int, cls.build(schedule, topology).link_chunks)
         host_of = {g.rank: g.host for g in topology.gpus if g.rank is not None}
         inject: dict[int, dict[LinkKey, int]] = defaultdict(lambda: defaultdict(int))
         for (u, v), keys in pair_links.items():

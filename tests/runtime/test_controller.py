@@ -87,6 +87,7 @@ def test_allreduce_and_reducescatter_samples_feed_the_estimator(tmp_path: Path) 
     assert rs is not None and ag is not None and whole is not None
     assert {**rs.pair_chunks} != {**ag.pair_chunks}
     assert all(rs.pair_chunks.get(p, 0) + ag.pair_chunks.get(p, 0) == n for p, n in whole.pair_chunks.items())
+    assert rs.link_chunks == ag.link_chunks == whole.link_chunks  # the phases overlap: loads of both
     assert ag.before and not rs.before  # the AllGather's roots are fed by the ReduceScatter into them
     (u, v), n = next(iter(sorted(rs.pair_chunks.items())))
     # 50 Gbit/s achieved, one group each (no seq)
