@@ -6,7 +6,7 @@ flat gradient buffer (``GradBucket.buffer()``) is divided by the world size and 
 versions when the executor follows a client); the hook returns a completed ``torch.futures.Future`` of
 that buffer, as DDP expects. The semantics are those of DDP's default hook (``allreduce_hook``: an
 average over the ranks). Sizes no loaded program covers fall back to native ``torch.distributed``
-inside the executor, as for every call. ``docs/executor.md`` §"DDP" gives the details.
+inside the executor, as for every call. ``docs/executor.md`` ("DDP and FSDP2") gives the details.
 
 Examples
 --------

@@ -32,7 +32,8 @@ def slow_reductions(rank: int, world: int, programs: dict[str, Any], slow: bool)
         exmod.reducer = slow_reducer
     try:
         out: dict[str, Any] = {}
-        for coll, prog in sorted(programs.items()):
+        for coll in ("allreduce", "reducescatter"):
+            prog = programs[coll]
             sink = MemorySink()
             ex = Executor(comm="world", sink=sink, control_timeout_s=30)
             ex.load(prog, version=1)
@@ -101,10 +102,58 @@ def ddp_training(rank: int, world: int, program: Any, steps: int) -> dict[str, A
     return {"close": close, "steps": len(got), "samples": samples, "history": history}
 
 
+def fsdp_training(rank: int, world: int, programs: dict[str, Any], steps: int) -> dict[str, Any]:
+    """Train one small FSDP2 model twice from the same seed, natively and with ``fsdp_comms`` through an
+    executor; returns whether the losses and the final (unsharded) parameters agree, and the executor's samples."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from runtime.executor import Executor, MemorySink, fsdp_comms
+
+    mesh = init_device_mesh("cpu", (world,))
+
+    def run(hooked: bool) -> tuple[list[float], list[Any], list[dict[str, Any]], list[Any]]:
+        torch.manual_seed(0)
+        model = fully_shard(torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)),
+                            mesh=mesh)
+        sink = MemorySink()
+        ex = None
+        if hooked:
+            ex = Executor(comm="world", sink=sink, control_timeout_s=30)
+            ex.load([programs["allgather"], programs["reducescatter"]], version=1)
+            ag, rs = fsdp_comms(ex)
+            model.set_custom_all_gather(ag)
+            model.set_custom_reduce_scatter(rs)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        g = torch.Generator().manual_seed(100 + rank)
+        losses = []
+        for _ in range(steps):
+            x = torch.randn(8, 16, generator=g)
+            loss = ((model(x) - x[:, :4]) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        full = [p.full_tensor().detach().clone() for p in model.parameters()]
+        history = [] if ex is None else list(ex.history)
+        if ex is not None:
+            ex.close()
+        return losses, full, [s.to_dict() for s in sink.samples], history
+
+    l0, p0, _, _ = run(False)
+    l1, p1, samples, history = run(True)
+    close = all(torch.allclose(a, b, atol=1e-6, rtol=1e-5) for a, b in zip(p0, p1))
+    return {"close": close and all(abs(a - b) <= 1e-6 * max(1.0, abs(a)) for a, b in zip(l0, l1)),
+            "samples": samples, "history": history}
+
+
 def both(rank: int, world: int, programs: dict[str, Any], steps: int) -> dict[str, Any]:
-    """:func:`slow_reductions` then :func:`ddp_training` (on the AllReduce program) in one set of processes."""
+    """:func:`slow_reductions`, :func:`ddp_training` (on the AllReduce program) and :func:`fsdp_training` in one
+    set of processes."""
     return {"slow": slow_reductions(rank, world, programs, True),
-            "ddp": ddp_training(rank, world, programs["allreduce"], steps)}
+            "ddp": ddp_training(rank, world, programs["allreduce"], steps),
+            "fsdp": fsdp_training(rank, world, programs, steps)}
 
 
 def ddp_live(rank: int, world: int, address: str, token: str, emulation: dict[str, Any], hosts: list[int],

@@ -1,5 +1,6 @@
 """ReduceScatter/AllReduce on the executor (real gloo processes): samples count transfer time only, an
-AllReduce reports its two phases apart, and the DDP comm hook trains like DDP's default AllReduce."""
+AllReduce reports its two phases apart, the DDP comm hook trains like DDP's default AllReduce and the FSDP2
+hooks like FSDP's own AllGather/ReduceScatter."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ STEPS = 4
 @pytest.fixture(scope="module")
 def programs() -> dict:
     # nvswitch:3: each rank sends to one peer in two rounds with a local reduction between them
-    return {c: lower(synthesize(c, named_topology(f"nvswitch:{WORLD}")).schedule) for c in ("allreduce", "reducescatter")}
+    return {c: lower(synthesize(c, named_topology(f"nvswitch:{WORLD}")).schedule)
+            for c in ("allreduce", "reducescatter", "allgather")}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +49,8 @@ def _reductions_inside_a_flow(prog, rank: int) -> int:
 
 def test_samples_exclude_local_reductions(programs: dict, ranks: list) -> None:
     # fails on main: busy_s ran from the first send posted to the last done, the slow reductions in between
-    assert all(_reductions_inside_a_flow(p, r) >= 1 for p in programs.values() for r in range(WORLD))
+    assert all(_reductions_inside_a_flow(programs[c], r) >= 1 for c in ("allreduce", "reducescatter")
+               for r in range(WORLD))
     for rank, res in enumerate(r["slow"] for r in ranks):
         for coll, r in res.items():
             assert r["correct"], (rank, coll)
@@ -75,3 +78,12 @@ def test_ddp_comm_hook_matches_default_allreduce(ranks: list) -> None:
         assert {s.collective for s in ok} == {"allreduce"}
         assert {s.phase for s in ok if s.kind == "pair"} == {"reducescatter", "allgather"}
         assert len({s.seq for s in ok}) == len(res["history"]) >= STEPS  # every bucket of every step emitted
+
+
+def test_fsdp2_comms_match_native_fsdp(ranks: list) -> None:
+    for res in (r["fsdp"] for r in ranks):
+        assert res["close"]  # losses and final parameters equal those of FSDP's own collectives
+        used = {(c, v) for _seq, c, v in res["history"]}
+        assert used == {("allgather", 1), ("reducescatter", 1)}  # both ran the loaded programs, not native
+        ok, rep = validate_samples(res["samples"], nranks=WORLD)
+        assert rep.rejected_total == 0 and {s.collective for s in ok} == {"allgather", "reducescatter"}
