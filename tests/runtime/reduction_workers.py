@@ -63,6 +63,23 @@ def slow_reductions(rank: int, world: int, programs: dict[str, Any], slow: bool)
         exmod.reducer = real
 
 
+def _train(torch: Any, model: Any, rank: int, steps: int, outputs: int) -> tuple[list[float], list[list[Any]]]:
+    """``steps`` SGD steps of ``model`` (16 inputs, ``outputs`` outputs) on this rank's seeded data: each step's
+    loss and gradients."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(100 + rank)
+    losses, grads = [], []
+    for _ in range(steps):
+        x = torch.randn(8, 16, generator=g)
+        loss = ((model(x) - x[:, :outputs]) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        grads.append([p.grad.detach().clone() for p in model.parameters()])
+        opt.step()
+        losses.append(loss.item())
+    return losses, grads
+
+
 def ddp_training(rank: int, world: int, program: Any, steps: int) -> dict[str, Any]:
     """Train one small model twice from the same seed, once with DDP's default AllReduce and once with
     ``ddp_comm_hook`` through an executor; returns every step's gradients of both and the executor's samples."""
@@ -81,16 +98,7 @@ def ddp_training(rank: int, world: int, program: Any, steps: int) -> dict[str, A
             ex = Executor(comm="world", sink=sink, control_timeout_s=30)
             ex.load(program, version=1)
             model.register_comm_hook(None, ddp_comm_hook(ex))
-        opt = torch.optim.SGD(model.parameters(), lr=0.05)
-        g = torch.Generator().manual_seed(100 + rank)
-        grads = []
-        for _ in range(steps):
-            x = torch.randn(8, 16, generator=g)
-            loss = ((model(x) - x[:, :3]) ** 2).mean()
-            opt.zero_grad()
-            loss.backward()
-            grads.append([p.grad.detach().clone() for p in model.parameters()])
-            opt.step()
+        grads = _train(torch, model, rank, steps, 3)[1]
         history = [] if ex is None else list(ex.history)
         if ex is not None:
             ex.close()
@@ -125,16 +133,7 @@ def fsdp_training(rank: int, world: int, programs: dict[str, Any], steps: int) -
             ag, rs = fsdp_comms(ex)
             model.set_custom_all_gather(ag)
             model.set_custom_reduce_scatter(rs)
-        opt = torch.optim.SGD(model.parameters(), lr=0.05)
-        g = torch.Generator().manual_seed(100 + rank)
-        losses = []
-        for _ in range(steps):
-            x = torch.randn(8, 16, generator=g)
-            loss = ((model(x) - x[:, :4]) ** 2).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+        losses = _train(torch, model, rank, steps, 4)[0]
         full = [p.full_tensor().detach().clone() for p in model.parameters()]
         history = [] if ex is None else list(ex.history)
         if ex is not None:
