@@ -8,6 +8,8 @@ zero re-syntheses.
 
     PYTHONPATH=. python benchmarks/closed_loop.py            # everything (minutes)
     PYTHONPATH=. python benchmarks/closed_loop.py --quick    # hpn:1x2x8, 16 MiB only
+    PYTHONPATH=. python benchmarks/closed_loop.py --collectives allreduce,reducescatter   # the reductions
+                                                             # (results/closed_loop_reductions[_quick].*)
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ COLUMNS = ["topology", "failure", "collective", "MiB_per_rank", "detect_ms", "de
 
 def _scenario(topo: str, nranks: int, coll: str, per_rank: int, events: list[dict[str, Any]],
               duration_s: float) -> Any:
-    size = per_rank * nranks if coll == "allgather" else per_rank
+    size = per_rank * nranks if coll in ("allgather", "reducescatter") else per_rank  # S: output / input / buffer
     return scenario_from_dict({"format": "loopcoll.scenario/1", "topology": topo, "duration_s": duration_s,
                                "workload": [{"comm": "world", "collective": coll, "size_bytes": size}],
                                "events": events})
@@ -82,14 +84,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="hpn:1x2x8 and 16 MiB only")
     ap.add_argument("--plot", action="store_true", help="also write timeline PNGs of the hpn:1x2x8 16 MiB cases")
+    ap.add_argument("--collectives", default="allgather,alltoall",
+                    help="comma-separated collectives (default allgather,alltoall; allreduce and reducescatter "
+                         "write closed_loop_reductions)")
     args = ap.parse_args(argv)
+    colls = tuple(c.strip() for c in args.collectives.split(",") if c.strip())
+    known = ("allgather", "alltoall", "allreduce", "reducescatter")
+    if not colls or any(c not in known for c in colls):
+        ap.error(f"--collectives: each must be one of {', '.join(known)}, got {args.collectives!r}")
+    default = colls == ("allgather", "alltoall")
     topos = ["hpn:1x2x8"] if args.quick else ["hpn:1x2x8", "hpn:1x4x8"]
     sizes = [16] if args.quick else [16, 128]
     rows = []
     t0 = time.perf_counter()
     for topo in topos:
         for failure in ("fail1", "fail2", "fail3"):
-            for coll in ("allgather", "alltoall"):
+            for coll in colls:
                 for mib in sizes:
                     row, res = run_case(topo, failure, coll, mib)
                     rows.append(row)
@@ -99,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                     if args.plot and topo == "hpn:1x2x8" and mib == 16:
                         RESULTS.mkdir(parents=True, exist_ok=True)
                         plot_timeline(res, RESULTS / f"closed_loop_{failure}_{coll}.png")
-        rows.append(run_transient(topo))
+        if default:
+            rows.append(run_transient(topo))
     notes = (ANCHOR + "\n\nThis run: the flow simulator (ideal costs, 4 slices per chunk, rtol 1e-3) on each "
              "topology; failure on [1 s, 5 s) of 7 s; controller defaults (alpha 0.012, gamma 0.1, cool-down 1 s, "
              "recovery check 5 s); re-synthesis wall time (this machine, shared, noisy) charged to the simulated "
@@ -111,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
              "the adapted version stays within the min-gain of the re-synthesized one). One run per case (the "
              "loop is deterministic except for the synthesis time). Wall: "
              f"{time.perf_counter() - t0:.0f} s.")
-    cmd = "PYTHONPATH=. python benchmarks/closed_loop.py" + (" --quick" if args.quick else "")
-    table = write_results("closed_loop" + ("_quick" if args.quick else ""), COLUMNS, rows, cmd, notes)
+    cmd = "PYTHONPATH=. python benchmarks/closed_loop.py" + (" --quick" if args.quick else "") + \
+        ("" if default else f" --collectives {','.join(colls)}")
+    name = "closed_loop" + ("" if default else "_reductions") + ("_quick" if args.quick else "")
+    table = write_results(name, COLUMNS, rows, cmd, notes)
     print(table)
     print()
     print(ANCHOR)

@@ -1,4 +1,5 @@
-"""A data-parallel training loop whose gradient all-reduce runs loopcoll schedules through the executor.
+"""A DDP training loop whose gradient all-reduce runs loopcoll schedules through the executor (one line:
+``model.register_comm_hook(None, ddp_comm_hook(ex))``).
 
 Run on CPU with 4 local processes (gloo):      python examples/executor_training.py --nprocs 4
 With a loopcoll daemon pushing new versions:   add --daemon HOST:PORT --token-file F, where F is the file
@@ -25,13 +26,17 @@ def train(rank: int, world: int, steps: int, daemon: str | None, telemetry: str 
     import torch
     import torch.distributed as dist
 
+    from torch.nn.parallel import DistributedDataParallel
+
     from msccl_xml import lower
-    from runtime.executor import Executor, JsonlSink
+    from runtime.executor import Executor, JsonlSink, ddp_comm_hook
     from synth import named_topology, synthesize
 
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    cuda = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1)).to(device)
+    net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1)).to(device)
+    model = DistributedDataParallel(net, device_ids=[device] if cuda else None)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     sink = JsonlSink(f"{telemetry}/rank{rank}.jsonl") if telemetry else None
 
@@ -44,20 +49,15 @@ def train(rank: int, world: int, steps: int, daemon: str | None, telemetry: str 
         ex.follow(client)
     else:  # 2b. or load a schedule yourself (a file path, a Program, a Schedule or a SynthResult)
         ex.load(lower(synthesize("allreduce", named_topology(f"ring:{world}")).schedule), version=1)
+    # 3. one line: every gradient bucket's all-reduce (averaged, like DDP's default) runs through the executor
+    model.register_comm_hook(None, ddp_comm_hook(ex))
 
     g = torch.Generator().manual_seed(rank)
     for step in range(steps):
         x = torch.randn(32, 64, generator=g).to(device)
         loss = ((model(x) - x.sum(1, keepdim=True)) ** 2).mean()
         opt.zero_grad()
-        loss.backward()
-        flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-        ex.all_reduce(flat, op=dist.ReduceOp.SUM)  # 3. drop-in for dist.all_reduce(flat)
-        flat /= world
-        offset = 0
-        for p in model.parameters():
-            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
-            offset += p.numel()
+        loss.backward()  # DDP calls the hook per bucket: ex.all_reduce on the bucket's flat gradients
         opt.step()
         if step == steps // 2 and not daemon:  # 4. hot-swap mid-training: stage now, switch at the next sync
             ex.stage(lower(synthesize("allreduce", named_topology(f"nvswitch:{world}")).schedule), version=2)

@@ -59,8 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     p.add_argument("scenario", metavar="SCENARIO", help="scenario JSON file or preset name")
     p.add_argument("--topology", metavar="SPEC", help="override the scenario's topology (presets: hpn:1x2x8)")
-    p.add_argument("--collective", choices=("allgather", "alltoall"), default="allgather",
-                   help="presets: the collective to run (default allgather)")
+    p.add_argument("--collective", choices=("allgather", "alltoall", "allreduce", "reducescatter"),
+                   default="allgather", help="presets: the collective to run (default allgather)")
     p.add_argument("--size-per-rank", type=int, default=16 << 20, metavar="BYTES",
                    help="presets: input bytes per rank (default 16 MiB)")
     p.add_argument("--duration", type=float, default=None, metavar="S", help="presets: simulated seconds")

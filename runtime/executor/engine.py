@@ -22,32 +22,64 @@ from .plan import Op, RankPlan, Region
 __all__ = ["Bound", "Timing", "wait_all", "reducer", "reduction_fallback", "run_rank_plan", "same_kind"]
 
 
+#: One measured flow of a collective: (group peer, AllReduce phase or None).
+Flow = tuple[int, "str | None"]
+
+
 @dataclass
 class Timing:
-    """Raw per-peer send timings of one collective: host seconds (CPU) or CUDA events (resolved later)."""
+    """Raw per-flow send timings of one collective: host seconds (CPU) or CUDA events (resolved later).
 
-    first_post: dict[int, Any] = field(default_factory=dict)
-    last_done: dict[int, Any] = field(default_factory=dict)
-    bytes_to: dict[int, int] = field(default_factory=dict)
+    A flow is ``(peer, phase)``: ``phase`` is None, or with ``phases`` (an AllReduce) ``reducescatter`` for
+    sends the peer folds into a reduction and ``allgather`` for the others. ``local`` records the local steps
+    (copies, reductions) run after each timed round, so that :meth:`busy_s` counts transfer time only.
+    """
+
+    first_post: dict[Flow, Any] = field(default_factory=dict)
+    last_done: dict[Flow, Any] = field(default_factory=dict)
+    bytes_to: dict[Flow, int] = field(default_factory=dict)
     cuda: bool = False
-    #: Under a throttle: per peer, the summed per-round busy time (round start to the send's emulated completion);
+    phases: bool = False
+    #: per flow, the ordinal of its first and last round among the rank's rounds
+    rounds: dict[Flow, tuple[int, int]] = field(default_factory=dict)
+    #: per round ordinal with local steps: (start, end) of those steps (host seconds or CUDA events)
+    local: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    #: Under a throttle: per flow, the summed per-round busy time (round start to the send's emulated completion);
     #: a pair's idle time between rounds (waiting for data to relay) is then not counted as link time.
-    paced_s: dict[int, float] | None = None
-    #: Under a throttle: per round, (round start, {peer: completion}) for the ``inject`` sample.
-    paced_rounds: list[tuple[float, dict[int, float]]] | None = None
+    paced_s: dict[Flow, float] | None = None
+    #: Under a throttle: per round, (round start, {flow: completion}) for the ``inject`` sample.
+    paced_rounds: list[tuple[float, dict[Flow, float]]] | None = None
 
     def ready(self) -> bool:
         """True when every recorded event has completed (always on CPU)."""
         return not self.cuda or all(e.query() for e in self.last_done.values())
 
-    def busy_s(self, peer: int) -> float:
-        """Seconds from the first send to ``peer`` posted to the last one completed."""
-        if self.paced_s is not None and peer in self.paced_s:
-            return max(self.paced_s[peer], 1e-9)
-        a, b = self.first_post[peer], self.last_done[peer]
-        if self.cuda:
-            return max(a.elapsed_time(b) / 1e3, 1e-9)
-        return max(b - a, 1e-9)
+    def flow(self, peer: int, reducing: bool) -> Flow:
+        """The flow a send to ``peer`` belongs to (``reducing``: the peer folds it into a reduction)."""
+        return (peer, ("reducescatter" if reducing else "allgather") if self.phases else None)
+
+    def _elapsed(self, a: Any, b: Any) -> float:
+        return a.elapsed_time(b) / 1e3 if self.cuda else b - a
+
+    def span_s(self, flows: Any) -> float:
+        """Seconds from the first send of ``flows`` posted to the last completed, less the local steps run in
+        between (transfer time only)."""
+        flows = list(flows)
+        lo = min(self.rounds[f][0] for f in flows)
+        hi = max(self.rounds[f][1] for f in flows)
+        if self.cuda:  # events of one stream: the first round's start, the last round's end
+            a = next(self.first_post[f] for f in flows if self.rounds[f][0] == lo)
+            b = next(self.last_done[f] for f in flows if self.rounds[f][1] == hi)
+        else:
+            a, b = min(self.first_post[f] for f in flows), max(self.last_done[f] for f in flows)
+        local = sum(self._elapsed(*self.local[j]) for j in range(lo, hi) if j in self.local)
+        return max(self._elapsed(a, b) - local, 1e-9)
+
+    def busy_s(self, flow: Flow) -> float:
+        """Transfer seconds of ``flow``: its paced time under a throttle, else :meth:`span_s`."""
+        if self.paced_s is not None and flow in self.paced_s:
+            return max(self.paced_s[flow], 1e-9)
+        return self.span_s([flow])
 
 
 #: Seconds each remaining wait of a round still gets once its collective's timeout has passed.
@@ -163,7 +195,7 @@ def run_rank_plan(
                 reduce(dst, a, view(op.b))
 
     local(rp.pre_ops)
-    for rnd in rp.rounds:
+    for j, rnd in enumerate(rp.rounds):
         if rnd.sends or rnd.recvs:
             p2p = [P2POp(isend, view(m.regions[0]), peers[m.peer], group) for m in rnd.sends]
             p2p += [P2POp(irecv, view(m.regions[0]), peers[m.peer], group) for m in rnd.recvs]
@@ -172,20 +204,30 @@ def run_rank_plan(
                     else dist.batch_isend_irecv(p2p)
                 wait_all(batch, [op.peer for op in p2p], bound)
             else:
-                _timed_round(torch, dist, p2p, rnd, throttle, chunk * elem_bytes, timing, bound)
-        local(rnd.ops)
+                _timed_round(torch, dist, p2p, rnd, throttle, chunk * elem_bytes, timing, bound, j)
+        if timing is not None and rnd.ops:  # timed apart: samples count transfer time only
+            start = _mark(torch, timing.cuda)
+            local(rnd.ops)
+            timing.local[j] = (start, _mark(torch, timing.cuda))
+        else:
+            local(rnd.ops)
+
+
+def _mark(torch: Any, cuda: bool) -> Any:
+    """Now: a CUDA event recorded on the current stream, or the host clock."""
+    if cuda:
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+    return time.perf_counter()
 
 
 def _timed_round(torch: Any, dist: Any, p2p: list[Any], rnd: Any, throttle: Any, chunk_bytes: int,
-                 timing: Timing, bound: Bound | None) -> None:
-    """Post and wait one round's transfers, recording into ``timing`` when each peer's sends were posted and
-    done, the bytes sent to it and, under a throttle, its paced time."""
+                 timing: Timing, bound: Bound | None, ordinal: int) -> None:
+    """Post and wait one round's transfers (the ``ordinal``-th of the rank), recording into ``timing`` when each
+    flow's sends were posted and done, the bytes sent in it and, under a throttle, its paced time."""
     cuda = timing.cuda
-    if cuda:
-        t0 = torch.cuda.Event(enable_timing=True)
-        t0.record()
-    else:
-        t0 = time.perf_counter()
+    t0 = _mark(torch, cuda)
     sent: list[float] = []
     if throttle is not None:
         works, sent = _post(dist, p2p, rnd, throttle, chunk_bytes)
@@ -200,25 +242,24 @@ def _timed_round(torch: Any, dist: Any, p2p: list[Any], rnd: Any, throttle: Any,
     else:
         wait_all(works, [op.peer for op in p2p], bound)
     done[:len(sent)] = sent  # paced sends: each one's own completion, not the batch's
-    if cuda:
-        t1 = torch.cuda.Event(enable_timing=True)
-        t1.record()
-    elif not per_op:
-        t1 = time.perf_counter()
+    if cuda or not per_op:
+        t1 = _mark(torch, cuda)
+    flows = [timing.flow(m.peer, m.reducing) for m in rnd.sends]
     if throttle is not None and sent:
         if timing.paced_s is None:
             timing.paced_s, timing.paced_rounds = {}, []
-        ends: dict[int, float] = {}
-        for j, m in enumerate(rnd.sends):
-            ends[m.peer] = max(ends.get(m.peer, t0), sent[j])
-        for peer, end in ends.items():
-            timing.paced_s[peer] = timing.paced_s.get(peer, 0.0) + (end - t0)
+        ends: dict[Flow, float] = {}
+        for j, f in enumerate(flows):
+            ends[f] = max(ends.get(f, t0), sent[j])
+        for f, end in ends.items():
+            timing.paced_s[f] = timing.paced_s.get(f, 0.0) + (end - t0)
         assert timing.paced_rounds is not None
         timing.paced_rounds.append((t0, ends))
-    for j, m in enumerate(rnd.sends):
-        timing.first_post.setdefault(m.peer, t0)
-        timing.last_done[m.peer] = done[j] if per_op else t1
-        timing.bytes_to[m.peer] = timing.bytes_to.get(m.peer, 0) + m.chunks * chunk_bytes
+    for j, (f, m) in enumerate(zip(flows, rnd.sends)):
+        timing.first_post.setdefault(f, t0)
+        timing.last_done[f] = done[j] if per_op else t1
+        timing.bytes_to[f] = timing.bytes_to.get(f, 0) + m.chunks * chunk_bytes
+        timing.rounds[f] = (timing.rounds.get(f, (ordinal, ordinal))[0], ordinal)
 
 
 def _post(dist: Any, p2p: list[Any], rnd: Any, throttle: Any, chunk_bytes: int) -> tuple[list[Any], list[float]]:

@@ -264,7 +264,7 @@ class Executor:
             bufs["s"] = self._ws("s", rp.scratch_chunks * chunk, dtype, device)
         if rp.temp_chunks:
             bufs["t"] = self._ws("t", rp.temp_chunks * chunk, dtype, device)
-        timing = Timing(cuda=device.type == "cuda") if self.sink is not None else None
+        timing = Timing(cuda=device.type == "cuda", phases=coll == "allreduce") if self.sink is not None else None
         if self.throttle is not None:
             self.throttle.begin(seq)
         run_rank_plan(torch, rp, bufs, chunk, self.group, self._peers, reducer(torch, op, dtype) if op is not None else None, timing,

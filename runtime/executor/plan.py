@@ -62,11 +62,13 @@ def canonical_collective(coll: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One point-to-point message of a round: the regions sent to / received from ``peer`` (group rank)."""
+    """One point-to-point message of a round: the regions sent to / received from ``peer`` (group rank);
+    ``reducing`` when the receiver folds it into a reduction (a partial sum: an AllReduce's ReduceScatter phase)."""
 
     peer: int
     regions: tuple[Region, ...]
     chunks: int
+    reducing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,23 +384,25 @@ def _emit(program, coll, steps, order, finish, send_ready, t_in, out_partner) ->
     # Transfers by (round, sender, receiver), in (channel, k) order on both ends.
     transfers: dict[tuple[int, int, int], list] = defaultdict(list)
     for a, (b, tid) in out_partner.items():
-        transfers[(t_in[b], tid[0], tid[1])].append((tid[2], tid[3], send_region[a], recv_region[b]))
+        reducing = steps[b][0].type not in (StepType.RECV, StepType.RECV_COPY_SEND)  # rrs, rrc, rrcs fold it in
+        transfers[(t_in[b], tid[0], tid[1])].append((tid[2], tid[3], send_region[a], recv_region[b], reducing))
 
     sends_at: dict[tuple[int, int], list[Message]] = defaultdict(list)
     recvs_at: dict[tuple[int, int], list[Message]] = defaultdict(list)
     for (rnd, a, b), items in sorted(transfers.items()):
         items.sort(key=lambda x: (x[0], x[1]))
-        merged: list[tuple[list[Region], list[Region]]] = []
-        for _chan, _k, s_reg, r_reg in items:
-            if merged and _adjacent(merged[-1][0][-1], s_reg) and _adjacent(merged[-1][1][-1], r_reg):
+        merged: list[tuple[list[Region], list[Region], bool]] = []
+        for _chan, _k, s_reg, r_reg, red in items:
+            if merged and merged[-1][2] == red and _adjacent(merged[-1][0][-1], s_reg) \
+                    and _adjacent(merged[-1][1][-1], r_reg):
                 merged[-1][0][-1] = _join(merged[-1][0][-1], s_reg)
                 merged[-1][1][-1] = _join(merged[-1][1][-1], r_reg)
             else:
-                merged.append(([s_reg], [r_reg]))
-        for s_regs, r_regs in merged:
+                merged.append(([s_reg], [r_reg], red))
+        for s_regs, r_regs, red in merged:
             cnt = sum(r[2] for r in s_regs)
-            sends_at[(a, rnd)].append(Message(b, tuple(s_regs), cnt))
-            recvs_at[(b, rnd)].append(Message(a, tuple(r_regs), cnt))
+            sends_at[(a, rnd)].append(Message(b, tuple(s_regs), cnt, red))
+            recvs_at[(b, rnd)].append(Message(a, tuple(r_regs), cnt, red))
 
     def ops(rank: int, rnd: int) -> tuple[Op, ...]:
         return tuple(op for _p, op in sorted(ops_at.get((rank, rnd), ()), key=lambda x: x[0]))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from runtime.formats.telemetry import Sample
@@ -17,36 +18,30 @@ __all__ = ["collective_samples", "default_hosts", "demand_sample"]
 
 def collective_samples(timing: Timing, meta: Mapping[str, Any], *, comm: str, me: int, peers: Sequence[int],
                        hosts: Sequence[int], incarnation: str | None = None) -> list[Sample]:
-    """The samples of one collective of global rank ``me``: ``timing`` per group peer, ``meta`` its
-    ``t_wall``, ``seq``, ``version`` and ``coll``; ``peers`` maps group ranks to global ranks, ``hosts``
-    global ranks to host ids; ``incarnation`` the executor start's id (:mod:`runtime.executor.incarnation`)."""
+    """The samples of one collective of global rank ``me``: ``timing`` per group peer (and AllReduce phase),
+    ``meta`` its ``t_wall``, ``seq``, ``version`` and ``coll``; ``peers`` maps group ranks to global ranks,
+    ``hosts`` global ranks to host ids; ``incarnation`` the executor start's id
+    (:mod:`runtime.executor.incarnation`). Busy times count transfers only (:meth:`Timing.span_s`)."""
     t_s = meta["t_wall"]
     samples = []
-    inject_bytes = 0
-    first: Any = None
-    last: Any = None
-    for peer in sorted(timing.bytes_to):
+    local: dict[str | None, list[tuple[int, str | None]]] = {}
+    for flow in sorted(timing.bytes_to, key=lambda f: (f[0], f[1] or "")):
+        peer, phase = flow
         g = peers[peer]
-        busy = timing.busy_s(peer)
-        samples.append(Sample(t_s, comm, meta["seq"], meta["version"], "pair", me, g, timing.bytes_to[peer],
-                              busy, meta["coll"], "executor", incarnation=incarnation))
+        extra = {} if phase is None else {"phase": phase}
+        samples.append(Sample(t_s, comm, meta["seq"], meta["version"], "pair", me, g, timing.bytes_to[flow],
+                              timing.busy_s(flow), meta["coll"], "executor", MappingProxyType(extra),
+                              incarnation=incarnation))
         if hosts[g] == hosts[me]:
-            inject_bytes += timing.bytes_to[peer]
-            a, b = timing.first_post[peer], timing.last_done[peer]
-            if timing.cuda:
-                first = a if first is None or a.elapsed_time(first) > 0 else first
-                last = b if last is None or last.elapsed_time(b) > 0 else last
-            else:
-                first = a if first is None else min(first, a)
-                last = b if last is None else max(last, b)
-    if inject_bytes:
-        busy = max(first.elapsed_time(last) / 1e3, 1e-9) if timing.cuda else max(last - first, 1e-9)
+            local.setdefault(phase, []).append(flow)
+    for phase, flows in sorted(local.items(), key=lambda kv: kv[0] or ""):
+        busy = timing.span_s(flows)
         if timing.paced_rounds is not None:  # fault injection: summed per-round busy time (engine.Timing)
-            local = [p for p in timing.bytes_to if hosts[peers[p]] == hosts[me]]
-            busy = max(sum(max(ends[p] for p in local if p in ends) - t0
-                           for t0, ends in timing.paced_rounds if any(p in ends for p in local)), 1e-9)
-        samples.append(Sample(t_s, comm, meta["seq"], meta["version"], "inject", me, None, inject_bytes,
-                              busy, meta["coll"], "executor", incarnation=incarnation))
+            busy = max(sum(max(ends[f] for f in flows if f in ends) - t0
+                           for t0, ends in timing.paced_rounds if any(f in ends for f in flows)), 1e-9)
+        samples.append(Sample(t_s, comm, meta["seq"], meta["version"], "inject", me, None,
+                              sum(timing.bytes_to[f] for f in flows), busy, meta["coll"], "executor",
+                              MappingProxyType({} if phase is None else {"phase": phase}), incarnation=incarnation))
     return samples
 
 

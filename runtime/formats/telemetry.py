@@ -42,6 +42,7 @@ __all__ = [
     "KINDS",
     "MAX_LINE_BYTES",
     "ORIGINS",
+    "PHASES",
     "IngestReport",
     "Sample",
     "SampleStore",
@@ -57,6 +58,8 @@ KINDS = ("pair", "inject", "coll", "demand")
 ORIGINS = ("executor", "inspector", "simulator", "probe")
 COLLECTIVE_NAMES = ("allgather", "reducescatter", "allreduce", "alltoall", "alltoallv", "broadcast", "reduce",
                     "send", "recv", "sendrecv")
+#: The phases of an AllReduce a sample may name in ``extra.phase`` (its ReduceScatter and AllGather parts).
+PHASES = ("reducescatter", "allgather")
 #: A sample line (or wire message) longer than this is rejected unread.
 MAX_LINE_BYTES = 1 << 20
 _MAX_NAME = 256
@@ -82,6 +85,17 @@ class Sample:
     #: The measuring executor's incarnation id (one per executor start, shared by the ranks of one job run),
     #: or None (older producers, simulators, probes). The controller groups samples per incarnation.
     incarnation: str | None = None
+
+    @property
+    def phase(self) -> str | None:
+        """The AllReduce phase this sample measured (``extra.phase``: ``reducescatter`` or ``allgather``), or
+        None (the whole collective).
+
+        >>> Sample(0.0, "w", 1, 1, "pair", 0, 1, 8, 1e-3, "allreduce", "executor", {"phase": "allgather"}).phase
+        'allgather'
+        """
+        phase = self.extra.get("phase")
+        return phase if isinstance(phase, str) else None
 
     @property
     def throughput_GBps(self) -> float:  # noqa: N802
@@ -232,6 +246,10 @@ def parse_sample(
         if not isinstance(sends, list) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 0
                                                    for b in sends):
             raise _fail("type", "sample: a demand sample needs extra.send_bytes, a list of integers >= 0")
+    phase = extra.get("phase")
+    if phase is not None and (collective != "allreduce" or phase not in PHASES):
+        raise _fail("type", f"sample: extra.phase must be one of {', '.join(PHASES)} on an allreduce sample, got "
+                    f"{str(phase)[:40]!r} on {collective!r}")
     _check_ranks(comm, src, dst, comms, nranks)
     return Sample(t_s, comm, seq, version, kind, src, dst, nbytes, busy_s, collective, origin,
                   MappingProxyType(dict(extra)), incarnation)

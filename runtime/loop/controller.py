@@ -191,7 +191,7 @@ class Controller:
         self._verdicts: deque[dict[str, Any]] = deque(maxlen=config.recent_verdicts)
         self._last_verdict: dict[tuple[str, str], Verdict] = {}
         self._events: deque[dict[str, Any]] = deque(maxlen=256)
-        self._routing: dict[tuple[str, str, int], ScheduleRouting | None] = {}
+        self._routing: dict[tuple[str, str, int, str | None], ScheduleRouting | None] = {}
         self._groups = SampleGroups(clock=self._now, skipped=self._skipped)
         self.samples_since_publish = 0
         self.estimator = LinkEstimator(topology, alpha=config.alpha, tau_s=config.tau_s,
@@ -259,15 +259,16 @@ class Controller:
         return report
 
     # -- sample groups → estimator --------------------------------------------------------------
-    def _routing_for(self, comm: str, collective: str, version: int) -> ScheduleRouting | None:
-        key = (comm, collective, version)
+    def _routing_for(self, comm: str, collective: str, version: int,
+                     phase: str | None = None) -> ScheduleRouting | None:
+        key = (comm, collective, version, phase)
         if key not in self._routing:
             sched: Schedule | None = None
             try:
                 sched = self.manager.schedule_of(comm, collective, version)
             except StoreError as exc:
                 self._log({"event": "store_error", "message": str(exc)})
-            self._routing[key] = None if sched is None else ScheduleRouting.build(sched, self.topology)
+            self._routing[key] = None if sched is None else ScheduleRouting.build(sched, self.topology, phase)
         return self._routing[key]
 
     def _process_samples(self) -> int:

@@ -51,6 +51,7 @@ from types import MappingProxyType
 from typing import Any
 
 from synth import Link, Schedule, Topology
+from synth.schedule import Route
 from synth.errors import LoopcollError
 from synth.routing import pair_route
 
@@ -59,6 +60,8 @@ from runtime.loop.pacing import Pacing
 __all__ = ["LinkEstimate", "LinkEstimator", "Measurement", "ScheduleRouting"]
 
 LinkKey = tuple[str, str]
+#: The routes an AllReduce phase runs (``Sample.phase``): its ReduceScatter in-trees, its AllGather out-trees.
+_PHASE_ROUTES = {"reducescatter": "in_tree", "allgather": "out_tree"}
 #: One measurement of a collective: (kind, src, dst or None, bytes, busy_s).
 Measurement = tuple[str, int, "int | None", float, float]
 
@@ -79,6 +82,31 @@ def _route_path(topo: Topology, sched_paths: Mapping[tuple[int, int], set[tuple[
     return path
 
 
+_Pair = tuple[int, int]
+
+
+def _route_flows(routes: Iterable[Route], g: Sequence[int]) -> tuple[
+        dict[_Pair, int], dict[_Pair, set[tuple[str, ...]]], dict[_Pair, set[_Pair]], dict[int, set[_Pair]]]:
+    """Per pair of global ranks: the chunks ``routes`` send, the paths their hops name and the pairs feeding
+    each (a relay's input, every child of a reduction); per in-tree root, the pairs reduced into it."""
+    chunks: dict[_Pair, int] = defaultdict(int)
+    paths: dict[_Pair, set[tuple[str, ...]]] = defaultdict(set)
+    upstream: dict[_Pair, set[_Pair]] = defaultdict(set)
+    reduced_into: dict[int, set[_Pair]] = defaultdict(set)
+    for route in routes:
+        into: dict[int, set[_Pair]] = defaultdict(set)
+        for hop in route.hops:
+            pair = (g[hop.src], g[hop.dst])
+            chunks[pair] += route.chunks
+            paths[pair].add(hop.path)
+            into[g[hop.dst]].add(pair)
+        for hop in route.hops:
+            upstream[(g[hop.src], g[hop.dst])].update(into.get(g[hop.src], ()))
+        if route.kind.value == "in_tree":
+            reduced_into[g[route.root]].update(into.get(g[route.root], ()))
+    return chunks, paths, upstream, reduced_into
+
+
 @dataclass(frozen=True)
 class ScheduleRouting:
     """What the estimator needs from one running schedule: per-pair paths and chunk counts, ``n_a``.
@@ -86,7 +114,8 @@ class ScheduleRouting:
     ``pair_chunks[(u, v)]`` chunks go u→v in one collective; ``pair_links[(u, v)]`` is the path's links;
     ``link_chunks[a]`` = ``n_a``; ``inject_links[u]`` maps each host-fabric up-link of ``u`` to the
     chunks of ``u``'s intra-host sends crossing it; ``upstream[(u, v)]`` the pairs that feed ``u`` the
-    data it relays to ``v``; ``chunk_bytes_per_S`` is the chunk size per byte of ``S``.
+    data it relays to ``v``; ``chunk_bytes_per_S`` is the chunk size per byte of ``S``. Of one AllReduce
+    ``phase``, ``before[(u, v)]`` are the pairs of the phase before (the ReduceScatter) that feed ``u``.
     """
 
     pair_chunks: Mapping[tuple[int, int], int]
@@ -97,30 +126,32 @@ class ScheduleRouting:
     host_of: Mapping[int, int | None]
     nchunks_total: int = 1
     meta: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    phase: str | None = None
+    before: Mapping[tuple[int, int], frozenset[tuple[int, int]]] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
-    def build(cls, schedule: Schedule, topology: Topology) -> ScheduleRouting:
+    def build(cls, schedule: Schedule, topology: Topology, phase: str | None = None) -> ScheduleRouting:
         """Routing of ``schedule`` as a peer-addressed executor runs it on ``topology``.
 
         Each GPU pair uses one path, its route (:func:`synth.routing.pair_route`), whatever paths
-        the schedule's hops name. Loads ``n_a`` are recomputed from those paths.
+        the schedule's hops name. Loads ``n_a`` are recomputed from those paths. ``phase`` keeps one
+        phase of an AllReduce: ``reducescatter`` its in-trees, ``allgather`` its out-trees (the flows of
+        the samples measured in that phase); its loads ``n_a`` stay the whole schedule's, since the phases
+        of pipelined trees overlap in time and share the links (docs/controller.md §1).
         """
-        chunks: dict[tuple[int, int], int] = defaultdict(int)
-        paths: dict[tuple[int, int], set[tuple[str, ...]]] = defaultdict(set)
-        upstream: dict[tuple[int, int], set[tuple[int, int]]] = defaultdict(set)
         # a communicator's schedule has local ranks 0..k-1; samples and paths use the job's global ranks
         g = list(schedule.meta.get("global_ranks") or range(schedule.nranks))
-        for route in schedule.routes:
-            into: dict[int, tuple[int, int]] = {}
+        routes = schedule.routes if phase is None else \
+            tuple(r for r in schedule.routes if r.kind.value == _PHASE_ROUTES[phase])
+        chunks, paths, upstream, _reduced = _route_flows(routes, g)
+        # AllReduce: an out-tree's root broadcasts what the in-tree into it reduced (the phase before it)
+        before: dict[tuple[int, int], set[tuple[int, int]]] = defaultdict(set)
+        reduced = _route_flows(schedule.routes, g)[3] if phase != "reducescatter" else {}
+        for route in routes if reduced else ():
             for hop in route.hops:
-                pair = (g[hop.src], g[hop.dst])
-                chunks[pair] += route.chunks
-                paths[pair].add(hop.path)
-                into[g[hop.dst]] = pair
-            for hop in route.hops:
-                parent = into.get(g[hop.src])
-                if parent is not None and route.kind.value != "in_tree":
-                    upstream[(g[hop.src], g[hop.dst])].add(parent)
+                if route.kind.value == "out_tree" and g[hop.src] == g[route.root]:
+                    (upstream if phase is None else before)[(g[hop.src], g[hop.dst])].update(
+                        reduced.get(g[route.root], ()))
         pair_links: dict[tuple[int, int], tuple[LinkKey, ...]] = {}
         link_chunks: dict[LinkKey, int] = defaultdict(int)
         for pair in sorted(chunks):
@@ -131,6 +162,8 @@ class ScheduleRouting:
             pair_links[pair] = keys
             for a in keys:
                 link_chunks[a] += chunks[pair]
+        if phase is not None:  # the phases overlap in time (pipelined trees): a link is shared by both
+            link_chunks = defaultdict(int, cls.build(schedule, topology).link_chunks)
         host_of = {g.rank: g.host for g in topology.gpus if g.rank is not None}
         inject: dict[int, dict[LinkKey, int]] = defaultdict(lambda: defaultdict(int))
         for (u, v), keys in pair_links.items():
@@ -141,9 +174,12 @@ class ScheduleRouting:
             pair_links=MappingProxyType(pair_links),
             link_chunks=MappingProxyType(dict(sorted(link_chunks.items()))),
             inject_links=MappingProxyType({u: MappingProxyType(dict(v)) for u, v in sorted(inject.items())}),
-            upstream=MappingProxyType({k: frozenset(v) for k, v in upstream.items()}),
+            upstream=MappingProxyType({k: frozenset(v - {k}) for k, v in upstream.items() if v - {k}}),
             host_of=MappingProxyType(host_of),
             nchunks_total=schedule.nchunks * schedule.nranks,
+            meta=MappingProxyType({} if phase is None else {"phase_of": id(schedule)}),
+            phase=phase,
+            before=MappingProxyType({k: frozenset(v) for k, v in before.items() if v}),
         )
 
     def measured_links(self, kind: str, src: int, dst: int | None) -> dict[LinkKey, int] | None:
@@ -222,6 +258,8 @@ class LinkEstimator:
         self.window = max(1, int(window))
         self.pace_window = max(1, int(pace_window))
         self._pacing = Pacing(self.pace_tolerance, self.pace_window)
+        #: per AllReduce schedule (its routing's meta ``phase_of``): the per-chunk rates of its last ReduceScatter phase
+        self._phase_rates: dict[Any, Mapping[tuple[int, int], float]] = {}
         self.groups = 0
 
     # -- updates ----------------------------------------------------------------------------
@@ -269,7 +307,16 @@ class LinkEstimator:
             verdicts.append(is_slow)
             if is_slow and kind == "pair" and dst is not None:
                 slow_pairs.add((src, dst))
-        paced = self._pacing.paced(routing, rows, verdicts, per_chunk)
+        prior: Mapping[tuple[int, int], float] = {}
+        if routing.phase is not None:  # an AllReduce phase: the AllGather's pacing looks at the ReduceScatter
+            family = routing.meta.get("phase_of")
+            if routing.phase == "reducescatter":
+                self._phase_rates[family] = per_chunk
+                while len(self._phase_rates) > 16:
+                    del self._phase_rates[next(iter(self._phase_rates))]
+            else:
+                prior = self._phase_rates.get(family, {})
+        paced = self._pacing.paced(routing, rows, verdicts, per_chunk, prior)
         for (kind, src, dst, rate, links, _pc), is_slow in zip(rows, verdicts):
             if not is_slow:
                 healthy.update(links)

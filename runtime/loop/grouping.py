@@ -1,6 +1,7 @@
 """Telemetry grouping: the controller's held samples, one group per collective, until each is ready to fold.
 
-Samples are grouped per ``(comm, collective, version, incarnation, seq)``. A group is ready once it is
+Samples are grouped per ``(comm, collective, version, incarnation, seq, phase)`` (``phase``: the AllReduce
+phase a sample measured, :attr:`~runtime.formats.telemetry.Sample.phase`; each phase is folded on its own routes). A group is ready once it is
 complete by content (every flow its schedule version produces), or when it is closed incomplete: every rank
 it lacks has reported a later collective of the same incarnation (at most :data:`SEQ_WINDOW` ahead), it was
 held :data:`GROUP_TIMEOUT_S`, or more than :data:`MAX_HELD_GROUPS` groups wait (the oldest close first).
@@ -16,10 +17,10 @@ Examples
 >>> def sample(collective: str) -> Sample:
 ...     return Sample(t_s=0.0, comm="world", seq=1, version=1, kind="pair", src=0, dst=1, bytes=1 << 20,
 ...                   busy_s=1e-3, collective=collective, origin="executor")
->>> groups.collect([sample("allreduce"), sample("allgather")], lambda comm, collective, version: None)
+>>> groups.collect([sample("reduce"), sample("allgather")], lambda comm, collective, version, phase: None)
 []
 >>> dict(sorted(skipped.items())), groups.pending_samples
-({'reduction_phase': 1, 'unknown_version': 1}, 0)
+({'rooted_reduce': 1, 'unknown_version': 1}, 0)
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ from runtime.loop.estimator import ScheduleRouting
 
 __all__ = ["GROUP_TIMEOUT_S", "MAX_HELD_GROUPS", "MAX_TRACKED_RANKS", "SEQ_WINDOW", "RoutingLookup", "SampleGroups"]
 
-_REDUCING = ("allreduce", "reducescatter", "reduce")
+#: Collectives whose samples are skipped, with the reason: the rooted reduce has no synthesized schedule.
+_UNSUPPORTED = {"reduce": "rooted_reduce"}
+#: Fold order of an AllReduce's phases: its ReduceScatter before its AllGather (the estimator paces the one by the other).
+_PHASE_ORDER = {None: 0, "reducescatter": 1, "allgather": 2}
 
 #: Held (incomplete) sample groups at most; past it the oldest are folded as they are (docs/controller.md §1).
 MAX_HELD_GROUPS = 4096
@@ -46,9 +50,10 @@ SEQ_WINDOW = 1024
 MAX_TRACKED_RANKS = 65536
 
 _Flow = tuple[str, int, int | None]
-_GroupKey = tuple[str, str, int, str | None, int]
-#: ``(comm, collective, version)`` -> the routing of that schedule version, or None when it is unknown.
-RoutingLookup = Callable[[str, str, int], ScheduleRouting | None]
+_GroupKey = tuple[str, str, int, str | None, int, str | None]
+#: ``(comm, collective, version, phase)`` -> the routing of that schedule version (of that AllReduce phase
+#: when ``phase`` is given), or None when it is unknown.
+RoutingLookup = Callable[[str, str, int, str | None], ScheduleRouting | None]
 
 
 @dataclass(slots=True)
@@ -75,7 +80,7 @@ class SampleGroups:
         self._now = clock
         self._skipped = skipped
         self._held: dict[_GroupKey, _Group] = {}
-        self._want: dict[tuple[str, str, int], frozenset[_Flow]] = {}
+        self._want: dict[tuple[str, str, int, str | None], frozenset[_Flow]] = {}
         self._latest_seq: dict[tuple[str, str | None, int], int] = {}
         self._serial = 0
 
@@ -86,13 +91,13 @@ class SampleGroups:
 
     def collect(self, batch: Iterable[Sample], routing_for: RoutingLookup) -> list[tuple[ScheduleRouting, list[Sample]]]:
         """Hold ``batch``'s samples in their groups and take out every group ready to fold, in fold order
-        (per comm, collective, seq, version, incarnation): each as its routing and samples."""
+        (per comm, collective, seq, version, incarnation, phase): each as its routing and samples."""
         single: list[Sample] = []
         for s in batch:
             if s.kind not in ("pair", "inject"):
                 continue
-            if s.collective in _REDUCING:
-                self._skipped["reduction_phase"] += 1
+            if s.collective in _UNSUPPORTED:
+                self._skipped[_UNSUPPORTED[s.collective]] += 1
                 continue
             if s.version is None or s.collective is None:
                 self._skipped["no_schedule_version"] += 1
@@ -105,36 +110,38 @@ class SampleGroups:
         ready: list[tuple[tuple[Any, ...], ScheduleRouting, list[Sample]]] = []
         for i, s in enumerate(single):
             assert s.collective is not None and s.version is not None
-            routing = routing_for(s.comm, s.collective, s.version)
+            routing = routing_for(s.comm, s.collective, s.version, s.phase)
             if routing is None:
                 self._skipped["unknown_version"] += 1
             else:
-                ready.append(((s.comm, s.collective, -1 - i, s.version, ""), routing, [s]))
+                ready.append(((s.comm, s.collective, -1 - i, s.version, "", _PHASE_ORDER[s.phase]), routing, [s]))
         waiting: list[_GroupKey] = []
         for gkey in list(self._held):
-            comm, coll, version, inc, seq = gkey
+            comm, coll, version, inc, seq, phase = gkey
             group = self._held[gkey]
-            routing = routing_for(comm, coll, version)
+            routing = routing_for(comm, coll, version, phase)
             if routing is None:
                 self._skipped["unknown_version"] += len(group.flows)
                 del self._held[gkey]
                 continue
-            missing = {src for kind, src, dst in self._expected((comm, coll, version), routing)
+            missing = {src for kind, src, dst in self._expected((comm, coll, version, phase), routing)
                        if (kind, src, dst) not in group.flows}
             if missing and not self._moved_on(gkey, missing) and now - group.created_t_s <= GROUP_TIMEOUT_S:
                 waiting.append(gkey)
                 continue
             del self._held[gkey]
-            ready.append(((comm, coll, seq, version, inc or ""), routing, list(group.flows.values())))
+            ready.append(((comm, coll, seq, version, inc or "", _PHASE_ORDER[phase]), routing,
+                          list(group.flows.values())))
         waiting.sort(key=lambda k: self._held[k].serial)
         for gkey in waiting[:max(0, len(waiting) - MAX_HELD_GROUPS)]:  # the oldest past the bound
-            comm, coll, version, inc, seq = gkey
-            routing = routing_for(comm, coll, version)
+            comm, coll, version, inc, seq, phase = gkey
+            routing = routing_for(comm, coll, version, phase)
             assert routing is not None
-            ready.append(((comm, coll, seq, version, inc or ""), routing, list(self._held.pop(gkey).flows.values())))
+            ready.append(((comm, coll, seq, version, inc or "", _PHASE_ORDER[phase]), routing,
+                          list(self._held.pop(gkey).flows.values())))
         return [(routing, samples) for _order, routing, samples in sorted(ready, key=lambda r: r[0])]
 
-    def _expected(self, key: tuple[str, str, int], routing: ScheduleRouting) -> frozenset[_Flow]:
+    def _expected(self, key: tuple[str, str, int, str | None], routing: ScheduleRouting) -> frozenset[_Flow]:
         """The (kind, src, dst) flows one collective of this version reports: a ``pair`` per GPU pair it sends
         over, an ``inject`` per GPU with intra-host sends."""
         want = self._want.get(key)
@@ -147,7 +154,7 @@ class SampleGroups:
     def _hold(self, s: Sample) -> None:
         """Put one sample into its collective's group (a duplicate flow of a group is skipped)."""
         assert s.collective is not None and s.version is not None and s.seq is not None
-        gkey = (s.comm, s.collective, s.version, s.incarnation, s.seq)
+        gkey = (s.comm, s.collective, s.version, s.incarnation, s.seq, s.phase)
         group = self._held.get(gkey)
         if group is None:
             self._serial += 1
@@ -166,7 +173,7 @@ class SampleGroups:
     def _moved_on(self, gkey: _GroupKey, missing: Iterable[int]) -> bool:
         """Whether every rank whose flows a group lacks has since reported a later collective of the same
         incarnation, at most ``SEQ_WINDOW`` ahead (a rank reports in order: what it skipped is lost)."""
-        comm, _coll, _version, inc, seq = gkey
+        comm, _coll, _version, inc, seq, _phase = gkey
         for r in missing:
             latest = self._latest_seq.get((comm, inc, r))
             if latest is None or not seq < latest <= seq + SEQ_WINDOW:

@@ -35,7 +35,7 @@ class _PaceState:
     its current slow run; per measurement, its last not-slow rate (the jitter is learnt from them)."""
 
     routing: Any  # a runtime.loop.estimator.ScheduleRouting, kept alive so that its id is not reused
-    runs: dict[tuple[Any, ...], dict[tuple[int, int], deque[float]]] = field(default_factory=dict)
+    runs: dict[tuple[Any, ...], dict[tuple[Any, ...], deque[float]]] = field(default_factory=dict)
     last_rate: dict[tuple[Any, ...], float] = field(default_factory=dict)
 
 
@@ -54,14 +54,16 @@ class Pacing:
         self._noise: deque[float] = deque(maxlen=_NOISE_WINDOW)  # per collective: median |Δ log rate|
 
     def paced(self, routing: Any, rows: Sequence[tuple[Any, ...]], verdicts: Sequence[bool],
-              rates: Mapping[tuple[int, int], float]) -> set[tuple[Any, ...]]:
+              rates: Mapping[tuple[int, int], float],
+              prior: Mapping[tuple[int, int], float] | None = None) -> set[tuple[Any, ...]]:
         """Slow measurements explained by a slow feeder upstream of them (pacing), cycles resolved.
 
         Edge m → f when a feeder pair f of m (slow or not) runs at a per-chunk rate at most
         ``1 + tolerance`` times m's: m relays at its input's pace. The ratio compared is the
         **median over m's current slow run** (its consecutive slow collectives of this routing, at
         most ``window`` of them): one pair of independently noisy samples decides nothing, and
-        on noise-free telemetry the median is the current ratio. Measurements that pace each
+        on noise-free telemetry the median is the current ratio. An AllReduce's AllGather phase is fed by
+        its ReduceScatter too (``routing.before``, per-chunk rates in ``prior``). Measurements that pace each
         other in a cycle (a ring slowed as a whole) form one strongly connected component; a component
         with an edge leaving it is paced by something upstream, one without (a sink) holds the cause
         and is kept as evidence.
@@ -86,7 +88,10 @@ class Pacing:
             run = runs.setdefault(node, {})
             for f in sorted(feeders):
                 if ("pair", *f) != node:
-                    run.setdefault(f, deque(maxlen=self.window)).append(rates.get(f, math.inf) / pc)
+                    run.setdefault(("pair", *f), deque(maxlen=self.window)).append(rates.get(f, math.inf) / pc)
+            for f in sorted(self._before(routing, kind, src, dst)) if prior else ():
+                assert prior is not None
+                run.setdefault(("before", *f), deque(maxlen=self.window)).append(prior.get(f, math.inf) / pc)
         for node in [n for n in runs if n not in slow_nodes]:
             del runs[node]  # its slow run ended
         spread = max(learnt, _pooled_log_spread(h for run in runs.values() for h in run.values()))
@@ -95,12 +100,20 @@ class Pacing:
                 # the median's standard error (1.2533 σ / √n) three times over widens the tolerance
                 limit = (1.0 + self.tolerance) * math.exp(3.0 * 1.2533 * spread / math.sqrt(len(hist)))
                 if _median(hist) <= limit:
-                    g.add_edge(node, ("pair", *f))
+                    g.add_edge(node, f)
         if g.number_of_edges() == 0:
             return set()
         cond = nx.condensation(g)
         members = cond.graph["mapping"]
         return {n for n in g.nodes if cond.out_degree(members[n]) > 0}
+
+    @staticmethod
+    def _before(routing: Any, kind: str, src: int, dst: int | None) -> set[tuple[int, int]]:
+        """The pairs of the phase before that feed a measurement (``routing.before``; none when it has none)."""
+        before = getattr(routing, "before", None) or {}
+        if kind == "pair" and dst is not None:
+            return set(before.get((src, dst), ()))
+        return {f for (u, _v), ups in before.items() if u == src for f in ups}
 
     def _state(self, routing: Any) -> _PaceState:
         """The pacing memory of ``routing`` (the last ``_PACE_ROUTINGS`` routings seen keep theirs)."""

@@ -181,7 +181,8 @@ def preset_scenario(name: str, *, topology: str = "hpn:1x2x8", collective: str =
     {'start_s': 2.0, 'end_s': 60.0, 'failure': 'fail2'}
     """
     nranks = load_topology(topology).nranks
-    size = size_per_rank_bytes * nranks if collective == "allgather" else size_per_rank_bytes
+    # S: the AllGather output, the ReduceScatter input (per rank x ranks); the AllToAll/AllReduce buffer
+    size = size_per_rank_bytes * nranks if collective in ("allgather", "reducescatter") else size_per_rank_bytes
     bursts = [{"start_s": 1.0, "end_s": 1.002, "link": "gpu0->tor0.0", "factor": 0.5, "transient": True},
               {"start_s": 30.0, "end_s": 30.002, "link": "gpu1->nvs0.0", "factor": 0.3, "transient": True}]
     if name == "transient":

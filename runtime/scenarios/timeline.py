@@ -98,25 +98,46 @@ class TimelineResult:
 
 
 def _samples(tt: TransferTimes, t0: float, comm: str, coll: str, seq: int, version: int,
-             global_ranks: Sequence[int], host: Mapping[int, int | None]) -> list[dict[str, Any]]:
-    pairs: dict[tuple[int, int], list[float]] = defaultdict(lambda: [0.0, math.inf, 0.0])
-    inject: dict[int, list[float]] = defaultdict(lambda: [0.0, math.inf, 0.0])
+             global_ranks: Sequence[int], host: Mapping[int, int | None],
+             phases: Sequence[str | None] | None = None) -> list[dict[str, Any]]:
+    """The telemetry of one simulated collective, as the executor reports it (docs/telemetry.md §1): per
+    (pair, phase) and per (GPU, phase) the bytes and the span from the first transfer's start to the last's
+    end; ``phases[route]`` names each route's AllReduce phase (None: no phases)."""
+    Acc = dict[tuple[int, int | None, str | None], list[float]]
+    pairs: Acc = defaultdict(lambda: [0.0, math.inf, 0.0])
+    inject: Acc = defaultdict(lambda: [0.0, math.inf, 0.0])
     for x in tt.transfers:
-        u, v = global_ranks[x.src], global_ranks[x.dst]
-        acc = [pairs[(u, v)]]
-        if host.get(u) is not None and host.get(u) == host.get(v):
-            acc.append(inject[u])
+        u, w = global_ranks[x.src], global_ranks[x.dst]
+        phase = None if phases is None else phases[x.route]
+        acc = [pairs[(u, w, phase)]]
+        if host.get(u) is not None and host.get(u) == host.get(w):
+            acc.append(inject[(u, None, phase)])
         for a in acc:
             a[0] += x.bytes
             a[1] = min(a[1], x.start_s)
             a[2] = max(a[2], x.end_s)
     base = {"format": "loopcoll.telemetry/1", "comm": comm, "seq": seq, "version": version, "collective": coll,
             "origin": "simulator"}
-    out = [{**base, "t_s": t0 + e, "kind": "pair", "src": u, "dst": v, "bytes": int(round(b)), "busy_s": e - s}
-           for (u, v), (b, s, e) in sorted(pairs.items()) if e > s]
-    out += [{**base, "t_s": t0 + e, "kind": "inject", "src": u, "dst": None, "bytes": int(round(b)), "busy_s": e - s}
-            for u, (b, s, e) in sorted(inject.items()) if e > s]
+    out = []
+    for kind, flows in (("pair", pairs), ("inject", inject)):
+        for (u, v, phase), (b, s, e) in sorted(flows.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0, kv[0][2] or "")):
+            if e > s:
+                row = {**base, "t_s": t0 + e, "kind": kind, "src": u, "dst": v, "bytes": int(round(b)), "busy_s": e - s}
+                out.append(row if phase is None else {**row, "extra": {"phase": phase}})
     return out
+
+
+def route_phases(schedule: Schedule) -> tuple[str, ...] | None:
+    """Each route's AllReduce phase (``reducescatter`` for an in-tree, ``allgather`` for an out-tree), or None
+    for a collective of one phase.
+
+    >>> from synth import load_topology, synthesize
+    >>> sorted(set(route_phases(synthesize("allreduce", load_topology("ring:3")).schedule)))
+    ['allgather', 'reducescatter']
+    """
+    if schedule.collective != "allreduce":
+        return None
+    return tuple("reducescatter" if r.kind.value == "in_tree" else "allgather" for r in schedule.routes)
 
 
 def run_timeline(scenario: Scenario, *, store_dir: str | os.PathLike[str] | None = None,
@@ -213,7 +234,7 @@ def _loop(scenario: Scenario, topo: Topology, ctl: Controller, clock: list[float
                                     slices_per_chunk=scenario.slices_per_chunk, rtol=scenario.rtol, check=False)
             sim_cache[ck] = tt
         granks = sched.meta.get("global_ranks") or list(range(sched.nranks))
-        samples = _samples(tt, t, comm, coll, seq[comm], version, granks, host)
+        samples = _samples(tt, t, comm, coll, seq[comm], version, granks, host, route_phases(sched))
         if noise is not None:
             samples = noise.apply(samples)
         seq[comm] += 1

@@ -68,12 +68,39 @@ def test_bad_samples_are_counted_never_raised(ctl: Controller) -> None:
     assert any(r["event"] == "samples_rejected" for r in ctl.logs)  # type: ignore[attr-defined]
 
 
-def test_samples_of_unknown_versions_and_reductions_are_skipped(ctl: Controller) -> None:
+def test_samples_of_unknown_versions_and_rooted_reduces_are_skipped(ctl: Controller) -> None:
     ctl.bootstrap()
-    ctl.ingest([_sample(version=7), _sample(collective="allreduce"), _sample(version=None)])
+    ctl.ingest([_sample(version=7), _sample(collective="reduce"), _sample(version=None),
+                _sample(collective="allreduce")])  # no allreduce in this profile: no such version
     ctl.poll()
-    assert ctl.status()["counters"]["samples_skipped"] == {"no_schedule_version": 1, "reduction_phase": 1,
-                                                           "unknown_version": 1}
+    assert ctl.status()["counters"]["samples_skipped"] == {"no_schedule_version": 1, "rooted_reduce": 1,
+                                                           "unknown_version": 2}
+
+
+def test_allreduce_and_reducescatter_samples_feed_the_estimator(tmp_path: Path) -> None:
+    ctl = Controller(load_topology(TOPO), _profile(colls=("allreduce", "reducescatter")), tmp_path,
+                     config=ControllerConfig(export_xml=False), clock=lambda: 5.0)
+    ctl.bootstrap()
+    rs = ctl._routing_for("world", "allreduce", 1, "reducescatter")
+    ag = ctl._routing_for("world", "allreduce", 1, "allgather")
+    whole = ctl._routing_for("world", "allreduce", 1)
+    assert rs is not None and ag is not None and whole is not None
+    assert {**rs.pair_chunks} != {**ag.pair_chunks}
+    assert all(rs.pair_chunks.get(p, 0) + ag.pair_chunks.get(p, 0) == n for p, n in whole.pair_chunks.items())
+    assert rs.link_chunks == ag.link_chunks == whole.link_chunks  # the phases overlap: loads of both
+    assert ag.before and not rs.before  # the AllGather's roots are fed by the ReduceScatter into them
+    (u, v), n = next(iter(sorted(rs.pair_chunks.items())))
+    # 50 Gbit/s achieved, one group each (no seq)
+    ctl.ingest([_sample(collective="allreduce", src=u, dst=v, bytes=int(50e9 / 8), busy_s=1.0, seq=None,
+                        extra={"phase": "reducescatter"}),
+                _sample(collective="reducescatter", src=u, dst=v, busy_s=1.0, bytes=int(50e9 / 8), seq=None),
+                _sample(collective="allgather", extra={"phase": "allgather"})])  # phase on an allgather: rejected
+    ctl.poll()
+    st = ctl.status()
+    assert st["counters"]["samples_rejected"] == {"type": 1}
+    assert st["counters"]["samples_skipped"] == {} and st["counters"]["groups"] == 2
+    first = rs.pair_links[(u, v)][0]
+    assert ctl.estimator.estimate_gbps(first) < ctl.topology.link(*first).gbps  # the slow pair's link moved
 
 
 def test_communicator_subsets_get_their_own_schedules(tmp_path: Path) -> None:

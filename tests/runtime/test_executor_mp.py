@@ -188,7 +188,14 @@ def test_fallbacks_refusal_and_telemetry(four) -> None:
         first = {s["dst"]: s["bytes"] for s in pairs if s["seq"] == 2}
         assert set(first) == set(r["sent_chunks"]["allgather"])
         injects = [s for s in samples if s["kind"] == "inject"]
-        assert all(i["bytes"] == sum(p["bytes"] for p in pairs if p["seq"] == i["seq"]) for i in injects)
+        def phase(s: dict) -> object:
+            return s.get("extra", {}).get("phase")
+
+        assert all(i["bytes"] == sum(p["bytes"] for p in pairs if p["seq"] == i["seq"] and phase(p) == phase(i))
+                   for i in injects)
+        # the allreduce (seq 5) reports its ReduceScatter and AllGather phases apart, the allgathers none
+        assert {phase(s) for s in pairs if s["seq"] == 5} == {"reducescatter", "allgather"}
+        assert {phase(s) for s in pairs if s["seq"] != 5} == {None}
     for rank in (1, 3):  # the sub-communicator's samples name global ranks
         pairs = [s for s in res[rank]["sub_samples"] if s["kind"] == "pair"]
         assert pairs and all(s["comm"] == "rail" and (s["src"], s["dst"]) == (rank, 4 - rank) for s in pairs)
