@@ -289,7 +289,9 @@ def _ring_fallback(collective: Collective, topo: Topology, chunks: int | None, e
 def _certified(topo: Topology, result: SynthResult) -> SynthResult:
     """``result`` once its optimum and schedule are certified on the true capacities (rule 0 and the
     floor of docs/exactness.md, :func:`~synth.topologies.capacity.certify_synthesis`)."""
-    loaded = result.schedule.link_loads() if result.schedule is not None else {}
+    # The loads matter only where a link was lifted (a full pass over a 2048-GPU schedule costs ~10 s).
+    lifted = bool(topo.capacity_grid.lifted)
+    loaded = result.schedule.link_loads() if result.schedule is not None and lifted else {}
     certify_synthesis(topo, result.optimal_algbw_GBps, result.status is not Status.TIME_LIMIT, loaded)
     return result
 
