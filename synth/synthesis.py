@@ -229,9 +229,10 @@ def _forestcoll(collective: Collective, topo: Topology, chunks: int | None, warm
                            gap_pct=gap, solve_time_s=elapsed, warm=True)
 
 
-#: Seconds per ring hop (GPUs² × channels) that building and validating the NCCL-like ring takes:
-#: ~1 µs measured at 256-2048 GPUs on 2 loaded cores (35 s for hpn:16x16x8's 33.5 M hops), with margin.
-RING_S_PER_HOP = 1.5e-6
+#: Seconds per ring hop (GPUs² × channels) that building, validating and rating the NCCL-like ring
+#: takes: 1.36 µs measured at 1024 GPUs on 2 cores under a load of 12 (11.4 s for 8.4 M hops), ~0.3 µs
+#: expected alone; 0.6 µs leaves hpn:16x16x8 (33.5 M hops) 20 s of a 60 s limit.
+RING_S_PER_HOP = 0.6e-6
 
 
 def _ring_channels(topo: Topology, chunks: int | None) -> int:
