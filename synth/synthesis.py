@@ -216,7 +216,7 @@ def _forestcoll(collective: Collective, topo: Topology, chunks: int | None, warm
         kept = _warm_fallback(collective, topo, warm_schedule)
         elapsed = time.perf_counter() - start
         if kept is None and warm_schedule is None:
-            return _ring_fallback(collective, topo, chunks, exc, (start, time_limit_s))
+            return _certified(topo, _ring_fallback(collective, topo, chunks, exc, (start, time_limit_s)))
         if kept is None:
             return SynthResult(status=Status.TIME_LIMIT, message=f"{exc} before a schedule was built (no schedule)",
                                schedule=None, algbw_GBps=0.0, optimal_algbw_GBps=math.inf, gap_pct=100.0,
