@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from synth.errors import SolverError, TimeLimitError
 
-__all__ = ["PROGRESS_EVERY_S", "check_time_limit", "note_upper_bound", "solving", "tick"]
+__all__ = ["PROGRESS_EVERY_S", "check_time_limit", "give_up", "note_upper_bound", "remaining_s", "solving", "tick"]
 
 PROGRESS_EVERY_S = 5.0
 log = logging.getLogger("synth.progress")
@@ -104,3 +104,24 @@ def note_upper_bound(algbw_GBps: float) -> None:  # noqa: N803
     cur = _CURRENT.get()
     if cur is not None:
         cur.upper_algbw_GBps = float(algbw_GBps)
+
+
+def remaining_s() -> float | None:
+    """Seconds left before the current solve's deadline (``None``: no deadline, or outside :func:`solving`).
+
+    >>> remaining_s() is None
+    True
+    """
+    cur = _CURRENT.get()
+    if cur is None or math.isinf(cur.deadline):
+        return None
+    return cur.deadline - time.monotonic()
+
+
+def give_up(why: str) -> None:
+    """Stop the current solve now, as its deadline would later: raise :class:`TimeLimitError` with
+    ``why`` and the noted upper bound (a solve that cannot finish in time need not run until then)."""
+    cur = _CURRENT.get()
+    label, limit = (cur.label, cur.limit_s) if cur is not None else ("solve", None)
+    raise TimeLimitError(f"{label}: {why} (time limit {limit:g} s)" if limit is not None else f"{label}: {why}",
+                         upper_algbw_GBps=cur.upper_algbw_GBps if cur is not None else None)

@@ -15,6 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synth import synthesize
+from synth._deadline import note_upper_bound, solving
+from synth.errors import TimeLimitError
+from synth.kernels.packing import _give_up_if_hopeless
 from synth.bounds import optimal_bound
 from synth.result import Status, SynthResult, gap_pct
 from synth.synthesis import _gpu_cut_algbw, _ring_reserve_s
@@ -85,3 +88,25 @@ def test_warm_start_keeps_its_schedule_rather_than_the_ring() -> None:
     assert res.schedule is not None
     if res.status is Status.TIME_LIMIT:  # a fast machine may finish the warm solve within 0.1 ms
         assert res.schedule.meta["synthesizer"] == "forestcoll" and "kept the warm-start schedule" in res.message
+
+
+def test_hopeless_packing_gives_up_early_with_its_bound() -> None:
+    """512 GPUs, 10 s: the packing (~40 s here) judges itself after a few classes and stops, so the
+    ring comes well inside the limit, judged against the exact bound."""
+    topo = named_topology("hpn:4x16x8")
+    start = time.perf_counter()
+    res = synthesize("allgather", topo, time_limit_s=10.0)
+    elapsed = time.perf_counter() - start
+    _check_fallback(res, topo, "allgather")
+    assert "the packing would need" in res.message and "vs the exact cut bound" in res.message
+    assert elapsed < 10.0 + 2 * _ring_reserve_s(topo, None)  # gave up early: only the ring after it
+
+
+def test_give_up_rule() -> None:
+    with solving(10.0, "demo"):
+        note_upper_bound(42.0)
+        _give_up_if_hopeless(1.0, 8, 8)  # ~1 s more of 10: goes on
+        with pytest.raises(TimeLimitError, match="the packing would need") as info:
+            _give_up_if_hopeless(1.0, 8, 1000)  # ~125 s more
+    assert info.value.upper_algbw_GBps == 42.0
+    _give_up_if_hopeless(1.0, 8, 10**6)  # no deadline: never gives up
