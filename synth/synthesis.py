@@ -213,7 +213,8 @@ def _forestcoll(collective: Collective, topo: Topology, chunks: int | None, warm
         # ForestColl builds its trees only after the exact optimum: the best schedule so far is the
         # warm start's, if it is still valid here; its gap is certified by a cut's upper bound.
         # Cold, it is the NCCL-like ring (:func:`_ring_fallback`).
-        kept = _warm_fallback(collective, topo, warm_schedule)
+        noted = exc.upper_algbw_GBps if collective is not Collective.ALLREDUCE else None
+        kept = _warm_fallback(collective, topo, warm_schedule, noted)
         elapsed = time.perf_counter() - start
         if kept is None and warm_schedule is None:
             return _certified(topo, _ring_fallback(collective, topo, chunks, exc, (start, time_limit_s)))
@@ -297,8 +298,10 @@ def _certified(topo: Topology, result: SynthResult) -> SynthResult:
     return result
 
 
-def _warm_fallback(collective: str, topo: Topology, warm: Schedule | None) -> tuple[Schedule, float, float] | None:
-    """(the warm schedule, its algbw on ``topo``, a proven upper bound) when it is valid on ``topo``."""
+def _warm_fallback(collective: str, topo: Topology, warm: Schedule | None,
+                   noted: float | None = None) -> tuple[Schedule, float, float] | None:
+    """(the warm schedule, its algbw on ``topo``, a proven upper bound) when it is valid on ``topo``;
+    ``noted`` is the exact bound phase 1 noted before the limit, if it got that far."""
     if warm is None or warm.collective != collective or warm.nranks != topo.nranks:
         return None
     try:
@@ -306,8 +309,9 @@ def _warm_fallback(collective: str, topo: Topology, warm: Schedule | None) -> tu
         algbw = warm.algbw_GBps(topo)
     except ScheduleError:
         return None
-    # A time limit of 1 ns stops the cut search at once: its starting cut's ratio, a proven bound.
-    upper = optimal_bound(collective, topo, time_limit_s=1e-9).algbw_GBps  # type: ignore[arg-type]
+    # Else a time limit of 1 ns stops the cut search at once: its starting cut's ratio, a proven bound.
+    upper = noted if noted is not None else \
+        optimal_bound(collective, topo, time_limit_s=1e-9).algbw_GBps  # type: ignore[arg-type]
     return warm, algbw, max(upper, algbw)
 
 

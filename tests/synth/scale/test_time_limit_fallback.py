@@ -110,3 +110,19 @@ def test_give_up_rule() -> None:
             _give_up_if_hopeless(1.0, 8, 1000)  # ~125 s more
     assert info.value.upper_algbw_GBps == 42.0
     _give_up_if_hopeless(1.0, 8, 10**6)  # no deadline: never gives up
+
+
+def test_warm_fallback_is_judged_against_phase1_exact_bound() -> None:
+    """Warm from the ring on a degraded 256-GPU fabric, stopped after phase 1: the kept ring's gap is
+    against the exact optimum of the degraded fabric, not a single cut's ratio."""
+    topo = named_topology("hpn:2x16x8")
+    ring = synthesize("allgather", topo, time_limit_s=1.5)
+    assert ring.schedule is not None and ring.schedule.meta["synthesizer"] == "nccl-ring"
+    degraded = topo.scaled("gpu5", "tor0.5", 0.5)
+    res = synthesize("allgather", degraded, warm_from=ring, time_limit_s=1.5)
+    assert res.status is Status.TIME_LIMIT and "kept the warm-start schedule" in res.message
+    assert res.schedule is ring.schedule
+    exact = optimal_bound("allgather", degraded).algbw_GBps
+    assert res.optimal_algbw_GBps >= exact * (1 - 1e-9)
+    if "the packing would need" in res.message or "time limit of" in res.message:
+        assert res.optimal_algbw_GBps == pytest.approx(exact, rel=1e-9)
