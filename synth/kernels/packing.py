@@ -115,7 +115,7 @@ def pack_with_figures(
 
 
 #: Classes grown before the packing judges whether it can finish before the deadline.
-HOPELESS_AFTER = 8
+HOPELESS_AFTER = 4
 #: The packing gives up when its estimated time left exceeds this many times the time left.
 HOPELESS_FACTOR = 2.0
 
