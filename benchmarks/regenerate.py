@@ -90,6 +90,7 @@ ITEMS: tuple[Item, ...] = (
          (_b("allgather.py", "--repeats", "1", "--only", "hpn:1x2x8", "dgx-a100:2"),)),
     Item("alltoall", ("alltoall.json",), (_b("alltoall.py", "--repeats", "5"),),
          (_b("alltoall.py", "--repeats", "1", "--repeats-large", "1", "--sizes", "1x2x8", "--solvers", "highs"),)),
+    Item("scale", ("scale.json",), (_b("scale.py", "--profile"),), (_b("scale.py", "--quick"),)),
     Item("alltoallv", ("alltoallv.json",), (_b("alltoallv.py"),),
          (_b("alltoallv.py", "--sizes", "1x2x8", "--skews", "1", "--fails", "none,fail2", "--repeats", "1",
              "--steps", "2"),)),

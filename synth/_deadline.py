@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from synth.errors import SolverError, TimeLimitError
 
-__all__ = ["PROGRESS_EVERY_S", "check_time_limit", "solving", "tick"]
+__all__ = ["PROGRESS_EVERY_S", "check_time_limit", "give_up", "note_upper_bound", "remaining_s", "solving", "tick"]
 
 PROGRESS_EVERY_S = 5.0
 log = logging.getLogger("synth.progress")
@@ -42,6 +42,7 @@ class _Solve:
     deadline: float
     next_report: float
     ticks: int = 0
+    upper_algbw_GBps: float | None = None  # noqa: N815
 
 
 _CURRENT: ContextVar[_Solve | None] = ContextVar("loopcoll_solve", default=None)
@@ -80,7 +81,47 @@ def tick() -> None:
     cur.ticks += 1
     now = time.monotonic()
     if now >= cur.deadline:
-        raise TimeLimitError(f"{cur.label}: time limit of {cur.limit_s:g} s reached")
+        raise TimeLimitError(f"{cur.label}: time limit of {cur.limit_s:g} s reached",
+                             upper_algbw_GBps=cur.upper_algbw_GBps)
     if now >= cur.next_report:
         cur.next_report = now + PROGRESS_EVERY_S
         log.info("%s: still solving, %.0f s, %d max-flows", cur.label, now - cur.start, cur.ticks)
+
+
+def note_upper_bound(algbw_GBps: float) -> None:  # noqa: N803
+    """Record a proven upper bound on the current solve's optimum (algbw, GB/s); a later
+    :class:`TimeLimitError` of this solve carries it. No-op outside :func:`solving`.
+
+    >>> with solving(1e-9, "demo"):
+    ...     note_upper_bound(50.0)
+    ...     import time; time.sleep(0.001)
+    ...     try:
+    ...         tick()
+    ...     except TimeLimitError as exc:
+    ...         print(exc.upper_algbw_GBps)
+    50.0
+    """
+    cur = _CURRENT.get()
+    if cur is not None:
+        cur.upper_algbw_GBps = float(algbw_GBps)
+
+
+def remaining_s() -> float | None:
+    """Seconds left before the current solve's deadline (``None``: no deadline, or outside :func:`solving`).
+
+    >>> remaining_s() is None
+    True
+    """
+    cur = _CURRENT.get()
+    if cur is None or math.isinf(cur.deadline):
+        return None
+    return cur.deadline - time.monotonic()
+
+
+def give_up(why: str) -> None:
+    """Stop the current solve now, as its deadline would later: raise :class:`TimeLimitError` with
+    ``why`` and the noted upper bound (a solve that cannot finish in time need not run until then)."""
+    cur = _CURRENT.get()
+    label, limit = (cur.label, cur.limit_s) if cur is not None else ("solve", None)
+    raise TimeLimitError(f"{label}: {why} (time limit {limit:g} s)" if limit is not None else f"{label}: {why}",
+                         upper_algbw_GBps=cur.upper_algbw_GBps if cur is not None else None)

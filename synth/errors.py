@@ -51,7 +51,18 @@ class SolverError(LoopcollError):
 
 
 class TimeLimitError(SolverError):
-    """A solve passed its time limit before it had a result to return."""
+    """A solve passed its time limit before it had a result to return.
+
+    ``upper_algbw_GBps`` is a proven upper bound on the optimum the solve had computed by then
+    (``None`` when it had none), so that a caller's fallback can state a certified gap.
+
+    >>> TimeLimitError("demo", upper_algbw_GBps=50.0).upper_algbw_GBps
+    50.0
+    """
+
+    def __init__(self, message: str, *, upper_algbw_GBps: float | None = None) -> None:  # noqa: N803
+        super().__init__(message)
+        self.upper_algbw_GBps = upper_algbw_GBps
 
 
 class XmlError(LoopcollError):

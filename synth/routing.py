@@ -83,6 +83,7 @@ def _source_routes(topo: Topology, src: NodeId) -> Mapping[NodeId, tuple[NodeId,
     overrides = _overrides(topo)
     dist, preds = _switch_bfs(topo, src)
     roles = _roles(topo)
+    caps = topo.capacity_grid.caps  # BFS paths use existing links only: no per-link lookup checks
     out: dict[NodeId, tuple[NodeId, ...]] = {}
     for g in topo.gpus:
         v = g.id
@@ -99,7 +100,6 @@ def _source_routes(topo: Topology, src: NodeId) -> Mapping[NodeId, tuple[NodeId,
         if len(paths) == 1:  # the only shortest path (most pairs): no tie to break
             out[v] = paths[0]
             continue
-        caps = topo.capacity_grid.caps
         best: tuple[tuple[int, Fraction, tuple[NodeId, ...]], tuple[NodeId, ...]] | None = None
         for path in paths:
             host = 0 if len(path) == 3 and roles.get(path[1]) == "nvswitch" else 1

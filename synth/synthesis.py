@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from synth._types import Collective, Rank
 from synth._deadline import check_time_limit, solving
+from synth.baselines import baseline_choice, nccl_ring
 from synth.bounds import optimal_bound
 from synth.errors import ScheduleError, SolverError, TimeLimitError, expect_type, short_repr
 from synth.figures import RoutedAllToAllFigures, RoutedTreeFigures
@@ -216,14 +217,23 @@ def _forestcoll(collective: Collective, topo: Topology, chunks: int | None, warm
     }[collective]
     warm_schedule = warm_from.schedule if isinstance(warm_from, SynthResult) else warm_from
     start = time.perf_counter()
+    solve_s = time_limit_s
+    if time_limit_s is not None and warm_schedule is None:
+        # A cold solve leaves the ring fallback its time (at least a third of the limit stays solving:
+        # phase 1 is the exact bound the fallback's gap is certified against).
+        solve_s = max(time_limit_s - _ring_reserve_s(topo, chunks), time_limit_s / 3)
     try:
-        with solving(time_limit_s, f"{collective} on {topo.name}"):
+        with solving(solve_s, f"{collective} on {topo.name}"):
             return _certified(topo, fn(topo, max_chunks=chunks, warm_start=warm_schedule))
     except TimeLimitError as exc:
         # ForestColl builds its trees only after the exact optimum: the best schedule so far is the
         # warm start's, if it is still valid here; its gap is certified by a cut's upper bound.
-        kept = _warm_fallback(collective, topo, warm_schedule)
+        # Cold, it is the NCCL-like ring (:func:`_ring_fallback`).
+        noted = exc.upper_algbw_GBps if collective is not Collective.ALLREDUCE else None
+        kept = _warm_fallback(collective, topo, warm_schedule, noted)
         elapsed = time.perf_counter() - start
+        if kept is None and warm_schedule is None:
+            return _certified(topo, _ring_fallback(collective, topo, chunks, exc, (start, time_limit_s)))
         if kept is None:
             return SynthResult(status=Status.TIME_LIMIT, message=f"{exc} before a schedule was built (no schedule)",
                                schedule=None, algbw_GBps=0.0, optimal_algbw_GBps=math.inf, gap_pct=100.0,
@@ -236,16 +246,78 @@ def _forestcoll(collective: Collective, topo: Topology, chunks: int | None, warm
                            gap_pct=gap, solve_time_s=elapsed, warm=True)
 
 
+#: Seconds per ring hop (GPUs² × channels) that building, validating and rating the NCCL-like ring
+#: takes: hpn:16x16x8 (33.5 M hops) took 28 s of CPU (0.85 µs a hop; 139 s wall on 2 cores under a
+#: load of 6-8); 0.9 µs leaves it 30 s of a 60 s limit.
+RING_S_PER_HOP = 0.9e-6
+
+
+def _ring_channels(topo: Topology, chunks: int | None) -> int:
+    """The ring fallback's channels: one per NIC of a host (2 without a NIC layout), at most ``chunks``."""
+    layout = baseline_choice(topo).layout
+    channels = layout.nrails if layout is not None else 2
+    return channels if chunks is None else max(1, min(channels, chunks))
+
+
+def _ring_reserve_s(topo: Topology, chunks: int | None) -> float:
+    """Seconds of a cold solve's time limit left to the ring fallback."""
+    return RING_S_PER_HOP * topo.nranks ** 2 * _ring_channels(topo, chunks)
+
+
+def _gpu_cut_algbw(collective: Collective, topo: Topology) -> float:
+    """A proven upper bound that costs no max-flow: every GPU receives (AllGather; ReduceScatter:
+    sends) N − 1 blocks over its own links; AllReduce does both, one phase after the other."""
+    n = topo.nranks
+    ins = min(sum(float(topo.exact_capacity(*lk.key)) for lk in topo.in_links(g.id)) for g in topo.gpus)
+    outs = min(sum(float(topo.exact_capacity(*lk.key)) for lk in topo.out_links(g.id)) for g in topo.gpus)
+    ag, rs = n * ins / (8 * (n - 1)), n * outs / (8 * (n - 1))
+    if collective is Collective.ALLGATHER:
+        return ag
+    if collective is Collective.REDUCESCATTER:
+        return rs
+    return 1 / (1 / ag + 1 / rs) if ag > 0 and rs > 0 else 0.0
+
+
+def _ring_fallback(collective: Collective, topo: Topology, chunks: int | None, exc: TimeLimitError,
+                   started: tuple[float, float | None]) -> SynthResult:
+    """A cold tree collective stopped by its time limit: the NCCL-like multi-ring (valid on ``topo``)
+    with its gap against the exact cut bound where phase 1 finished, else a GPU's own links.
+    ``started`` is the solve's start (``perf_counter``) and the caller's time limit."""
+    start, limit_s = started
+    stopped = f"{collective} on {topo.name!r}: the cold solve stopped within the time limit of {limit_s:g} s ({exc})"
+    upper = exc.upper_algbw_GBps if collective is not Collective.ALLREDUCE else None
+    how = "the exact cut bound" if upper is not None else "a GPU's own links (the cut bound was not reached)"
+    if upper is None:
+        upper = _gpu_cut_algbw(collective, topo)
+    try:
+        sched = nccl_ring(collective, topo, nchannels=_ring_channels(topo, chunks))
+    except ScheduleError as why:
+        return SynthResult(status=Status.TIME_LIMIT, message=f"{stopped} before a schedule was built, and no ring "
+                           f"fallback: {why}", schedule=None, algbw_GBps=0.0, optimal_algbw_GBps=upper,
+                           gap_pct=100.0, solve_time_s=time.perf_counter() - start, warm=False)
+    algbw = sched.algbw_GBps(topo)
+    upper = max(upper, algbw)
+    gap = gap_pct(algbw, upper)
+    return SynthResult(status=Status.TIME_LIMIT, message=f"{stopped}; fell back to the NCCL-like ring "
+                       f"({sched.meta['baseline']}, {sched.nchunks} channels): {algbw:.6g} GB/s, gap <= {gap:.3f}% "
+                       f"vs {how}, {upper:.6g} GB/s", schedule=sched, algbw_GBps=algbw, optimal_algbw_GBps=upper,
+                       gap_pct=gap, solve_time_s=time.perf_counter() - start, warm=False)
+
+
 def _certified(topo: Topology, result: SynthResult) -> SynthResult:
     """``result`` once its optimum and schedule are certified on the true capacities (rule 0 and the
     floor of docs/exactness.md, :func:`~synth.topologies.capacity.certify_synthesis`)."""
-    loaded = result.schedule.link_loads() if result.schedule is not None else {}
+    # The loads matter only where a link was lifted (a full pass over a 2048-GPU schedule costs ~10 s).
+    lifted = bool(topo.capacity_grid.lifted)
+    loaded = result.schedule.link_loads() if result.schedule is not None and lifted else {}
     certify_synthesis(topo, result.optimal_algbw_GBps, result.status is not Status.TIME_LIMIT, loaded)
     return result
 
 
-def _warm_fallback(collective: str, topo: Topology, warm: Schedule | None) -> tuple[Schedule, float, float] | None:
-    """(the warm schedule, its algbw on ``topo``, a proven upper bound) when it is valid on ``topo``."""
+def _warm_fallback(collective: str, topo: Topology, warm: Schedule | None,
+                   noted: float | None = None) -> tuple[Schedule, float, float] | None:
+    """(the warm schedule, its algbw on ``topo``, a proven upper bound) when it is valid on ``topo``;
+    ``noted`` is the exact bound phase 1 noted before the limit, if it got that far."""
     if warm is None or warm.collective != collective or warm.nranks != topo.nranks:
         return None
     try:
@@ -253,8 +325,9 @@ def _warm_fallback(collective: str, topo: Topology, warm: Schedule | None) -> tu
         algbw = warm.algbw_GBps(topo)
     except ScheduleError:
         return None
-    # A time limit of 1 ns stops the cut search at once: its starting cut's ratio, a proven bound.
-    upper = optimal_bound(collective, topo, time_limit_s=1e-9).algbw_GBps  # type: ignore[arg-type]
+    # Else a time limit of 1 ns stops the cut search at once: its starting cut's ratio, a proven bound.
+    upper = noted if noted is not None else \
+        optimal_bound(collective, topo, time_limit_s=1e-9).algbw_GBps  # type: ignore[arg-type]
     return warm, algbw, max(upper, algbw)
 
 

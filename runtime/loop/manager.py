@@ -296,8 +296,10 @@ class ScheduleManager:
             self._log({"event": "bootstrap", "t_s": now, "comm": key[0], "collective": key[1],
                        "synth_time_s": time.perf_counter() - t0, "provisional": provisional,
                        "status": "baseline" if isinstance(source, Schedule) else source.status.value})
-            reason = FALLBACK_REASON if isinstance(source, Schedule) else \
-                BUDGET_REASON if provisional else "bootstrap"
+            # The synthesizer's own time-limit fallback (the ring, issue 31) is the baseline too.
+            baseline = isinstance(source, Schedule) or (
+                source.schedule is not None and source.schedule.meta.get("synthesizer") == "nccl-ring")
+            reason = FALLBACK_REASON if baseline else BUDGET_REASON if provisional else "bootstrap"
             out.append(self._publish(key, source, topo, reason, None, 0, now))
             self.deployed[key].swapped_t_s = -math.inf  # no cool-down after a bootstrap
             self.deployed[key].provisional = provisional

@@ -4,7 +4,8 @@ The loop: solve the master (primal simplex from the previous basis), compute eac
 cheapest tree cost under the link duals (distances only, exact), build and add shortest-path
 trees for the sources whose reduced cost is negative, and stop when none is left or the Farley
 bound meets the master's value. Every iteration also yields a lower
-bound on T (Farley, §2.2): ``T* ≥ Σ_s cost_s(w) / Σ_e c_e w_e`` for the link weights w ≥ 0.
+bound on T (Farley, §2.2): ``T* ≥ Σ_s cost_s(w) / Σ_e c_e w_e`` for the link weights w ≥ 0; the
+cut bounds of :mod:`synth.alltoall_cg._cuts` (a host's NICs on rail fabrics) also count.
 
 The step sweep (§2.6 a): start at the hop diameter; after convergence at m steps, price once more
 without a step bound. If no tree improves, the m-step optimum is the unbounded optimum and m is
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from synth.alltoall_cg._cuts import cut_lower_bound
 from synth.alltoall_cg._expanded import ExpandedGraph, Network
 from synth.kernels.tree_master import TreeMaster
 from synth.alltoall_cg._pool import PathPool, TreePool
@@ -78,6 +80,7 @@ class ColumnGeneration:
         self.pricing_time_s = 0.0
         self.lp_pivots = 0
         self.last_solution: LpSolution | None = None
+        self._cut_bound: float | None = None
         self.trees_feasible = False  # set by a warm restore whose pool covers every source
 
     # -- columns --------------------------------------------------------------------------------
@@ -135,12 +138,10 @@ class ColumnGeneration:
         return float(np.maximum(costs, 0.0).sum()) / denom / self.scale
 
     def cut_bound(self) -> float:
-        """Trivial lower bound on T: every GPU sends (and receives) N − 1 units over its own links."""
-        net = self.net
-        live = net.live
-        out_cap = np.bincount(net.tail[live], weights=net.caps_GBps[live], minlength=net.n_nodes)[net.gpu_node]
-        in_cap = np.bincount(net.head[live], weights=net.caps_GBps[live], minlength=net.n_nodes)[net.gpu_node]
-        return float((net.n_gpus - 1) / min(out_cap.min(), in_cap.min()))
+        """Lower bound on T from cuts: single GPUs and each switch with its GPUs (:mod:`._cuts`)."""
+        if self._cut_bound is None:
+            self._cut_bound = cut_lower_bound(self.net)
+        return self._cut_bound
 
     # -- the loop ---------------------------------------------------------------------------------
     def solve_master(self, method: LpMethod, deadline: float | None) -> LpSolution:
@@ -172,7 +173,9 @@ class ColumnGeneration:
             # Distances first (cheap, exact): they prove optimality and give the Farley bound;
             # trees are built only for the sources whose cheapest tree has negative reduced cost.
             costs = self.costs(w)
-            lb = self.farley_costs(costs, w)
+            # The cut bound holds for every step bound: where it meets T (rail fabrics) it proves
+            # the master optimal without the last pricing rounds.
+            lb = max(self.farley_costs(costs, w), self.cut_bound())
             if self.steps is None:
                 best_lb = max(best_lb, lb)
             need = np.flatnonzero(costs - mu < -RC_TOL)
@@ -191,7 +194,7 @@ class ColumnGeneration:
                 return self._finish(sol, t_now, max(best_lb, lb) if self.steps is None else lb, iterations, history)
             # Converged at m steps: does any tree without a step bound improve?
             free = self.costs(w, self._free_graph())
-            free_lb = self.farley_costs(free, w)
+            free_lb = max(self.farley_costs(free, w), self.cut_bound())
             best_lb = max(best_lb, free_lb)
             if not (free - mu < -RC_TOL).any() or free_lb >= t_now * (1 - GAP_TOL):
                 return self._finish(sol, t_now, best_lb, iterations, history)

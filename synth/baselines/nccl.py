@@ -278,6 +278,22 @@ def _walk_tree(walk: list[Rank], can_hop: Callable[[Rank, Rank], bool],
     return edges
 
 
+def _direct_ring_routes(coll: Collective, order: list[Rank], hop: Callable[[Rank, Rank], Hop]) -> list[Route]:
+    """The routes of one ring whose every step ``order[i] → order[i + 1]`` is a hop: the same routes as
+    the walk of :func:`nccl_ring` (no relay is ever needed), as slices of the ring's hops (2048 GPUs:
+    ~33 M hops in all, so no per-hop Python work). The out-tree of the rank at position p takes the
+    hops from p on, its in-tree (leaves first) the hops from p + 1 on, each ending before p."""
+    n = len(order)
+    ring = [hop(order[i], order[(i + 1) % n]) for i in range(n)] * 2
+    routes: list[Route] = []
+    for p, root in sorted(enumerate(order), key=lambda pr: pr[1]):
+        if coll.in_trees:
+            routes.append(Route(RouteKind.IN_TREE, root, 1, tuple(ring[p + 1:p + n])))
+        if coll.out_trees:
+            routes.append(Route(RouteKind.OUT_TREE, root, 1, tuple(ring[p:p + n - 1])))
+    return routes
+
+
 _RING_NAMES = {"rail": "rail rings", "nic": "NIC rings"}
 
 
@@ -320,6 +336,9 @@ def nccl_ring(collective: Collective | str, topo: Topology, *, nchannels: int | 
 
     routes: list[Route] = []
     for order in orders:
+        if all(order[(i + 1) % n] in direct[order[i]] for i in range(n)):
+            routes += _direct_ring_routes(coll, order, hop)
+            continue
         pos = {r: i for i, r in enumerate(order)}
         for root in range(n):
             chain = [order[(pos[root] + i) % n] for i in range(n)]

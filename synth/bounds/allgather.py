@@ -18,12 +18,14 @@ Fraction(800, 3)
 from __future__ import annotations
 
 import math
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
 from synth.errors import SolverError, TimeLimitError
 from synth.maxflow import FlowNetwork
-from synth.topologies.model import Topology
+from synth.topologies.model import Link, Topology
 
 __all__ = ["CutRate", "allgather_rate_gbps", "cut_ratio_gbps"]
 
@@ -52,6 +54,34 @@ def cut_ratio_gbps(topo: Topology, nodes: frozenset[str] | set[str]) -> Fraction
     return out / gpus
 
 
+def _start_cut(topo: Topology, gpus: list[str], nodes: list[str], live: Sequence[Link],
+               caps: list[Fraction]) -> tuple[Fraction, frozenset[str]]:
+    """The starting ratio of two obvious cuts per GPU g: g alone (its out-links over 1 GPU), or everything
+    but g (g's in-links over N − 1), as :func:`cut_ratio_gbps` gives them but from the degrees
+    (2048 GPUs: 4096 cuts in milliseconds, not a pass over every link each); ties go to the smaller
+    sorted node list."""
+    n = len(gpus)
+    out_cap: dict[str, Fraction] = defaultdict(Fraction)
+    in_cap: dict[str, Fraction] = defaultdict(Fraction)
+    for lk, c in zip(live, caps):
+        out_cap[lk.src] += c
+        in_cap[lk.dst] += c
+    everything = frozenset(nodes)
+    best: Fraction | None = None
+    best_cut: frozenset[str] = frozenset()
+    best_sorted: list[str] = []
+    for g in gpus:
+        for alone in (True, False):
+            r = out_cap[g] if alone else in_cap[g] / (n - 1)
+            if best is not None and r > best:
+                continue
+            cut = frozenset({g}) if alone else everything - {g}
+            if best is None or r < best or sorted(cut) < best_sorted:
+                best, best_cut, best_sorted = r, cut, sorted(cut)
+    assert best is not None
+    return best, best_cut
+
+
 def allgather_rate_gbps(topo: Topology) -> CutRate:
     """Exact optimal AllGather rate per source in Gbit/s; algbw* = N · rate / 8 GB/s.
 
@@ -75,16 +105,7 @@ def allgather_rate_gbps(topo: Topology) -> CutRate:
     scale = Fraction(lcm, gcd)
     int_caps = [int(c * scale) for c in caps]
 
-    # Two obvious cuts give the starting ratio: a GPU alone, or everything but one GPU.
-    best_cut: frozenset[str] | None = None
-    best = None
-    everything = frozenset(nodes)
-    for g in gpus:
-        for cut in (frozenset({g}), everything - {g}):
-            r = cut_ratio_gbps(topo, cut)
-            if best is None or r < best or (r == best and sorted(cut) < sorted(best_cut or ())):
-                best, best_cut = r, cut
-    assert best is not None and best_cut is not None
+    best, best_cut = _start_cut(topo, gpus, nodes, live, caps)
 
     source = len(nodes)
     net = FlowNetwork(len(nodes) + 1)

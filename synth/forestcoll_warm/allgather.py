@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
+from synth._deadline import note_upper_bound
 from synth.errors import ScheduleError, SolverError
 from synth.figures import ReductionFigures, TreeFigures, WarmTreeFigures
 from synth.forestcoll_warm._mapback import to_routes
@@ -108,6 +109,19 @@ def _rebalanced(topo: Topology) -> Topology:
     return topo.with_links(links, name=topo.name + "+rebalanced")
 
 
+def _phase1(graph: IntGraph, topo: Topology, hint_doc: Any, note: bool) -> Optimum:
+    """The exact optimum (Dinkelbach from the warm cut of ``hint_doc`` where there is one); with
+    ``note``, recorded as the solve's proven upper bound for a time-limit fallback (not for the
+    rebalanced re-solve, whose bound lies below the true one)."""
+    if isinstance(hint_doc, dict):
+        opt = dinkelbach(graph, frozenset(str(v) for v in hint_doc.get("cut", [])))
+    else:
+        opt = exact_optimum(graph, topo)
+    if note:
+        note_upper_bound(float(graph.n_gpus * opt.rate_units * graph.unit_gbps / 8))
+    return opt
+
+
 def solve_out_trees(
     topo: Topology,
     *,
@@ -125,10 +139,7 @@ def solve_out_trees(
     t0 = time.perf_counter()
     graph = IntGraph.from_topology(topo)
     split_hint = hint_from_meta(hint_doc) if isinstance(hint_doc, dict) else None
-    if split_hint is not None and isinstance(hint_doc, dict):
-        opt = dinkelbach(graph, frozenset(str(v) for v in hint_doc.get("cut", [])))
-    else:
-        opt = exact_optimum(graph, topo)
+    opt = _phase1(graph, topo, hint_doc if split_hint is not None else None, rebalance)
     bound = opt.rate_units * graph.unit_gbps
     chosen, fixed_k_maxflows = _choose_k(graph, opt, max_chunks)
     t1 = time.perf_counter()

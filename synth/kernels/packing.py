@@ -31,9 +31,11 @@ Examples
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from synth._deadline import give_up, remaining_s
 from synth.figures import PackFigures
 from synth.maxflow import FlowNetwork
 
@@ -93,6 +95,7 @@ def pack_with_figures(
     packer.active_sum = sum(m for _, m, _ in starts)
     finished: list[TreeClass] = []
     head = 0
+    t0 = time.monotonic()
     # Clones (the rest of a class that took an edge with α < C) are grown next, before the queue
     # moves on: a waiting clone keeps a node and arcs to all its tree nodes in every max-flow.
     while packer.clones or head < len(queue):
@@ -103,10 +106,31 @@ def pack_with_figures(
             head += 1
         packer.grow(c)
         finished.append(c)
+        if len(finished) == HOPELESS_AFTER:
+            _give_up_if_hopeless(time.monotonic() - t0, len(finished), len(queue) - head + len(packer.clones))
         if len(finished) % 64 == 0:
             log.info("phase 3: %d tree classes done, %d queued, %d max-flows", len(finished),
                      len(queue) - head + len(packer.clones), packer.flows)
     return finished, PackFigures(maxflows=packer.flows, skipped=packer.skipped, tree_classes=len(finished))
+
+
+#: Classes grown before the packing judges whether it can finish before the deadline.
+HOPELESS_AFTER = 4
+#: The packing gives up when its estimated time left exceeds this many times the time left.
+HOPELESS_FACTOR = 2.0
+
+
+def _give_up_if_hopeless(elapsed_s: float, done: int, queued: int) -> None:
+    """Stop now (:func:`synth._deadline.give_up`) when the classes still queued, at the pace of the
+    first ``done``, would take over :data:`HOPELESS_FACTOR` times the time left: a cold 2048-GPU
+    AllGather needs ~N² max-flows and cannot use a 60 s limit, its fallback can (issue 31)."""
+    left = remaining_s()
+    if left is None or done == 0:
+        return
+    estimate = elapsed_s / done * queued
+    if estimate > HOPELESS_FACTOR * max(left, 0.0):
+        give_up(f"the packing would need ~{estimate:.3g} s more ({queued} tree classes at the pace of the "
+                f"first {done}), {left:.3g} s are left")
 
 
 class _Packer:

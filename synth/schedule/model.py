@@ -29,7 +29,7 @@ Examples
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -119,14 +119,22 @@ class Schedule:
         kinds = (RouteKind.IN_TREE, RouteKind.OUT_TREE) if self.collective == "allreduce" else (None,)
         phases = []
         for kind in kinds:
-            per_hop: dict[Hop, int] = defaultdict(int)
+            # Chunks per hop object (by id: routes share hop objects, and a dataclass hash per hop
+            # costs more than the count at 2048 GPUs; equal copies are simply counted apart).
+            per_hop: Counter[int] = Counter()
+            hops: dict[int, Hop] = {}
             for route in self.routes:
                 if kind is None or route.kind is kind:
-                    for hop in route.hops:
-                        per_hop[hop] += route.chunks
+                    ids = list(map(id, route.hops))
+                    hops.update(zip(ids, route.hops))
+                    if route.chunks == 1:
+                        per_hop.update(ids)  # counted in C
+                    else:
+                        for i in ids:
+                            per_hop[i] += route.chunks
             loads: dict[tuple[NodeId, NodeId], int] = defaultdict(int)
-            for hop, n in per_hop.items():
-                for key in hop.links:
+            for key_id, n in per_hop.items():
+                for key in hops[key_id].links:
                     loads[key] += n
             phases.append(dict(loads))
         object.__setattr__(self, "_phase_loads_cache", phases)

@@ -17,13 +17,17 @@ from runtime.service.daemon import serve
 from synth import load_topology
 
 SPEC = "hpn:1x4x8"  # 32 GPUs: the optimum takes far longer than the 1 ms budget
+# AllToAll on hpn is proven optimal by its first master (the host cut bound, issue 31): the torus
+# (no switch cut is tight there) keeps the 1 ms budget binding.
+SPECS = {"allgather": SPEC, "alltoall": "torus:4x4"}
 TOKEN = "t" * 32
 
 
 def _controller(store: str, collective: str = "allgather", clock: Callable[[], float] = lambda: 0.0,
                 **cfg: object) -> Controller:
-    topo = load_topology(SPEC)
-    prof = profile_from_dict({"format": "loopcoll.profile/1", "topology": SPEC, "communicators": [
+    spec = SPECS.get(collective, SPEC)
+    topo = load_topology(spec)
+    prof = profile_from_dict({"format": "loopcoll.profile/1", "topology": spec, "communicators": [
         {"name": "world", "ranks": list(range(topo.nranks)),
          "collectives": [{"collective": collective, "sizes": [1 << 24]}]}]})
     config = ControllerConfig(**{"bootstrap_time_limit_s": 1e-3, "time_limit_s": None, **cfg})  # type: ignore[arg-type]
@@ -41,13 +45,9 @@ def test_budget_bound_bootstrap_publishes_fallback_then_optimum(tmp_path: object
     assert collective != "allgather" or v1.bands[0].xml is not None
     deployed = ctl.status()["deployed"][f"world/{collective}"]
     assert deployed["provisional"] is True and deployed["reason"] == v1.reason
-    out = ctl.poll()  # the optimum: published when it beats version 1, else version 1 is kept (no_gain)
-    if collective == "allgather":
-        (v2,) = out
-        assert v2.version == 2 and v2.reason.startswith("bootstrap: optimum")
-        assert v2.algbw_GBps > v1.algbw_GBps
-    else:  # the 1 ms incumbent already reached the optimum here (not yet certified when published)
-        assert out == [] and ctl.status()["counters"]["no_gain"] == 1
+    (v2,) = ctl.poll()  # the optimum: published as it beats version 1
+    assert v2.version == 2 and v2.reason.startswith("bootstrap: optimum")
+    assert v2.algbw_GBps > v1.algbw_GBps
     assert ctl.status()["deployed"][f"world/{collective}"]["provisional"] is False
     assert ctl.poll() == []  # one optimum, no churn
 
