@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
+import numpy as np
+
 from synth.errors import RuntimeLimitError
 
 from ._lower_ops import RELAY_TYPES, Op
@@ -122,9 +124,11 @@ def assign_channels(
             if chan == nchan and best is not None:
                 break
             worst = 0
+            # a channel replaces the best only with a smaller worst size: stop once it cannot
+            limit = max_steps if best is None else min(max_steps, best[0] - 1)
             for op in seg:
                 fitted = lanes[(op.gpu, chan)].fit(op)
-                if fitted is None or fitted[0] > max_steps:
+                if fitted is None or fitted[0] > limit:
                     worst = -1
                     break
                 worst = max(worst, fitted[0])
@@ -197,8 +201,74 @@ def build_threadblocks(
     return result
 
 
-def _slots(ref: tuple[BufferKind, int] | None, cnt: int) -> list[tuple[BufferKind, int]]:
-    return [] if ref is None else [(ref[0], ref[1] + k) for k in range(cnt)]
+@dataclass(slots=True)
+class _Accesses:
+    """Per chunk of one buffer of one GPU: the last writer ``(tb, position)`` and the readers since."""
+
+    lw_t: np.ndarray
+    lw_p: np.ndarray
+    rd_t: np.ndarray  # (readers, size)
+    rd_p: np.ndarray
+    rd_n: np.ndarray
+
+    @classmethod
+    def empty(cls, size: int) -> _Accesses:
+        return cls(np.full(size, -1, np.int64), np.zeros(size, np.int64), np.zeros((2, size), np.int64),
+                   np.zeros((2, size), np.int64), np.zeros(size, np.int64))
+
+    def add_reader(self, a: int, e: int, t: int, pos: int) -> None:
+        n = self.rd_n[a:e]
+        if int(n.max()) >= self.rd_t.shape[0]:
+            self.rd_t = np.concatenate([self.rd_t, np.zeros_like(self.rd_t)])
+            self.rd_p = np.concatenate([self.rd_p, np.zeros_like(self.rd_p)])
+        cols = np.arange(a, e)
+        self.rd_t[n, cols] = t
+        self.rd_p[n, cols] = pos
+        self.rd_n[a:e] += 1
+
+
+def _access_deps(tbs: list[_Tb], order: list[tuple[int, int]]) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """Per step ``(tb, position)``, in key order: the latest step of each other tb it must wait for
+    (read-after-write, write-after-write, write-after-read on a chunk), as sorted ``(tb, position)``."""
+    sizes: dict[BufferKind, int] = defaultdict(int)
+    for tb in tbs:
+        for op in tb.ops:
+            for ref in (op.src, op.dst):
+                if ref is not None:
+                    sizes[ref[0]] = max(sizes[ref[0]], ref[1] + op.cnt)
+    mem = {kind: _Accesses.empty(size) for kind, size in sizes.items()}
+    deps: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for t, pos in order:
+        op = tbs[t].ops[pos]
+        reads = [(mem[op.src[0]], op.src[1], op.src[1] + op.cnt)] if op.type.reads_src and op.src else []
+        writes = [(mem[op.dst[0]], op.dst[1], op.dst[1] + op.cnt)] if op.type.writes_dst and op.dst else []
+        found_t: list[np.ndarray] = []
+        found_p: list[np.ndarray] = []
+        for m, a, e in reads + writes:
+            lt = m.lw_t[a:e]
+            keep = (lt >= 0) & (lt != t)
+            found_t.append(lt[keep])
+            found_p.append(m.lw_p[a:e][keep])
+        for m, a, e in writes:
+            rn = m.rd_n[a:e]
+            for j in range(int(rn.max()) if e > a else 0):
+                rt = m.rd_t[j, a:e]
+                keep = (rn > j) & (rt != t)
+                found_t.append(rt[keep])
+                found_p.append(m.rd_p[j, a:e][keep])
+            m.rd_n[a:e] = 0
+            m.lw_t[a:e] = t
+            m.lw_p[a:e] = pos
+        for m, a, e in reads:
+            if e > a:
+                m.add_reader(a, e, t, pos)
+        needed: dict[int, int] = {}
+        if found_t:
+            pairs = np.unique(np.stack([np.concatenate(found_t), np.concatenate(found_p)]), axis=1)
+            for d, p in zip(pairs[0].tolist(), pairs[1].tolist()):
+                needed[d] = max(needed.get(d, -1), p)
+        deps[(t, pos)] = sorted(needed.items())
+    return deps
 
 
 def _gpu_threadblocks(gpu: int, tbs: list[_Tb], max_dep_tb: int) -> tuple[Threadblock, ...]:
@@ -211,26 +281,7 @@ def _gpu_threadblocks(gpu: int, tbs: list[_Tb], max_dep_tb: int) -> tuple[Thread
             tb_of[id(op)] = t
             order.append((t, pos))
     order.sort(key=lambda tp: tbs[tp[0]].ops[tp[1]].key)
-    last_write: dict[tuple[BufferKind, int], tuple[int, int]] = {}
-    readers: dict[tuple[BufferKind, int], list[tuple[int, int]]] = defaultdict(list)
-    deps: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for t, pos in order:
-        op = tbs[t].ops[pos]
-        needed: dict[int, int] = {}
-        reads = _slots(op.src, op.cnt) if op.type.reads_src else []
-        writes = _slots(op.dst, op.cnt) if op.type.writes_dst else []
-        for slot in reads + writes:
-            w = last_write.get(slot)
-            if w is not None and w[0] != t:
-                needed[w[0]] = max(needed.get(w[0], -1), w[1])
-        for slot in writes:
-            for r in readers.pop(slot, []):
-                if r[0] != t:
-                    needed[r[0]] = max(needed.get(r[0], -1), r[1])
-            last_write[slot] = (t, pos)
-        for slot in reads:
-            readers[slot].append((t, pos))
-        deps[(t, pos)] = sorted(needed.items())
+    deps = _access_deps(tbs, order)
     # Prune what an earlier step of the same tb already waited for, then lay out steps.
     final_index: dict[tuple[int, int], int] = {}
     layouts: list[list[tuple[str, object]]] = []
