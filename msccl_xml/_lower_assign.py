@@ -201,6 +201,9 @@ def build_threadblocks(
     return result
 
 
+_NONE = np.zeros(0, np.int64)
+
+
 @dataclass(slots=True)
 class _Accesses:
     """Per chunk of one buffer of one GPU: the last writer ``(tb, position)`` and the readers since."""
@@ -263,10 +266,10 @@ def _access_deps(tbs: list[_Tb], order: list[tuple[int, int]]) -> dict[tuple[int
             if e > a:
                 m.add_reader(a, e, t, pos)
         needed: dict[int, int] = {}
-        if found_t:
-            pairs = np.unique(np.stack([np.concatenate(found_t), np.concatenate(found_p)]), axis=1)
-            for d, p in zip(pairs[0].tolist(), pairs[1].tolist()):
-                needed[d] = max(needed.get(d, -1), p)
+        keys = np.concatenate([(ft << 32) | fp for ft, fp in zip(found_t, found_p)]) if found_t else _NONE
+        if len(keys):
+            for key in np.unique(keys).tolist():  # (tb << 32 | position), positions ascending per tb
+                needed[key >> 32] = key & 0xFFFFFFFF
         deps[(t, pos)] = sorted(needed.items())
     return deps
 
