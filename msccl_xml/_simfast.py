@@ -7,18 +7,19 @@ scratch stores nothing reads, the postcondition) on whole step ranges at once, b
 messages: it only raises :attr:`FastMemory.flagged`. A flagged run is run again with the full
 per-chunk memory, which names every problem, so the verdict and the messages are the full run's.
 
-Per ``(rank, canonical buffer)`` (:meth:`msccl_xml._layout.Layout.base`) it holds the value id of
-each chunk (``-1``: never written, ``0``: ``None``), the last writer ``(clock position, step
-ordinal)`` and every reader since that write. Values are interned exactly: a single contribution
-``(q, k)`` has id ``1 + q * input_chunks + k``, any other value an id from a table, so comparing
-ids compares the symbolic values.
+Per ``(rank, canonical buffer)`` (:meth:`msccl_xml._layout.Layout.base`) it holds each chunk's
+value, the last writer ``(clock position, step ordinal)`` and every reader since that write. A value
+is exact: a chunk index ``k`` (``-1``: never written, ``-2``: ``None``) and the ranks whose ``(q, k)``
+it sums, as bit words; a program without reducing steps holds one contribution per chunk, and one
+word holds its rank. Sums are kept only while they add disjoint ranks of one chunk index (what a
+program meeting its postcondition does); any other sum flags the run.
 
 >>> import numpy as np
->>> m = FastMemory(Layout("allgather", False, 2, 1, 1, 2), {0: 0, 1: 0})
+>>> m = FastMemory(Layout("allgather", False, 2, 1, 1, 2), {0: 0, 1: 0}, reduces=False)
 >>> out = m.execute(0, 0, 0, 1, np.zeros(2, dtype=np.uint8), Step(0, StepType.SEND, BufferKind.INPUT, 0,
 ...                 BufferKind.OUTPUT, 0, 1, -1, -1, 0), None)
->>> [m.value(int(i)) for i in out], m.flagged
-([((0, 0),)], False)
+>>> m.value(out, 0), m.flagged
+(((0, 0),), False)
 """
 
 from __future__ import annotations
@@ -27,21 +28,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._layout import Layout, Value, combine
+from ._layout import Layout, Value
 from .program import BufferKind, Step, StepType
 
 __all__ = ["FastMemory"]
 
 _REDUCE_INTO_DST = frozenset({StepType.REDUCE, StepType.RES_ADD})
 _STORE_ONLY = frozenset({StepType.RECV, StepType.RECV_REDUCE_COPY, StepType.LOCAL_COPY, StepType.REDUCE})
-_NO_VALUES = np.zeros(0, dtype=np.int64)
+_NEVER, _NONE = -1, -2  # chunk index of a slot never written / of the value None
+Values = tuple[np.ndarray, np.ndarray]  # (chunk index k, (words, n) rank words): see the module docstring
 
 
 @dataclass(slots=True)
 class _Buffer:
     """One canonical buffer of one rank: values, last writer and the readers since."""
 
-    val: np.ndarray
+    vk: np.ndarray
+    vm: np.ndarray
     lw_u: np.ndarray
     lw_ord: np.ndarray
     rd_u: np.ndarray  # (readers, size)
@@ -50,17 +53,16 @@ class _Buffer:
     unread: np.ndarray
 
     @classmethod
-    def empty(cls, size: int) -> _Buffer:
-        return cls(np.full(size, -1, np.int64), np.full(size, -1, np.int64), np.zeros(size, np.int64),
-                   np.zeros((2, size), np.int64), np.zeros((2, size), np.int64), np.zeros(size, np.int64),
-                   np.zeros(size, bool))
+    def empty(cls, size: int, words: int) -> _Buffer:
+        return cls(np.full(size, _NEVER, np.int64), np.zeros((words, size), np.uint64), np.full(size, -1, np.int64),
+                   np.zeros(size, np.int64), np.zeros((2, size), np.int64), np.zeros((2, size), np.int64),
+                   np.zeros(size, np.int64), np.zeros(size, bool))
 
     def add_reader(self, a: int, e: int, u: int, ordinal: int) -> None:
         n = self.rd_n[a:e]
         if e > a and int(n.max()) >= self.rd_u.shape[0]:
-            grow = self.rd_u.shape[0]
-            self.rd_u = np.concatenate([self.rd_u, np.zeros_like(self.rd_u[:grow])])
-            self.rd_ord = np.concatenate([self.rd_ord, np.zeros_like(self.rd_ord[:grow])])
+            self.rd_u = np.concatenate([self.rd_u, np.zeros_like(self.rd_u)])
+            self.rd_ord = np.concatenate([self.rd_ord, np.zeros_like(self.rd_ord)])
         cols = np.arange(a, e)
         self.rd_u[n, cols] = u
         self.rd_ord[n, cols] = ordinal
@@ -73,15 +75,17 @@ def _ordered(us: np.ndarray, ords: np.ndarray, u: int, clock: np.ndarray) -> np.
 
 
 class FastMemory:
-    """Chunk memory of all ranks as numpy arrays; :attr:`flagged` once anything needs a message."""
+    """Chunk memory of all ranks as numpy arrays; :attr:`flagged` once anything needs a message.
 
-    def __init__(self, layout: Layout, s_chunks: dict[int, int]) -> None:
+    ``reduces``: the program has reducing steps, so values are rank sets (``ceil(nranks / 64)``
+    words); otherwise every value is one contribution and one word holds its rank.
+    """
+
+    def __init__(self, layout: Layout, s_chunks: dict[int, int], *, reduces: bool = True) -> None:
         self.layout = layout
         self.flagged = False
-        self._single = layout.nranks * layout.input_chunks  # ids 1..single: one contribution
-        self._table: list[Value] = []
-        self._ids: dict[Value, int] = {}
-        self._combined: dict[tuple[int, int], int] = {}
+        self.single = not reduces
+        self.words = 1 if self.single else max(1, (layout.nranks + 63) // 64)
         self._bufs: dict[tuple[int, str], _Buffer] = {}
         for rank, scratch in s_chunks.items():
             sizes: dict[str, int] = {}  # canonical buffer -> chunks (aliased buffers share one)
@@ -90,61 +94,65 @@ class FastMemory:
                 name, shift = layout.base(rank, kind)
                 sizes[name] = max(sizes.get(name, 0), shift + size)
             for name, size in sizes.items():
-                self._bufs[(rank, name)] = _Buffer.empty(size)
+                self._bufs[(rank, name)] = _Buffer.empty(size, self.words)
             name, shift = layout.base(rank, BufferKind.INPUT)
             k = np.arange(layout.input_chunks)
-            self._bufs[(rank, name)].val[k + shift] = 1 + rank * layout.input_chunks + k
+            b = self._bufs[(rank, name)]
+            b.vk[k + shift] = k
+            b.vm[:, k + shift] = self._ranks(np.full(len(k), rank))
 
     # -- values ------------------------------------------------------------------------------
-    def value(self, vid: int) -> Value:
-        """The symbolic value of id ``vid``."""
-        if vid <= 0:
-            return None
-        if vid <= self._single:
-            return (divmod(vid - 1, self.layout.input_chunks),)
-        return self._table[vid - self._single - 1]
-
-    def intern(self, value: Value) -> int:
-        """The id of ``value``."""
-        if value is None:
-            return 0
-        if len(value) == 1:
-            q, k = value[0]
-            if 0 <= q < self.layout.nranks and 0 <= k < self.layout.input_chunks:
-                return 1 + q * self.layout.input_chunks + k
-        vid = self._ids.get(value)
-        if vid is None:
-            self._table.append(value)
-            vid = self._ids[value] = self._single + len(self._table)
-        return vid
-
-    def _combine(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        n = min(len(a), len(b))
-        a, b = a[:n], b[:n]
-        out = np.zeros(n, np.int64)
-        for i in range(n):
-            x, y = int(a[i]), int(b[i])
-            if x == 0 or y == 0:
-                continue
-            vid = self._combined.get((x, y))
-            if vid is None:
-                vid = self._combined[(x, y)] = self.intern(combine(self.value(x), self.value(y)))
-            out[i] = vid
+    def _ranks(self, ranks: np.ndarray) -> np.ndarray:
+        """The rank words of single contributions of ``ranks``: the rank itself, or its bit."""
+        if self.single:
+            return ranks.astype(np.uint64)[None, :]
+        out = np.zeros((self.words, len(ranks)), np.uint64)
+        out[ranks // 64, np.arange(len(ranks))] = np.left_shift(np.uint64(1), (ranks % 64).astype(np.uint64))
         return out
+
+    def _all_ranks(self, n: int) -> np.ndarray:
+        """The rank words of a sum over every rank (one contribution each), for ``n`` chunks."""
+        full = np.zeros((self.words, 1), np.uint64)
+        for w in range(self.words):
+            bits = min(64, self.layout.nranks - 64 * w)
+            full[w] = np.uint64(0xFFFFFFFFFFFFFFFF) if bits == 64 else np.uint64((1 << bits) - 1)
+        return np.repeat(full, n, axis=1)
+
+    def value(self, vals: Values, i: int) -> Value:
+        """The symbolic value of chunk ``i`` of ``vals``."""
+        k = int(vals[0][i])
+        if k < 0:
+            return None
+        words = [int(w) for w in vals[1][:, i]]
+        if self.single:
+            return ((words[0], k),)
+        return tuple((64 * w + b, k) for w, word in enumerate(words) for b in range(64) if word >> b & 1)
+
+    def _combine(self, a: Values, b: Values) -> Values:
+        """The sums of ``a`` and ``b``; flags unless every pair sums disjoint ranks of one chunk index
+        (what a program that meets a postcondition adds: it never counts a rank twice or mixes chunks)."""
+        n = min(len(a[0]), len(b[0]))
+        ka, kb, ma, mb = a[0][:n], b[0][:n], a[1][:, :n], b[1][:, :n]
+        none = (ka == _NONE) | (kb == _NONE)
+        if self.single or not ((none | ((ka == kb) & ~(ma & mb).any(axis=0))).all()):
+            self.flagged = True
+        return np.where(none, _NONE, ka), ma | mb
 
     # -- steps -------------------------------------------------------------------------------
     def execute(self, rank: int, s_chunks: int, u: int, ordinal: int, clock: np.ndarray, step: Step,
-                received: np.ndarray | None) -> np.ndarray | None:
-        """Apply ``step`` (as :func:`msccl_xml._simulate._execute`); the value ids it sends, if any."""
+                received: Values | None) -> Values | None:
+        """Apply ``step`` (as :func:`msccl_xml._simulate._execute`); the values it sends, if any."""
         t, cnt = step.type, step.cnt
         if t is StepType.NOP:
             return None
-        got = _NO_VALUES
+        got = self._blank(0)
         if received is not None:
-            got = np.zeros(cnt, np.int64)
-            got[:min(cnt, len(received))] = received[:cnt]
+            got = self._blank(cnt)
+            n = min(cnt, len(received[0]))
+            got[0][:n] = received[0][:n]
+            got[1][:, :n] = received[1][:, :n]
         src = self._read(rank, s_chunks, u, ordinal, clock, step.srcbuf, step.srcoff, cnt) if t.reads_src \
-            else _NO_VALUES
+            else self._blank(0)
         if t in _REDUCE_INTO_DST:
             old = self._read(rank, s_chunks, u, ordinal, clock, step.dstbuf, step.dstoff, cnt)
             self._write(rank, s_chunks, u, ordinal, clock, step, self._combine(old, src))
@@ -159,6 +167,9 @@ class FastMemory:
             self._write(rank, s_chunks, u, ordinal, clock, step, value)
         return value if t.sends else None
 
+    def _blank(self, n: int) -> Values:
+        return np.full(n, _NONE, np.int64), np.zeros((self.words, n), np.uint64)
+
     def _range(self, rank: int, s_chunks: int, buf: BufferKind, off: int, cnt: int) -> tuple[_Buffer, int] | None:
         if off < 0 or off + cnt > self.layout.size(s_chunks, buf):
             self.flagged = True
@@ -167,24 +178,25 @@ class FastMemory:
         return self._bufs[(rank, name)], off + shift
 
     def _read(self, rank: int, s_chunks: int, u: int, ordinal: int, clock: np.ndarray, buf: BufferKind,
-              off: int, cnt: int) -> np.ndarray:
+              off: int, cnt: int) -> Values:
         where = self._range(rank, s_chunks, buf, off, cnt)
         if where is None:
-            return np.zeros(cnt, np.int64)
+            return self._blank(cnt)
         b, a = where
         e = a + cnt
         lu = b.lw_u[a:e]
         if not _ordered(lu, b.lw_ord[a:e], u, clock)[lu >= 0].all():
             self.flagged = True
-        vals = b.val[a:e]
-        if self.layout.collective is not None and (vals < 0).any():
+        ks = b.vk[a:e]
+        never = ks == _NEVER
+        if self.layout.collective is not None and never.any():
             self.flagged = True
         b.add_reader(a, e, u, ordinal)
         b.unread[a:e] = False
-        return np.maximum(vals, 0)
+        return np.where(never, _NONE, ks), b.vm[:, a:e].copy()
 
     def _write(self, rank: int, s_chunks: int, u: int, ordinal: int, clock: np.ndarray, step: Step,
-               values: np.ndarray) -> None:
+               values: Values) -> None:
         buf = step.dstbuf
         where = self._range(rank, s_chunks, buf, step.dstoff, step.cnt)
         if where is None:
@@ -192,7 +204,7 @@ class FastMemory:
         if self.layout.collective is not None and not self.layout.inplace and buf is BufferKind.INPUT:
             self.flagged = True
         b, a = where
-        e = a + min(step.cnt, len(values))
+        e = a + min(step.cnt, len(values[0]))
         lu, lo, rn = b.lw_u[a:e], b.lw_ord[a:e], b.rd_n[a:e]
         has_last = lu >= 0
         if not _ordered(lu, lo, u, clock)[has_last].all():
@@ -208,7 +220,8 @@ class FastMemory:
         b.lw_ord[a:e] = ordinal
         if buf is BufferKind.SCRATCH and step.type in _STORE_ONLY:
             b.unread[a:e] = True
-        b.val[a:e] = values[: e - a]
+        b.vk[a:e] = values[0][: e - a]
+        b.vm[:, a:e] = values[1][:, : e - a]
 
     # -- the end -----------------------------------------------------------------------------
     def finish(self, s_chunks: dict[int, int]) -> None:
@@ -220,23 +233,26 @@ class FastMemory:
             return
         for rank in s_chunks:
             name, shift = layout.base(rank, BufferKind.OUTPUT)
-            got = self._bufs[(rank, name)].val
-            want = self._expected(rank)
-            if not np.array_equal(got[shift:shift + len(want)], want):
+            b = self._bufs[(rank, name)]
+            want_k, want_m = self._expected(rank)
+            n = len(want_k)
+            if not (np.array_equal(b.vk[shift:shift + n], want_k) and np.array_equal(b.vm[:, shift:shift + n], want_m)):
                 self.flagged = True
                 return
 
-    def _expected(self, rank: int) -> np.ndarray:
-        """Value ids the output buffer of ``rank`` must hold, by output index."""
+    def _expected(self, rank: int) -> Values:
+        """What the output buffer of ``rank`` must hold, by output index (:meth:`Layout.expected`)."""
         layout = self.layout
-        n, c, total = layout.nranks, layout.per_rank, layout.input_chunks
-        if layout.collective == "allgather":
-            return 1 + np.arange(n * c, dtype=np.int64)  # o[q·c+k] = (q, k), input_chunks = c
-        if layout.collective == "alltoall":
-            q, k = np.divmod(np.arange(n * c, dtype=np.int64), c)
-            return 1 + q * total + rank * c + k
-        expected = layout.expected(rank)
-        out = np.zeros(layout.output_chunks, np.int64)
-        for j in range(layout.output_chunks):
-            out[j] = self.intern(expected[layout.slot(rank, BufferKind.OUTPUT, j)])
-        return out
+        n, c = layout.nranks, layout.per_rank
+        j = np.arange(layout.output_chunks, dtype=np.int64)
+        if layout.collective == "allgather":  # o[q·c+k] = (q, k)
+            return j % c, self._ranks(j // c)
+        if layout.collective == "alltoall":  # o[q·c+k] = (q, r·c+k)
+            return rank * c + j % c, self._ranks(j // c)
+        if self.single:  # a sum of every rank without a reducing step: only with one rank
+            if n != 1:
+                self.flagged = True
+            return (rank * c + j if layout.collective == "reducescatter" else j), self._ranks(np.zeros_like(j))
+        if layout.collective == "reducescatter":  # o[k] = {(q, r·c+k)}
+            return rank * c + j, self._all_ranks(len(j))
+        return j, self._all_ranks(len(j))  # allreduce: o[k] = {(q, k)}

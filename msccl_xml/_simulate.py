@@ -147,7 +147,8 @@ def _run(program: Program, layout: Layout | None, fifo_depth: int | None, *, pro
     queues: dict[tuple[int, int, int], deque[_Msg]] = {}
     waiters: dict[object, set[int]] = {}
     st = _State(layout, local_clocks=local, provenance=provenance)
-    fm = FastMemory(layout, s_chunks) if fast and layout is not None else None
+    reduces = any(step.type.reduces for _, tb in tbs for step in tb.steps)
+    fm = FastMemory(layout, s_chunks, reduces=reduces) if fast and layout is not None else None
     if layout is not None and fm is None:
         for gpu in program.gpus:
             for slot, value in layout.initial(gpu.id).items():
