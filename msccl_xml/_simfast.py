@@ -87,6 +87,7 @@ class FastMemory:
         self.single = not reduces
         self.words = 1 if self.single else max(1, (layout.nranks + 63) // 64)
         self._bufs: dict[tuple[int, str], _Buffer] = {}
+        self._empty = self._blank(0)
         for rank, scratch in s_chunks.items():
             sizes: dict[str, int] = {}  # canonical buffer -> chunks (aliased buffers share one)
             for kind, size in ((BufferKind.INPUT, layout.input_chunks), (BufferKind.OUTPUT, layout.output_chunks),
@@ -145,14 +146,16 @@ class FastMemory:
         t, cnt = step.type, step.cnt
         if t is StepType.NOP:
             return None
-        got = self._blank(0)
+        got = self._empty
         if received is not None:
-            got = self._blank(cnt)
-            n = min(cnt, len(received[0]))
-            got[0][:n] = received[0][:n]
-            got[1][:, :n] = received[1][:, :n]
+            got = received
+            if len(received[0]) != cnt:  # pad (with None) or cut to the step's count
+                got = self._blank(cnt)
+                n = min(cnt, len(received[0]))
+                got[0][:n] = received[0][:n]
+                got[1][:, :n] = received[1][:, :n]
         src = self._read(rank, s_chunks, u, ordinal, clock, step.srcbuf, step.srcoff, cnt) if t.reads_src \
-            else self._blank(0)
+            else self._empty
         if t in _REDUCE_INTO_DST:
             old = self._read(rank, s_chunks, u, ordinal, clock, step.dstbuf, step.dstoff, cnt)
             self._write(rank, s_chunks, u, ordinal, clock, step, self._combine(old, src))
@@ -207,14 +210,15 @@ class FastMemory:
         e = a + min(step.cnt, len(values[0]))
         lu, lo, rn = b.lw_u[a:e], b.lw_ord[a:e], b.rd_n[a:e]
         has_last = lu >= 0
-        if not _ordered(lu, lo, u, clock)[has_last].all():
-            self.flagged = True
+        if has_last.any():
+            if not _ordered(lu, lo, u, clock)[has_last].all():
+                self.flagged = True
+            if (has_last & (rn == 0) & ~((lu == u) & (lo == ordinal))).any():
+                self.flagged = True  # overwrites data nothing read
         for j in range(int(rn.max()) if e > a else 0):
             active = rn > j
             if not _ordered(b.rd_u[j, a:e], b.rd_ord[j, a:e], u, clock)[active].all():
                 self.flagged = True
-        if (has_last & (rn == 0) & ~((lu == u) & (lo == ordinal))).any():
-            self.flagged = True  # overwrites data nothing read
         b.rd_n[a:e] = 0
         b.lw_u[a:e] = u
         b.lw_ord[a:e] = ordinal
