@@ -123,15 +123,8 @@ def assign_channels(
                 break
             if chan == nchan and best is not None:
                 break
-            worst = 0
             # a channel replaces the best only with a smaller worst size: stop once it cannot
-            limit = max_steps if best is None else min(max_steps, best[0] - 1)
-            for op in seg:
-                fitted = lanes[(op.gpu, chan)].fit(op)
-                if fitted is None or fitted[0] > limit:
-                    worst = -1
-                    break
-                worst = max(worst, fitted[0])
+            worst = _worst_fit(lanes, seg, chan, max_steps if best is None else min(max_steps, best[0] - 1))
             if worst >= 0 and (best is None or worst < best[0]):
                 best = (worst, chan)
         return best
@@ -175,6 +168,17 @@ def assign_channels(
             lane.tbs.append(tb)
         tb.ops.append(op)
     return lanes
+
+
+def _worst_fit(lanes: dict[tuple[int, int], _Lane], seg: list[Op], chan: int, limit: int) -> int:
+    """The largest tb size ``seg`` makes on channel ``chan``; ``-1`` if an op fits not or goes over ``limit``."""
+    worst = 0
+    for op in seg:
+        fitted = lanes[(op.gpu, chan)].fit(op)
+        if fitted is None or fitted[0] > limit:
+            return -1
+        worst = max(worst, fitted[0])
+    return worst
 
 
 def _no_channel(ops: list[Op], max_channels: int, max_steps: int) -> str:
