@@ -23,7 +23,6 @@ import argparse
 import math
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks._report import write_results  # noqa: E402
+from benchmarks._report import timed, write_results  # noqa: E402
 from msccl_xml import check, lower, parse, program_algbw_GBps, write  # noqa: E402
 from msccl_xml.deploy import fit  # noqa: E402
 from msccl_xml.targets import MscclTarget  # noqa: E402
@@ -50,12 +49,8 @@ COLUMNS = ["topology", "collective", "scenario", "N", "k", "capped", "xml_MiB", 
 
 
 def _timed(fn: Any, repeats: int) -> tuple[float, Any]:
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2], out
+    median_s, _, out = timed(fn, repeats)
+    return median_s, out
 
 
 def phases(sched: Schedule, topo: Topology, repeats: int) -> dict[str, float]:

@@ -24,6 +24,7 @@ import numpy as np
 from synth.errors import RuntimeLimitError
 
 from ._lower_ops import RELAY_TYPES, Op
+from ._readers import Readers
 from .program import BufferKind, Step, Threadblock, nop
 
 __all__ = ["assign_channels", "build_threadblocks"]
@@ -214,24 +215,11 @@ class _Accesses:
 
     lw_t: np.ndarray
     lw_p: np.ndarray
-    rd_t: np.ndarray  # (readers, size)
-    rd_p: np.ndarray
-    rd_n: np.ndarray
+    readers: Readers
 
     @classmethod
     def empty(cls, size: int) -> _Accesses:
-        return cls(np.full(size, -1, np.int64), np.zeros(size, np.int64), np.zeros((2, size), np.int64),
-                   np.zeros((2, size), np.int64), np.zeros(size, np.int64))
-
-    def add_reader(self, a: int, e: int, t: int, pos: int) -> None:
-        n = self.rd_n[a:e]
-        if int(n.max()) >= self.rd_t.shape[0]:
-            self.rd_t = np.concatenate([self.rd_t, np.zeros_like(self.rd_t)])
-            self.rd_p = np.concatenate([self.rd_p, np.zeros_like(self.rd_p)])
-        cols = np.arange(a, e)
-        self.rd_t[n, cols] = t
-        self.rd_p[n, cols] = pos
-        self.rd_n[a:e] += 1
+        return cls(np.full(size, -1, np.int64), np.zeros(size, np.int64), Readers.empty(size))
 
 
 def _access_deps(tbs: list[_Tb], order: list[tuple[int, int]]) -> dict[tuple[int, int], list[tuple[int, int]]]:
@@ -257,18 +245,15 @@ def _access_deps(tbs: list[_Tb], order: list[tuple[int, int]]) -> dict[tuple[int
             found_t.append(lt[keep])
             found_p.append(m.lw_p[a:e][keep])
         for m, a, e in writes:
-            rn = m.rd_n[a:e]
-            for j in range(int(rn.max()) if e > a else 0):
-                rt = m.rd_t[j, a:e]
-                keep = (rn > j) & (rt != t)
+            for _, active, rt, rp in m.readers.rows(a, e):
+                keep = active & (rt != t)
                 found_t.append(rt[keep])
-                found_p.append(m.rd_p[j, a:e][keep])
-            m.rd_n[a:e] = 0
+                found_p.append(rp[keep])
+            m.readers.clear(a, e)
             m.lw_t[a:e] = t
             m.lw_p[a:e] = pos
         for m, a, e in reads:
-            if e > a:
-                m.add_reader(a, e, t, pos)
+            m.readers.add(a, e, who=t, ordinal=pos)
         needed: dict[int, int] = {}
         keys = np.concatenate([(ft << 32) | fp for ft, fp in zip(found_t, found_p)]) if found_t else _NONE
         if len(keys):

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._layout import Layout, Value
+from ._readers import Readers
 from .program import BufferKind, Step, StepType
 
 __all__ = ["FastMemory"]
@@ -47,26 +48,13 @@ class _Buffer:
     vm: np.ndarray
     lw_u: np.ndarray
     lw_ord: np.ndarray
-    rd_u: np.ndarray  # (readers, size)
-    rd_ord: np.ndarray
-    rd_n: np.ndarray
+    readers: Readers
     unread: np.ndarray
 
     @classmethod
     def empty(cls, size: int, words: int) -> _Buffer:
         return cls(np.full(size, _NEVER, np.int64), np.zeros((words, size), np.uint64), np.full(size, -1, np.int64),
-                   np.zeros(size, np.int64), np.zeros((2, size), np.int64), np.zeros((2, size), np.int64),
-                   np.zeros(size, np.int64), np.zeros(size, bool))
-
-    def add_reader(self, a: int, e: int, u: int, ordinal: int) -> None:
-        n = self.rd_n[a:e]
-        if e > a and int(n.max()) >= self.rd_u.shape[0]:
-            self.rd_u = np.concatenate([self.rd_u, np.zeros_like(self.rd_u)])
-            self.rd_ord = np.concatenate([self.rd_ord, np.zeros_like(self.rd_ord)])
-        cols = np.arange(a, e)
-        self.rd_u[n, cols] = u
-        self.rd_ord[n, cols] = ordinal
-        self.rd_n[a:e] += 1
+                   np.zeros(size, np.int64), Readers.empty(size), np.zeros(size, bool))
 
 
 def _ordered(us: np.ndarray, ords: np.ndarray, u: int, clock: np.ndarray) -> np.ndarray:
@@ -194,7 +182,7 @@ class FastMemory:
         never = ks == _NEVER
         if self.layout.collective is not None and never.any():
             self.flagged = True
-        b.add_reader(a, e, u, ordinal)
+        b.readers.add(a, e, who=u, ordinal=ordinal)
         b.unread[a:e] = False
         return np.where(never, _NONE, ks), b.vm[:, a:e].copy()
 
@@ -208,18 +196,17 @@ class FastMemory:
             self.flagged = True
         b, a = where
         e = a + min(step.cnt, len(values[0]))
-        lu, lo, rn = b.lw_u[a:e], b.lw_ord[a:e], b.rd_n[a:e]
+        lu, lo, rn = b.lw_u[a:e], b.lw_ord[a:e], b.readers.count[a:e]
         has_last = lu >= 0
         if has_last.any():
             if not _ordered(lu, lo, u, clock)[has_last].all():
                 self.flagged = True
             if (has_last & (rn == 0) & ~((lu == u) & (lo == ordinal))).any():
                 self.flagged = True  # overwrites data nothing read
-        for j in range(int(rn.max()) if e > a else 0):
-            active = rn > j
-            if not _ordered(b.rd_u[j, a:e], b.rd_ord[j, a:e], u, clock)[active].all():
+        for _, active, who, when in b.readers.rows(a, e):
+            if not _ordered(who, when, u, clock)[active].all():
                 self.flagged = True
-        b.rd_n[a:e] = 0
+        b.readers.clear(a, e)
         b.lw_u[a:e] = u
         b.lw_ord[a:e] = ordinal
         if buf is BufferKind.SCRATCH and step.type in _STORE_ONLY:
