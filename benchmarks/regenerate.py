@@ -104,6 +104,7 @@ ITEMS: tuple[Item, ...] = (
          (_b("live_loop.py", "--runs", "1", "--steps", "120", "--fault-at", "40", "--clear-at", "90"),),
          ),
     Item("daemon", ("daemon.json",), (_b("daemon.py"),), (_b("daemon.py", "--repeats", "1"),)),
+    Item("publish", ("publish.json",), (_b("publish.py"),), (_b("publish.py", "--quick"),)),
     Item("executor", ("executor.json",),
          (_b("executor.py", "--nprocs", "4", "8", "--sizes", "1M", "16M", "--iters", "5", "--swaps", "5"),),
          (_b("executor.py", "--nprocs", "4", "--sizes", "1M", "--collectives", "allgather", "--iters", "1",

@@ -71,6 +71,15 @@ class Layout:
                 return ("i", index)
         return (buf._value_, index)  # the enum's value without its (slow) property
 
+    def base(self, rank: int, buf: BufferKind) -> tuple[str, int]:
+        """``(name, shift)`` such that :meth:`slot` of ``buf[index]`` is ``(name, index + shift)``.
+
+        >>> Layout("allgather", True, 4, 2, 2, 8).base(3, BufferKind.INPUT)
+        ('o', 6)
+        """
+        name, shift = self.slot(rank, buf, 0)
+        return name, shift
+
     def initial(self, rank: int) -> dict[Slot, Value]:
         """The rank's initialised slots: every input chunk holds its own contribution."""
         return {

@@ -19,9 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
+import numpy as np
+
 from synth.errors import RuntimeLimitError
 
 from ._lower_ops import RELAY_TYPES, Op
+from ._readers import Readers
 from .program import BufferKind, Step, Threadblock, nop
 
 __all__ = ["assign_channels", "build_threadblocks"]
@@ -121,13 +124,8 @@ def assign_channels(
                 break
             if chan == nchan and best is not None:
                 break
-            worst = 0
-            for op in seg:
-                fitted = lanes[(op.gpu, chan)].fit(op)
-                if fitted is None or fitted[0] > max_steps:
-                    worst = -1
-                    break
-                worst = max(worst, fitted[0])
+            # a channel replaces the best only with a smaller worst size: stop once it cannot
+            worst = _worst_fit(lanes, seg, chan, max_steps if best is None else min(max_steps, best[0] - 1))
             if worst >= 0 and (best is None or worst < best[0]):
                 best = (worst, chan)
         return best
@@ -173,6 +171,17 @@ def assign_channels(
     return lanes
 
 
+def _worst_fit(lanes: dict[tuple[int, int], _Lane], seg: list[Op], chan: int, limit: int) -> int:
+    """The largest tb size ``seg`` makes on channel ``chan``; ``-1`` if an op fits not or goes over ``limit``."""
+    worst = 0
+    for op in seg:
+        fitted = lanes[(op.gpu, chan)].fit(op)
+        if fitted is None or fitted[0] > limit:
+            return -1
+        worst = max(worst, fitted[0])
+    return worst
+
+
 def _no_channel(ops: list[Op], max_channels: int, max_steps: int) -> str:
     where = ", ".join(f"gpu {op.gpu}" for op in ops)
     return (
@@ -197,8 +206,61 @@ def build_threadblocks(
     return result
 
 
-def _slots(ref: tuple[BufferKind, int] | None, cnt: int) -> list[tuple[BufferKind, int]]:
-    return [] if ref is None else [(ref[0], ref[1] + k) for k in range(cnt)]
+_NONE = np.zeros(0, np.int64)
+
+
+@dataclass(slots=True)
+class _Accesses:
+    """Per chunk of one buffer of one GPU: the last writer ``(tb, position)`` and the readers since."""
+
+    lw_t: np.ndarray
+    lw_p: np.ndarray
+    readers: Readers
+
+    @classmethod
+    def empty(cls, size: int) -> _Accesses:
+        return cls(np.full(size, -1, np.int64), np.zeros(size, np.int64), Readers.empty(size))
+
+
+def _access_deps(tbs: list[_Tb], order: list[tuple[int, int]]) -> dict[tuple[int, int], list[tuple[int, int]]]:
+    """Per step ``(tb, position)``, in key order: the latest step of each other tb it must wait for
+    (read-after-write, write-after-write, write-after-read on a chunk), as sorted ``(tb, position)``."""
+    sizes: dict[BufferKind, int] = defaultdict(int)
+    for tb in tbs:
+        for op in tb.ops:
+            for ref in (op.src, op.dst):
+                if ref is not None:
+                    sizes[ref[0]] = max(sizes[ref[0]], ref[1] + op.cnt)
+    mem = {kind: _Accesses.empty(size) for kind, size in sizes.items()}
+    deps: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for t, pos in order:
+        op = tbs[t].ops[pos]
+        reads = [(mem[op.src[0]], op.src[1], op.src[1] + op.cnt)] if op.type.reads_src and op.src else []
+        writes = [(mem[op.dst[0]], op.dst[1], op.dst[1] + op.cnt)] if op.type.writes_dst and op.dst else []
+        found_t: list[np.ndarray] = []
+        found_p: list[np.ndarray] = []
+        for m, a, e in reads + writes:
+            lt = m.lw_t[a:e]
+            keep = (lt >= 0) & (lt != t)
+            found_t.append(lt[keep])
+            found_p.append(m.lw_p[a:e][keep])
+        for m, a, e in writes:
+            for _, active, rt, rp in m.readers.rows(a, e):
+                keep = active & (rt != t)
+                found_t.append(rt[keep])
+                found_p.append(rp[keep])
+            m.readers.clear(a, e)
+            m.lw_t[a:e] = t
+            m.lw_p[a:e] = pos
+        for m, a, e in reads:
+            m.readers.add(a, e, who=t, ordinal=pos)
+        needed: dict[int, int] = {}
+        keys = np.concatenate([(ft << 32) | fp for ft, fp in zip(found_t, found_p)]) if found_t else _NONE
+        if len(keys):
+            for key in np.unique(keys).tolist():  # (tb << 32 | position), positions ascending per tb
+                needed[key >> 32] = key & 0xFFFFFFFF
+        deps[(t, pos)] = sorted(needed.items())
+    return deps
 
 
 def _gpu_threadblocks(gpu: int, tbs: list[_Tb], max_dep_tb: int) -> tuple[Threadblock, ...]:
@@ -211,26 +273,7 @@ def _gpu_threadblocks(gpu: int, tbs: list[_Tb], max_dep_tb: int) -> tuple[Thread
             tb_of[id(op)] = t
             order.append((t, pos))
     order.sort(key=lambda tp: tbs[tp[0]].ops[tp[1]].key)
-    last_write: dict[tuple[BufferKind, int], tuple[int, int]] = {}
-    readers: dict[tuple[BufferKind, int], list[tuple[int, int]]] = defaultdict(list)
-    deps: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for t, pos in order:
-        op = tbs[t].ops[pos]
-        needed: dict[int, int] = {}
-        reads = _slots(op.src, op.cnt) if op.type.reads_src else []
-        writes = _slots(op.dst, op.cnt) if op.type.writes_dst else []
-        for slot in reads + writes:
-            w = last_write.get(slot)
-            if w is not None and w[0] != t:
-                needed[w[0]] = max(needed.get(w[0], -1), w[1])
-        for slot in writes:
-            for r in readers.pop(slot, []):
-                if r[0] != t:
-                    needed[r[0]] = max(needed.get(r[0], -1), r[1])
-            last_write[slot] = (t, pos)
-        for slot in reads:
-            readers[slot].append((t, pos))
-        deps[(t, pos)] = sorted(needed.items())
+    deps = _access_deps(tbs, order)
     # Prune what an earlier step of the same tb already waited for, then lay out steps.
     final_index: dict[tuple[int, int], int] = {}
     layouts: list[list[tuple[str, object]]] = []

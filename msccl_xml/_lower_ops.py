@@ -153,16 +153,30 @@ def _children(route: Route) -> dict[int, list[int]]:
     return kids
 
 
-def _subtree(kids: dict[int, list[int]], v: int) -> int:
-    return 1 + sum(_subtree(kids, c) for c in kids.get(v, ()))
+def _subtree_sizes(kids: dict[int, list[int]]) -> dict[int, int]:
+    """Nodes in the subtree of every node of ``kids`` (itself included), children before parents."""
+    sizes: dict[int, int] = {}
+    entered: set[int] = set()  # a node is expanded once (a route is a tree; a cycle cannot loop here)
+    for top in kids:
+        stack = [(top, False)]
+        while stack:
+            v, done = stack.pop()
+            if done:
+                sizes[v] = 1 + sum(sizes.get(c, 0) for c in kids.get(v, ()))
+            elif v not in entered:
+                entered.add(v)
+                stack.append((v, True))
+                stack.extend((c, False) for c in kids.get(v, ()) if c not in entered)
+    return sizes
 
 
 def _out_tree(acc: Ops, route: Route, idx: int, k0: int, cnt: int, src: Ref, dst: Ref, *, base: int) -> None:
     """Broadcast from the root: root sends ``src``; every other node stores into ``dst`` and
     forwards with ``rcs`` to its largest child and plain sends to the others."""
     kids = _children(route)
+    sizes = _subtree_sizes(kids)
     for v in kids:
-        kids[v].sort(key=lambda c: (-_subtree(kids, c), c))
+        kids[v].sort(key=lambda c: (-sizes[c], c))
     # (node, depth, parent, chain arriving at node or -1 for the root)
     stack = [(route.root, 0, -1, -1)]
     while stack:

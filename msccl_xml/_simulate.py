@@ -25,10 +25,12 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from ._layout import Layout, Slot, Value, combine, describe_mismatch
+from ._simfast import FastMemory
 from .program import BufferKind, Gpu, Program, Step, StepType, Threadblock
 
 __all__ = ["Transfer", "simulate", "trace"]
@@ -51,7 +53,7 @@ class Transfer:
 
 @dataclass(slots=True)
 class _Msg:
-    values: list[Value]
+    values: Any  # list[Value] (full run) or the int64 value ids of the vectorised run
     clock: np.ndarray
     place: str
     via: list[tuple[str, ...]]
@@ -73,6 +75,7 @@ class _State:
     unread: dict[tuple[int, Slot], str] = field(default_factory=dict)
     transfers: list[Transfer] = field(default_factory=list)
     local_clocks: bool = False  # clocks cover the own GPU's threadblocks only (module docstring)
+    provenance: bool = True  # track the places each chunk went through (postcondition messages only)
 
 
 _NO_CLOCK = np.zeros(0, dtype=np.uint8)  # what a message carries with local clocks
@@ -96,8 +99,17 @@ def simulate(
 
     ``layout`` gives buffer sizes, aliasing, initial contents and the postcondition; ``None``
     checks progress only.
+
+    The first run (with a layout) keeps chunk memory in numpy arrays and checks whole step ranges
+    at once (:class:`msccl_xml._simfast.FastMemory`); it makes every check but writes no message.
+    Only when it finds an error or a warning does the full per-chunk run follow, which names them
+    (with the places each chunk went through), so verdicts and messages are the full run's.
     """
-    st = _run(program, layout, fifo_depth)
+    if layout is not None:
+        st = _run(program, layout, fifo_depth, fast=True)
+        if not st.errors:
+            return [], []
+    st = _run(program, layout, fifo_depth, provenance=True)
     return st.errors, st.warnings
 
 
@@ -107,11 +119,15 @@ def trace(program: Program, layout: Layout) -> tuple[list[Transfer], list[str]]:
     Every transfer happens after the ones its data depends on (the order is causal), so a chunk's
     hops appear parents first. The transfers are complete only when there are no errors.
     """
-    st = _run(program, layout, None)
+    st = _run(program, layout, None, provenance=False)
+    if st.errors:
+        st = _run(program, layout, None, provenance=True)
     return st.transfers, st.errors
 
 
-def _run(program: Program, layout: Layout | None, fifo_depth: int | None) -> _State:
+def _run(program: Program, layout: Layout | None, fifo_depth: int | None, *, provenance: bool = False,
+         fast: bool = False) -> _State:
+    """The symbolic execution; ``fast`` (needs a layout): :class:`FastMemory`, one error if it flags."""
     tbs = [(gpu, tb) for gpu in program.gpus for tb in gpu.threadblocks]
     index = {(gpu.id, tb.id): u for u, (gpu, tb) in enumerate(tbs)}
     s_chunks = {gpu.id: gpu.s_chunks for gpu in program.gpus}
@@ -130,8 +146,10 @@ def _run(program: Program, layout: Layout | None, fifo_depth: int | None) -> _St
     flag_log: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(n)]
     queues: dict[tuple[int, int, int], deque[_Msg]] = {}
     waiters: dict[object, set[int]] = {}
-    st = _State(layout, local_clocks=local)
-    if layout is not None:
+    st = _State(layout, local_clocks=local, provenance=provenance)
+    reduces = any(step.type.reduces for _, tb in tbs for step in tb.steps)
+    fm = FastMemory(layout, s_chunks, reduces=reduces) if fast and layout is not None else None
+    if layout is not None and fm is None:
         for gpu in program.gpus:
             for slot, value in layout.initial(gpu.id).items():
                 st.mem[(gpu.id, slot)] = value
@@ -179,11 +197,18 @@ def _run(program: Program, layout: Layout | None, fifo_depth: int | None) -> _St
                 msg = queues[in_key].popleft()
                 if not local:
                     np.maximum(clock, msg.clock, out=clock)
-                sent = tuple((msg.values + [None] * step.cnt)[: step.cnt])
-                st.transfers.append(Transfer(tb.recv, gpu.id, tb.chan, sent))
+                if fm is None:
+                    sent = tuple((msg.values + [None] * step.cnt)[: step.cnt])
+                    st.transfers.append(Transfer(tb.recv, gpu.id, tb.chan, sent))
                 wake(("space", in_key))
-            place = f"gpu {gpu.id} tb {tb.id} step {step.s}"
-            out = _execute(st, gpu.id, s_chunks[gpu.id], pos[u], pcs[u] + 1, clock, step, msg, place)
+            out: Any
+            if fm is not None:
+                place = ""
+                out = fm.execute(gpu.id, s_chunks[gpu.id], pos[u], pcs[u] + 1, clock, step,
+                                 None if msg is None else msg.values)
+            else:
+                place = f"gpu {gpu.id} tb {tb.id} step {step.s}"
+                out = _execute(st, gpu.id, s_chunks[gpu.id], pos[u], pcs[u] + 1, clock, step, msg, place)
             pcs[u] += 1
             clock[pos[u]] = pcs[u]
             if out is not None and tb.send >= 0:
@@ -195,7 +220,12 @@ def _run(program: Program, layout: Layout | None, fifo_depth: int | None) -> _St
                 flag_log[u].append((step.s, clock.copy()))
                 wake(("flag", u))
     stuck = [u for u in range(n) if pcs[u] < len(tbs[u][1].steps)]
-    if stuck:
+    if fm is not None:
+        if not stuck:
+            fm.finish(s_chunks)
+        if stuck or fm.flagged:
+            st.errors.append("the vectorised run found a problem (the full run names it)")
+    elif stuck:
         st.errors.extend(_deadlock_messages(tbs, pcs, stuck, index))
     else:
         for (rank, (buf, idx)), place in list(st.unread.items())[:_MAX_RACES]:
@@ -247,24 +277,15 @@ def _execute(
     if t is StepType.NOP:
         return None
     acc = (u, ordinal, place)
-    received: list[Value] = []
-    via: list[tuple[str, ...]] = [(place,)] * step.cnt
-    if msg is not None:
-        received = (msg.values + [None] * step.cnt)[: step.cnt]
-        via = [_trail(v + (place,)) for v in (msg.via + via)[: step.cnt]]
+    cnt = step.cnt
+    received: list[Value] = [] if msg is None else (msg.values + [None] * cnt)[:cnt]
     src: list[Value] = []
     if t.reads_src:
-        src = _read(st, rank, s_chunks, acc, clock, step.srcbuf, step.srcoff, step.cnt)
-        local = [_writer(st, rank, step.srcbuf, step.srcoff + k) for k in range(step.cnt)]
-        if t in (StepType.REDUCE, StepType.RES_ADD):
-            local = [_writer(st, rank, step.dstbuf, step.dstoff + k) + w for k, w in enumerate(local)]
-        if msg is None:
-            via = [_trail(w + (place,)) for w in local]
-        elif t.reduces:
-            via = [_trail(v[:-1] + w + (place,)) for v, w in zip(via, local)]
-    st.out_via = via
+        src = _read(st, rank, s_chunks, acc, clock, step.srcbuf, step.srcoff, cnt)
+    if st.provenance:
+        st.out_via = _via(st, rank, step, msg, place)
     if t in (StepType.REDUCE, StepType.RES_ADD):
-        old = _read(st, rank, s_chunks, acc, clock, step.dstbuf, step.dstoff, step.cnt)
+        old = _read(st, rank, s_chunks, acc, clock, step.dstbuf, step.dstoff, cnt)
         _write(st, rank, s_chunks, acc, clock, step, [combine(a, b) for a, b in zip(old, src)])
         return None
     if t is StepType.SEND:
@@ -276,6 +297,23 @@ def _execute(
     if t.writes_dst:
         _write(st, rank, s_chunks, acc, clock, step, value)
     return value if t.sends else None
+
+
+def _via(st: _State, rank: int, step: Step, msg: _Msg | None, place: str) -> list[tuple[str, ...]]:
+    """The places each chunk ``step`` stores or sends went through (read before its writes)."""
+    t, cnt = step.type, step.cnt
+    via: list[tuple[str, ...]] = [(place,)] * cnt
+    if msg is not None:
+        via = [_trail(v + (place,)) for v in (msg.via + via)[:cnt]]
+    if t.reads_src:
+        local = [_writer(st, rank, step.srcbuf, step.srcoff + k) for k in range(cnt)]
+        if t in (StepType.REDUCE, StepType.RES_ADD):
+            local = [_writer(st, rank, step.dstbuf, step.dstoff + k) + w for k, w in enumerate(local)]
+        if msg is None:
+            via = [_trail(w + (place,)) for w in local]
+        elif t.reduces:
+            via = [_trail(v[:-1] + w + (place,)) for v, w in zip(via, local)]
+    return via
 
 
 def _in_bounds(
@@ -316,19 +354,31 @@ def _read(
         return [None] * cnt
     if not _in_bounds(st, rank, s_chunks, buf, off, cnt, "reads", acc[2]):
         return [None] * cnt
+    name, shift = layout.base(rank, buf)
+    mem, last_write, reads, unread = st.mem, st.last_write, st.reads, st.unread
+    postcondition = layout.collective is not None
+    ordered: Access | None = None  # the last write found ordered before ``acc`` (same clock: still is)
     values = []
     for k in range(off, off + cnt):
-        key = (rank, layout.slot(rank, buf, k))
-        last = st.last_write.get(key)
-        if last is not None:
-            _race_check(st, key, last, acc, clock, "write/read")
-        st.reads.setdefault(key, []).append(acc)
-        st.unread.pop(key, None)
-        if key not in st.mem and layout.collective is not None:
+        key = (rank, (name, k + shift))
+        last = last_write.get(key)
+        if last is not None and last is not ordered:
+            if last[0] == acc[0] or clock[last[0]] >= last[1]:
+                ordered = last
+            else:
+                _race_check(st, key, last, acc, clock, "write/read")
+        readers = reads.get(key)
+        if readers is None:
+            reads[key] = [acc]
+        else:
+            readers.append(acc)
+        unread.pop(key, None)
+        value = mem.get(key)
+        if value is None and postcondition and key not in mem:
             st.uninit += 1
             if st.uninit <= _MAX_RACES:
                 st.errors.append(f"{acc[2]}: reads {buf.value}[{k}], which holds no data yet")
-        values.append(st.mem.get(key))
+        values.append(value)
     return values
 
 
@@ -347,26 +397,40 @@ def _write(
             f"{acc[2]}: writes i[{off}..{off + cnt}) out of place; the caller's send buffer "
             "is read-only"
         )
+    name, shift = layout.base(rank, buf)
+    mem, last_write, reads, unread, writer = st.mem, st.last_write, st.reads, st.unread, st.writer
+    stored_only = buf is BufferKind.SCRATCH and step.type in _STORE_ONLY
+    via = st.out_via if st.provenance else None
+    u, ordinal = acc[0], acc[1]
+    ordered: Access | None = None  # the last access found ordered before ``acc`` (same clock: still is)
     for k, value in zip(range(off, off + cnt), values):
-        key = (rank, layout.slot(rank, buf, k))
-        last = st.last_write.get(key)
-        if last is not None:
-            _race_check(st, key, last, acc, clock, "write/write")
-        readers = st.reads.pop(key, ())
+        key = (rank, (name, k + shift))
+        last = last_write.get(key)
+        if last is not None and last is not ordered:
+            if last[0] == u or clock[last[0]] >= last[1]:
+                ordered = last
+            else:
+                _race_check(st, key, last, acc, clock, "write/write")
+        readers = reads.pop(key, ())
         for read in readers:
-            _race_check(st, key, read, acc, clock, "read/write")
-        if last is not None and not readers and last[:2] != acc[:2]:
+            if read is not ordered:
+                if read[0] == u or clock[read[0]] >= read[1]:
+                    ordered = read
+                else:
+                    _race_check(st, key, read, acc, clock, "read/write")
+        if last is not None and not readers and (last[0] != u or last[1] != ordinal):
             st.lost += 1
             if st.lost <= _MAX_RACES:
                 st.errors.append(
                     f"{acc[2]}: overwrites gpu {rank} {key[1][0]}[{key[1][1]}] written by "
                     f"{last[2]} before anything read it"
                 )
-        st.last_write[key] = acc
-        if buf is BufferKind.SCRATCH and step.type in _STORE_ONLY:
-            st.unread[key] = acc[2]
-        st.mem[key] = value
-        st.writer[key] = st.out_via[k - off] if k - off < len(st.out_via) else (acc[2],)
+        last_write[key] = acc
+        if stored_only:
+            unread[key] = acc[2]
+        mem[key] = value
+        if via is not None:
+            writer[key] = via[k - off] if k - off < len(via) else (acc[2],)
 
 
 def _race_check(

@@ -21,7 +21,7 @@ import os
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from synth.errors import XmlError, short_repr
 
@@ -39,25 +39,32 @@ _MARKUP = re.compile(
     re.DOTALL,
 )
 _E = TypeVar("_E")
+#: Members of the enums read per step, by XML token (a dict lookup instead of the Enum call).
+_MEMBERS: dict[object, dict[str, object]] = {e: {m.value: m for m in e} for e in (StepType, BufferKind)}
 
 
 class _Ctx:
-    """Where each element starts, for error messages."""
+    """Where each element starts, for error messages (found on the first error)."""
 
-    __slots__ = ("source", "lines")
+    __slots__ = ("source", "text", "root", "_lines")
 
     def __init__(self, source: str, text: str, root: ET.Element) -> None:
-        self.source = source
-        starts: list[int] = []
-        line, pos = 1, 0
-        for m in _MARKUP.finditer(text):
-            line += text.count("\n", pos, m.start())
-            pos = m.start()
-            if m.group(1) is not None:
-                starts.append(line)
-        self.lines: dict[int, int] = {
-            id(el): ln for el, ln in zip(root.iter(), starts, strict=False)
-        }
+        self.source, self.text, self.root = source, text, root
+        self._lines: dict[int, int] | None = None
+
+    @property
+    def lines(self) -> dict[int, int]:
+        """The line each element starts on, by ``id`` of the element."""
+        if self._lines is None:
+            starts: list[int] = []
+            line, pos = 1, 0
+            for m in _MARKUP.finditer(self.text):
+                line += self.text.count("\n", pos, m.start())
+                pos = m.start()
+                if m.group(1) is not None:
+                    starts.append(line)
+            self._lines = {id(el): ln for el, ln in zip(self.root.iter(), starts, strict=False)}
+        return self._lines
 
     def error(self, el: ET.Element, message: str) -> XmlError:
         line = self.lines.get(id(el))
@@ -65,6 +72,10 @@ class _Ctx:
         return XmlError(f"{where}: <{el.tag}> {message}")
 
     def int_attr(self, el: ET.Element, key: str) -> int:
+        raw = el.get(key)
+        if raw is not None and len(raw) <= MAX_INT_DIGITS and raw.isascii() and (
+                raw.isdigit() or (raw[:1] == "-" and raw[1:].isdigit())):
+            return int(raw)  # plain decimal: what the writer writes
         raw = self.str_attr(el, key)
         if not _INT.match(raw.strip()):
             raise self.error(el, f"attribute {short_repr(key)} must be a decimal integer, got {short_repr(raw)}")
@@ -80,6 +91,11 @@ class _Ctx:
         return raw
 
     def enum_attr(self, el: ET.Element, key: str, conv: Callable[[str], _E]) -> _E:
+        known = _MEMBERS.get(conv)
+        if known is not None:
+            member = known.get(el.get(key))  # type: ignore[arg-type]
+            if member is not None:
+                return cast(_E, member)
         raw = self.str_attr(el, key)
         try:
             return conv(raw)
