@@ -225,29 +225,34 @@ class LinkEstimator:
         self.groups = 0
 
     # -- updates ----------------------------------------------------------------------------
-    def _weight(self, key: LinkKey, t_s: float) -> float:
+    def _weight(self, key: LinkKey, t_s: float, count: int = 1) -> float:
         if self.tau_s is None:
-            return self.alpha
+            return 1.0 - (1.0 - self.alpha) ** count
         last = self._last.get(key)
         if last is None:
-            return self.alpha
+            return 1.0 - (1.0 - self.alpha) ** count
         dt = max(0.0, t_s - last[0])
         return 1.0 - math.exp(-dt / self.tau_s)
 
-    def update(self, key: LinkKey, observation_gbps: float, t_s: float) -> None:
-        """Fold one capacity observation of link ``key`` into its EWMA."""
+    def update(self, key: LinkKey, observation_gbps: float, t_s: float, count: int = 1) -> None:
+        """Fold a capacity observation of link ``key`` into its EWMA; ``count`` > 1: an aggregated window's
+        level standing for that many collectives (weight ``1 − (1 − alpha)^count``, as many recent entries)."""
         nominal = self._nominal_gbps[key]
         obs = min(max(observation_gbps, 0.0), nominal)
-        a = self._weight(key, t_s)
+        a = self._weight(key, t_s, count)
         prev = self._m.get(key, nominal)
         self._m[key] = (1.0 - a) * prev + a * obs
-        self._count[key] += 1
+        self._count[key] += count
         self._last[key] = (t_s, obs)
-        self._recent.setdefault(key, deque(maxlen=self.window)).append(obs)
+        self._recent.setdefault(key, deque(maxlen=self.window)).extend([obs] * min(count, self.window))
 
-    def observe_group(self, routing: ScheduleRouting, measurements: Iterable[Measurement], *, t_s: float) -> dict[
-            LinkKey, float]:
-        """Fold one collective's measurements in; returns the per-link observations made (Gbit/s)."""
+    def observe_group(self, routing: ScheduleRouting, measurements: Iterable[Measurement], *, t_s: float,
+                      count: int = 1) -> dict[LinkKey, float]:
+        """Fold one collective's measurements in; returns the per-link observations made (Gbit/s).
+
+        ``count`` > 1: the measurements are an aggregated window's medians (docs/telemetry.md §5) standing
+        for that many collectives; each link's observation is weighted as that many (:meth:`update`) while
+        the pacing decision is made once, on the medians."""
         slow: dict[LinkKey, float] = {}
         healthy: set[LinkKey] = set()
         rows = []
@@ -269,7 +274,7 @@ class LinkEstimator:
             verdicts.append(is_slow)
             if is_slow and kind == "pair" and dst is not None:
                 slow_pairs.add((src, dst))
-        paced = self._pacing.paced(routing, rows, verdicts, per_chunk)
+        paced = self._pacing.paced(routing, rows, verdicts, per_chunk, count)
         for (kind, src, dst, rate, links, _pc), is_slow in zip(rows, verdicts):
             if not is_slow:
                 healthy.update(links)
@@ -282,7 +287,7 @@ class LinkEstimator:
         out: dict[LinkKey, float] = {}
         for a in sorted(healthy | set(slow)):
             out[a] = self._nominal_gbps[a] if a in healthy else slow[a]
-            self.update(a, out[a], t_s)
+            self.update(a, out[a], t_s, count)
         self.groups += 1
         return out
 

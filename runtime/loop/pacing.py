@@ -54,14 +54,16 @@ class Pacing:
         self._noise: deque[float] = deque(maxlen=_NOISE_WINDOW)  # per collective: median |Δ log rate|
 
     def paced(self, routing: Any, rows: Sequence[tuple[Any, ...]], verdicts: Sequence[bool],
-              rates: Mapping[tuple[int, int], float]) -> set[tuple[Any, ...]]:
+              rates: Mapping[tuple[int, int], float], count: int = 1) -> set[tuple[Any, ...]]:
         """Slow measurements explained by a slow feeder upstream of them (pacing), cycles resolved.
 
         Edge m → f when a feeder pair f of m (slow or not) runs at a per-chunk rate at most
         ``1 + tolerance`` times m's: m relays at its input's pace. The ratio compared is the
         **median over m's current slow run** (its consecutive slow collectives of this routing, at
         most ``window`` of them): one pair of independently noisy samples decides nothing, and
-        on noise-free telemetry the median is the current ratio. Measurements that pace each
+        on noise-free telemetry the median is the current ratio. Aggregated windows (``count`` > 1,
+        docs/telemetry.md §5) are medians over ``count`` collectives already: the ratio compared is the current
+        window's alone (a window straddling a change must not poison the next one's). Measurements that pace each
         other in a cycle (a ring slowed as a whole) form one strongly connected component; a component
         with an edge leaving it is paced by something upstream, one without (a sink) holds the cause
         and is kept as evidence.
@@ -84,9 +86,13 @@ class Pacing:
             else:
                 feeders = {f for (u, _v), ups in routing.upstream.items() if u == src for f in ups}
             run = runs.setdefault(node, {})
+            keep = self.window if count == 1 else 1
             for f in sorted(feeders):
                 if ("pair", *f) != node:
-                    run.setdefault(f, deque(maxlen=self.window)).append(rates.get(f, math.inf) / pc)
+                    hist = run.get(f)
+                    if hist is None or hist.maxlen != keep:
+                        hist = run[f] = deque(maxlen=keep)
+                    hist.append(rates.get(f, math.inf) / pc)
         for node in [n for n in runs if n not in slow_nodes]:
             del runs[node]  # its slow run ended
         spread = max(learnt, _pooled_log_spread(h for run in runs.values() for h in run.values()))
