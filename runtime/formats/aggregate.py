@@ -43,6 +43,7 @@ from typing import Any
 
 from runtime.errors import TelemetryError
 from runtime.formats.telemetry import (
+    _MAX_INT,
     MAX_LINE_BYTES,
     ORIGINS,
     IngestReport,
@@ -232,10 +233,9 @@ def _parse_agg(obj: Mapping[str, Any], comms: Mapping[str, Iterable[int]] | None
         raise _fail("unknown_kind", f"aggregate: flow must be pair or inject, got {str(flow)[:40]!r}")
     if obj["origin"] not in ORIGINS:
         raise _fail("unknown_origin", f"aggregate: origin must be one of {', '.join(ORIGINS)}")
-    ints = {k: _int(obj, k, nullable=False) for k in ("version", "src", "seq_first", "seq_last", "count", "bytes")}
-    dst = _int(obj, "dst", nullable=True)
-    nums = {k: _float(obj, k) for k in ("t_s", "t_first_s", "busy_s", "rate_p10_Bps", "rate_p50_Bps",
-                                         "rate_p90_Bps")}
+    ints = _ints(obj, ("version", "src", "seq_first", "seq_last", "count", "bytes"))
+    dst = obj["dst"] if type(obj["dst"]) is int and abs(obj["dst"]) <= _MAX_INT else _int(obj, "dst", nullable=True)
+    nums = _floats(obj, ("t_s", "t_first_s", "busy_s", "rate_p10_Bps", "rate_p50_Bps", "rate_p90_Bps"))
     comm, collective = _name(obj, "comm"), _name(obj, "collective")
     incarnation = _name(obj, "incarnation", nullable=True)
     assert comm is not None and collective is not None
@@ -260,6 +260,26 @@ def _parse_agg(obj: Mapping[str, Any], comms: Mapping[str, Iterable[int]] | None
     return AggRecord(nums["t_s"], nums["t_first_s"], comm, collective, ints["version"], flow, src,
                      dst if flow == "pair" else None, seq_first, seq_last, count, nbytes, nums["busy_s"],
                      nums["rate_p10_Bps"], nums["rate_p50_Bps"], nums["rate_p90_Bps"], obj["origin"], incarnation)
+
+
+def _ints(obj: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, int]:
+    """Integer fields (the common case checked inline; anything else through ``_int`` for its reason)."""
+    out = {}
+    for k in keys:
+        v = obj[k]
+        if type(v) is not int or abs(v) > _MAX_INT:
+            v = _int(obj, k, nullable=False)
+        out[k] = v
+    return out
+
+
+def _floats(obj: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, float]:
+    """Finite number fields (floats checked inline; anything else through ``_float`` for its reason)."""
+    out = {}
+    for k in keys:
+        v = obj[k]
+        out[k] = v if type(v) is float and math.isfinite(v) else _float(obj, k)
+    return out
 
 
 def validate_records(objs: Iterable[Mapping[str, Any] | str | bytes | Sample | AggRecord], *,

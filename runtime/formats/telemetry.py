@@ -259,11 +259,12 @@ def _sample_object(obj: Mapping[str, Any] | str | bytes) -> Mapping[str, Any]:
 def _check_ranks(comm: str, src: int, dst: int | None, comms: Mapping[str, Iterable[int]] | None,
                  nranks: int | None) -> None:
     """Reject an unknown communicator and ranks outside it or the job (when ``comms``/``nranks`` are given)."""
-    ranks_ok = None
+    ranks_ok: set[int] | frozenset[int] | None = None
     if comms is not None:
         if comm not in comms:
             raise _fail("unknown_comm", f"sample: unknown communicator {comm[:60]!r}")
-        ranks_ok = set(comms[comm])
+        members = comms[comm]
+        ranks_ok = members if isinstance(members, (set, frozenset)) else set(members)
     for role, rank in (("src", src), ("dst", dst)):
         if rank is None:
             continue

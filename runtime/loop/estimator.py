@@ -222,6 +222,7 @@ class LinkEstimator:
         self.window = max(1, int(window))
         self.pace_window = max(1, int(pace_window))
         self._pacing = Pacing(self.pace_tolerance, self.pace_window)
+        self._flow_cache: dict[int, tuple[ScheduleRouting, dict[tuple[str, int, int | None], Any]]] = {}
         self.groups = 0
 
     # -- updates ----------------------------------------------------------------------------
@@ -256,24 +257,20 @@ class LinkEstimator:
         slow: dict[LinkKey, float] = {}
         healthy: set[LinkKey] = set()
         rows = []
+        verdicts = []
+        flows = self._flows(routing)
+        keep = 1.0 - self.slow_tolerance
         for kind, src, dst, nbytes, busy_s in measurements:
             if busy_s <= 0 or nbytes <= 0:
                 continue
-            links = routing.measured_links(kind, src, dst)
-            if not links:
+            flow = flows.get((kind, src, dst))
+            if flow is None:
                 continue
+            links, chunks, expected = flow
             rate = 8.0 * nbytes / busy_s / 1e9
-            chunks = max(links.values())
             rows.append((kind, src, dst, rate, links, rate / chunks))
+            verdicts.append(rate < keep * expected)
         per_chunk = {(src, dst): pc for kind, src, dst, _, _, pc in rows if kind == "pair" and dst is not None}
-        slow_pairs: set[tuple[int, int]] = set()
-        verdicts = []
-        for kind, src, dst, rate, links, _pc in rows:
-            expected = min(self._nominal_gbps[a] * n / routing.link_chunks[a] for a, n in links.items())
-            is_slow = rate < (1.0 - self.slow_tolerance) * expected
-            verdicts.append(is_slow)
-            if is_slow and kind == "pair" and dst is not None:
-                slow_pairs.add((src, dst))
         paced = self._pacing.paced(routing, rows, verdicts, per_chunk, count)
         for (kind, src, dst, rate, links, _pc), is_slow in zip(rows, verdicts):
             if not is_slow:
@@ -290,6 +287,26 @@ class LinkEstimator:
             self.update(a, out[a], t_s, count)
         self.groups += 1
         return out
+
+    def _flows(self, routing: ScheduleRouting) -> dict[tuple[str, int, int | None], tuple[dict[LinkKey, int], int,
+                                                                                          float]]:
+        """Per measurement of ``routing`` (kind, src, dst): its links with their chunks, its chunk count and its
+        expected (proportional-share, nominal) rate in Gbit/s; computed once per routing (the hot path's tables)."""
+        cached = self._flow_cache.get(id(routing))
+        if cached is not None and cached[0] is routing:
+            return cached[1]
+        table: dict[tuple[str, int, int | None], tuple[dict[LinkKey, int], int, float]] = {}
+        keys: list[tuple[str, int, int | None]] = [("pair", u, v) for u, v in routing.pair_links]
+        keys += [("inject", u, None) for u in routing.inject_links]
+        for kind, src, dst in keys:
+            links = routing.measured_links(kind, src, dst)
+            if links:
+                expected = min(self._nominal_gbps[a] * n / routing.link_chunks[a] for a, n in links.items())
+                table[(kind, src, dst)] = (links, max(links.values()), expected)
+        self._flow_cache[id(routing)] = (routing, table)
+        while len(self._flow_cache) > 16:  # one per running version
+            del self._flow_cache[next(iter(self._flow_cache))]
+        return table
 
     # -- queries ----------------------------------------------------------------------------
     def estimate_gbps(self, key: LinkKey) -> float:
