@@ -17,8 +17,10 @@ Per hpn fabric (1x16x8 = 128, 4x16x8 = 512, 8x16x8 = 1024, 16x16x8 = 2048 ranks)
   processes (``runtime.scenarios.loadgen.push_windows``, acknowledged batches, 5 % noise);
   **daemon 1-core/s**: records per CPU second of the daemon process (its threads share one GIL);
   **headroom** = daemon 1-core/s ÷ agg/s (target ≥ 2); **conns**: connections a job needs (one per rank:
-  there is no host relay yet) / used here.
-* **RSS**: the daemon process (controller included) after the run, MiB (target ≤ 2048).
+  there is no host relay yet) and how many the daemon answered when that many executors connected at once
+  (raw sockets: ``hello``, then idle).
+* **RSS**: this process (the daemon and its controller, plus the benchmark's own tables) with every connection
+  open, MiB (target ≤ 2048 for the daemon).
 * **detect**: collectives from fail2's onset (placed mid-window) to the detector's flag, aggregated telemetry
   with 5 % noise; **synth s**, **publish s**: the warm re-synthesis and the publication (XML export + store)
   it starts; **reaction s** = their sum (``--no-reaction`` skips it; ``--no-export`` publishes without XML).
@@ -29,8 +31,10 @@ Measured figures depend on the machine's load: the lead re-runs them alone.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import resource
+import socket
 import sys
 import tempfile
 import time
@@ -106,7 +110,8 @@ def _daemon(ctl: Controller, store: str, table: FlowTable, args: argparse.Namesp
     ranks = np.unique(table.src)
     parts = [table.of_ranks(chunk.tolist()) for chunk in np.array_split(ranks, args.senders)]
     per = max(2, args.daemon_records * args.senders // max(len(table), 1))  # windows per sender
-    cfg = DaemonConfig(max_clients=max(64, args.senders + 4), bootstrap=False)
+    n_ranks = int(table.src.max()) + 1
+    cfg = DaemonConfig(max_clients=max(64, n_ranks + args.senders + 4), bootstrap=False)
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     with serve(ctl, token=TOKEN, store_dir=store, config=cfg, log=lambda r: None) as d:
@@ -118,10 +123,38 @@ def _daemon(ctl: Controller, store: str, table: FlowTable, args: argparse.Namesp
         for p in procs:
             p.join()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        rss = _rss_mib()
+        conns, rss = _connections(d.address, n_ranks) if args.connections else (None, _rss_mib())
     recs = sum(g[1] for g in got)
     return {"daemon acked/s": recs / max(g[2] for g in got), "daemon 1-core/s": recs / max(cpu, 1e-9),
-            "RSS MiB": rss, "_wall": wall}
+            "RSS MiB": rss, "_wall": wall, "conns": f"{n_ranks} needed; {conns} held" if conns is not None
+            else f"{n_ranks} needed; {args.senders} used"}
+
+
+def _connections(address: str, n: int) -> tuple[int, float]:
+    """Open ``n`` executor connections (raw sockets: ``hello``, then idle, as ranks that only listen for versions)
+    to the daemon; returns how many were answered with ``hello`` and the daemon process's RSS with all open."""
+    host, port = address.rsplit(":", 1)
+    socks: list[socket.socket] = []
+    ok = 0
+    try:
+        for first in range(0, n, 8):  # 8 at a time: the daemon keeps at most 16 connections waiting for a hello
+            batch = [socket.create_connection((host, int(port)), timeout=30) for _ in range(min(8, n - first))]
+            for r, s in enumerate(batch, start=first):
+                s.sendall((json.dumps({"type": "hello", "token": TOKEN, "role": "executor", "rank": r,
+                                       "comms": ["world"]}) + "\n").encode())
+            for s in batch:
+                buf = b""
+                while b"\n" not in buf:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+                ok += bool(buf) and json.loads(buf.split(b"\n", 1)[0]).get("type") == "hello"
+            socks += batch
+        return ok, _rss_mib()
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _detect(topo: Topology, spec: str, coll: str, sched: Schedule, routing: ScheduleRouting, healthy: FlowTable,
@@ -171,7 +204,7 @@ def run_case(spec: str, coll: str, args: argparse.Namespace) -> dict[str, Any]:
     flows = len(table)
     row: dict[str, Any] = {"spec": f"hpn:{spec}", "ranks": topo.nranks, "collective": coll, "schedule": kind,
                            "flows/coll": flows, "raw/s": flows * RATE_HZ,
-                           "agg/s": flows * max(RATE_HZ / WINDOW, 1.0), "conns": f"{topo.nranks} / {args.senders}"}
+                           "agg/s": flows * max(RATE_HZ / WINDOW, 1.0)}
     with tempfile.TemporaryDirectory() as store:
         ctl = _controller(topo, f"hpn:{spec}", coll, store, sched, export=False)
         row["ctl in-proc/s"], row["ctl ms/window"] = _in_process(ctl, table, args.windows)
@@ -193,6 +226,8 @@ def main() -> None:
     ap.add_argument("--daemon-records", type=int, default=200_000, help="records each sender pushes (about)")
     ap.add_argument("--synth-max-ranks", type=int, default=128)
     ap.add_argument("--synth-limit-s", type=float, default=60.0)
+    ap.add_argument("--no-connections", dest="connections", action="store_false",
+                    help="skip opening one connection per rank to the daemon")
     ap.add_argument("--no-detect", action="store_true")
     ap.add_argument("--no-reaction", action="store_true")
     ap.add_argument("--no-export", action="store_true")
