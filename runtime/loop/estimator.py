@@ -112,14 +112,17 @@ class ScheduleRouting:
         g = list(schedule.meta.get("global_ranks") or range(schedule.nranks))
         for route in schedule.routes:
             into: dict[int, tuple[int, int]] = {}
+            n = route.chunks
             for hop in route.hops:
                 pair = (g[hop.src], g[hop.dst])
-                chunks[pair] += route.chunks
+                chunks[pair] += n
                 paths[pair].add(hop.path)
-                into[g[hop.dst]] = pair
+                into[pair[1]] = pair
+            if route.kind.value == "in_tree":  # a reduction tree: a hop's input is not what it relays
+                continue
             for hop in route.hops:
                 parent = into.get(g[hop.src])
-                if parent is not None and route.kind.value != "in_tree":
+                if parent is not None:
                     upstream[(g[hop.src], g[hop.dst])].add(parent)
         pair_links: dict[tuple[int, int], tuple[LinkKey, ...]] = {}
         link_chunks: dict[LinkKey, int] = defaultdict(int)
