@@ -44,7 +44,6 @@ from typing import Any
 from runtime.errors import TelemetryError
 from runtime.formats.telemetry import (
     _MAX_INT,
-    MAX_LINE_BYTES,
     ORIGINS,
     IngestReport,
     Sample,
@@ -53,6 +52,7 @@ from runtime.formats.telemetry import (
     _float,
     _int,
     _name,
+    _parsed,
     parse_sample,
 )
 
@@ -210,13 +210,7 @@ def parse_record(obj: Mapping[str, Any] | str | bytes, *, comms: Mapping[str, It
     ...
     runtime.errors.TelemetryError: aggregate: missing field 'flow'
     """
-    if isinstance(obj, (str, bytes)):
-        if len(obj) > MAX_LINE_BYTES:
-            raise _fail("too_large", f"sample: longer than {MAX_LINE_BYTES} bytes")
-        try:
-            obj = json.loads(obj)
-        except (ValueError, RecursionError) as exc:
-            raise _fail("bad_json", f"sample: not JSON ({str(exc)[:80]})") from None
+    obj = _parsed(obj)
     if not isinstance(obj, Mapping) or obj.get("format") != AGG_FORMAT:
         return parse_sample(obj, comms=comms, nranks=nranks)
     return _parse_agg(obj, comms, nranks)
