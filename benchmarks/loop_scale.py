@@ -24,7 +24,8 @@ Per hpn fabric (1x16x8 = 128, 4x16x8 = 512, 8x16x8 = 1024, 16x16x8 = 2048 ranks)
   open, MiB (target ≤ 2048 for the daemon).
 * **detect**: collectives from fail2's onset (placed mid-window) to the first flag, aggregated telemetry
   with 5 % noise; **flagged by**: the detector (Algorithm 1) or the periodic recovery check
-  (``recovery_check_s``, docs/controller.md §4); **synth s**, **publish s**: the warm re-synthesis and the publication (XML export + store)
+  (``recovery_check_s``, docs/controller.md §4); **outcome**: ``publish``, ``no_gain``, ``abort`` or
+  ``synthesis_failed``; **synth s**, **publish s**: the warm re-synthesis and the publication (XML export + store)
   it starts; **reaction s** = their sum (``--no-reaction`` skips it; ``--no-export`` publishes without XML).
 
 Measured figures depend on the machine's load: the lead re-runs them alone.
@@ -62,7 +63,7 @@ WINDOW = 8
 TOKEN = "loop-scale"
 COLUMNS = ("spec", "ranks", "collective", "schedule", "flows/coll", "raw/s", "agg/s", "routing s", "ctl in-proc/s",
            "ctl ms/window", "daemon acked/s", "daemon 1-core/s", "headroom", "conns", "RSS MiB", "detect",
-           "flagged by", "synth s", "publish s", "reaction s")
+           "flagged by", "outcome", "synth s", "publish s", "reaction s")
 
 
 def _rss_mib() -> float:
@@ -201,7 +202,10 @@ def _detect(topo: Topology, spec: str, coll: str, sched: Schedule, routing: Sche
             if flagged_at is not None and k > 30:
                 break
     react = None if synth_s is None or publish_s is None else synth_s + publish_s
-    return {"detect": flagged_at, "flagged by": by, "synth s": synth_s, "publish s": publish_s, "reaction s": react}
+    outcome = next((e["event"] for e in events if e.get("event") in ("abort", "no_gain", "synthesis_failed")
+                    or (e.get("event") == "publish" and e.get("version", 1) > 1)), None)
+    return {"detect": flagged_at, "flagged by": by, "outcome": outcome, "synth s": synth_s, "publish s": publish_s,
+            "reaction s": react}
 
 
 def run_case(spec: str, coll: str, args: argparse.Namespace) -> dict[str, Any]:
