@@ -1,7 +1,6 @@
 """The :class:`Executor`: torch.distributed-shaped collectives that run MSCCL programs, with telemetry and hot-swap.
 
-torch is imported when an Executor is made, never at module import.
-"""
+torch is imported when an Executor is made, never at module import."""
 
 from __future__ import annotations
 
@@ -24,6 +23,7 @@ from .engine import Bound, Timing, reducer, reduction_fallback, run_rank_plan, s
 from .errors import ExecutorError, StagingError
 from .incarnation import incarnation_id
 from .plan import Plan
+from .sinks import AggregatingSink
 from .sources import entry_programs, load_programs, local_digest
 from .staging import compile_programs
 from .telemetry import collective_samples, default_hosts, demand_sample
@@ -160,15 +160,14 @@ class Executor:
             self.staging_split[version] = {"load_s": t1 - t0, **split}
         return StagedVersion(version, staged, dt)
 
-    def follow(self, client: Any, *, telemetry: bool = True) -> None:
-        """Take versions pushed by the loopcoll daemon through ``client`` (a ``runtime.Client``) and send it samples.
-
-        Each pushed manifest entry of this communicator is fetched (its bands' MSCCL XML, or the schedule
-        JSON when a band has no XML) and staged on a background thread; the next agreement
-        (:meth:`sync_versions` or every ``sync_every`` collectives) switches to it once every rank has it.
-        """
+    def follow(self, client: Any, *, telemetry: bool = True, window: int = 1) -> None:
+        """Take versions pushed by the loopcoll daemon through ``client`` (a ``runtime.Client``) and send it samples
+        (``window`` > 1: aggregated over that many collectives or 1 s, :class:`~runtime.executor.sinks.AggregatingSink`).
+        Each pushed manifest entry of this communicator is fetched (its bands' MSCCL XML, or the schedule JSON when a
+        band has no XML) and staged on a background thread; the next agreement (:meth:`sync_versions` or every
+        ``sync_every`` collectives) switches to it once every rank has it."""
         if telemetry and self.sink is None:
-            self.sink = client.send_samples
+            self.sink = client.send_samples if window == 1 else AggregatingSink(client.send_samples, window=window)
             self._followed = client
 
         def on_version(entry: VersionEntry) -> None:
@@ -287,8 +286,9 @@ class Executor:
             self._emit(timing, meta)
 
     def flush(self) -> None:
-        """Emit the samples of every finished collective (waits for CUDA events)."""
+        """Emit the samples of every finished collective (waits for CUDA events), an aggregating sink's windows too."""
         self._flush_pending(block=True)
+        getattr(self.sink, "flush", lambda: None)()
 
     def _emit(self, timing: Timing, meta: dict) -> None:
         sink = self.sink

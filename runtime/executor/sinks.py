@@ -13,26 +13,61 @@ thread right after a collective, so it must be cheap; exceptions are logged once
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from runtime.formats.aggregate import AggRecord, WindowAggregator
 from runtime.formats.telemetry import Sample
 
-__all__ = ["JsonlSink", "MemorySink", "client_sink"]
+__all__ = ["AggregatingSink", "JsonlSink", "MemorySink", "client_sink"]
 
 
 class MemorySink:
     """Keeps every sample in :attr:`samples` (tests, benchmarks)."""
 
     def __init__(self) -> None:
-        self.samples: list[Sample] = []
+        self.samples: list[Sample | AggRecord] = []
 
-    def __call__(self, samples: list[Sample]) -> None:
+    def __call__(self, samples: Sequence[Sample | AggRecord]) -> None:
         self.samples.extend(samples)
 
 
+class AggregatingSink:
+    """Folds each collective's ``pair``/``inject`` samples over a window of collectives into
+    ``loopcoll.telemetry/2`` aggregates (:class:`runtime.formats.aggregate.WindowAggregator`, docs/telemetry.md §5)
+    and hands them, with the samples it does not fold, to ``inner``; :meth:`flush` closes the open windows
+    (:meth:`runtime.executor.Executor.flush` and ``close`` call it).
+
+    >>> mem = MemorySink()
+    >>> sink = AggregatingSink(mem, window=2)
+    >>> for seq in (0, 1):
+    ...     sink([Sample(seq / 10, "dp0", seq, 1, "pair", 0, 1, 64, 1e-5, "allgather", "executor")])
+    >>> [(r.count, r.bytes) for r in mem.samples]
+    [(2, 128)]
+    """
+
+    def __init__(self, inner: Any, *, window: int = 8, max_window_s: float = 1.0) -> None:
+        self.inner = inner
+        self.aggregator = WindowAggregator(window, max_window_s)
+        self._lock = threading.Lock()
+
+    def __call__(self, samples: Sequence[Sample]) -> None:
+        with self._lock:
+            out = self.aggregator.add(samples)
+        if out:
+            self.inner(out)
+
+    def flush(self) -> None:
+        """Send every open window now (a partial window carries the collectives it holds)."""
+        with self._lock:
+            out: list[Sample | AggRecord] = list(self.aggregator.flush())
+        if out:
+            self.inner(out)
+
+
 class JsonlSink:
-    """Appends samples as ``loopcoll.telemetry/1`` JSON lines to ``path``; flushed every ``flush_every`` calls.
+    """Appends samples (and ``/2`` aggregates) as JSON lines to ``path``; flushed every ``flush_every`` calls.
 
     An append-only log (readable with :func:`runtime.formats.telemetry.read_jsonl` while it grows): lines are
     written whole, so a reader sees complete lines only after a flush.
@@ -45,7 +80,7 @@ class JsonlSink:
         self._flush_every = flush_every
         self._lock = threading.Lock()
 
-    def __call__(self, samples: list[Sample]) -> None:
+    def __call__(self, samples: Sequence[Sample | AggRecord]) -> None:
         with self._lock:
             self._fh.write("".join(s.to_json() + "\n" for s in samples))
             self._calls += 1

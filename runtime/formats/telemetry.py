@@ -255,15 +255,21 @@ def parse_sample(
                   MappingProxyType(dict(extra)), incarnation)
 
 
-def _sample_object(obj: Mapping[str, Any] | str | bytes) -> Mapping[str, Any]:
-    """The sample as a mapping (parsed from its text) with every required field and the right format."""
+def _parsed(obj: Any) -> Any:
+    """A sample's text parsed (``too_large``, ``bad_json``); anything else as it is."""
     if isinstance(obj, (str, bytes)):
         if len(obj) > MAX_LINE_BYTES:
             raise _fail("too_large", f"sample: longer than {MAX_LINE_BYTES} bytes")
         try:
-            obj = json.loads(obj)
+            return json.loads(obj)
         except (ValueError, RecursionError) as exc:
             raise _fail("bad_json", f"sample: not JSON ({str(exc)[:80]})") from None
+    return obj
+
+
+def _sample_object(obj: Mapping[str, Any] | str | bytes) -> Mapping[str, Any]:
+    """The sample as a mapping (parsed from its text) with every required field and the right format."""
+    obj = _parsed(obj)
     if not isinstance(obj, Mapping):
         raise _fail("type", f"sample: must be a JSON object, got {type(obj).__name__}")
     for key in _REQUIRED:
@@ -277,11 +283,12 @@ def _sample_object(obj: Mapping[str, Any] | str | bytes) -> Mapping[str, Any]:
 def _check_ranks(comm: str, src: int, dst: int | None, comms: Mapping[str, Iterable[int]] | None,
                  nranks: int | None) -> None:
     """Reject an unknown communicator and ranks outside it or the job (when ``comms``/``nranks`` are given)."""
-    ranks_ok = None
+    ranks_ok: set[int] | frozenset[int] | None = None
     if comms is not None:
         if comm not in comms:
             raise _fail("unknown_comm", f"sample: unknown communicator {comm[:60]!r}")
-        ranks_ok = set(comms[comm])
+        members = comms[comm]
+        ranks_ok = members if isinstance(members, (set, frozenset)) else set(members)
     for role, rank in (("src", src), ("dst", dst)):
         if rank is None:
             continue

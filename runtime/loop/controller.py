@@ -40,7 +40,8 @@ from runtime.contention.gate import GateConfig
 from runtime.errors import ProfileError, StoreError
 from runtime.formats.profile import JobProfile
 from runtime.formats.store import VersionEntry, VersionStore
-from runtime.formats.telemetry import IngestReport, Sample, SampleStore, validate_samples
+from runtime.formats.aggregate import AggRecord, sample_count, validate_records, window_measurements
+from runtime.formats.telemetry import IngestReport, Sample, SampleStore
 from runtime.loop.demand import AllToAllvPlanner, DemandEstimator
 from runtime.loop.detector import Verdict
 from runtime.loop.estimator import LinkEstimator, ScheduleRouting
@@ -244,7 +245,8 @@ class Controller:
                 items = list(samples)
             except TypeError:
                 items = [samples]
-        ok, report = validate_samples(items, comms=self._comms, nranks=self.topology.nranks)
+        records, report = validate_records(items, comms=self._comms, nranks=self.topology.nranks)
+        ok = [r.window_sample() if isinstance(r, AggRecord) else r for r in records]
         with self._lock:
             self._report = self._report.merged(report)
             self.samples.add(ok)
@@ -279,9 +281,9 @@ class Controller:
             self._pending.clear()
             done = 0
             for routing, samples in self._groups.collect(batch, self._routing_for):
-                meas = [(s.kind, s.src, s.dst, float(s.bytes), s.busy_s) for s in samples]
-                self.estimator.observe_group(routing, meas, t_s=max(s.t_s for s in samples))
-                self.samples_since_publish += len(samples)
+                meas, count = window_measurements(samples)  # count > 1: aggregated windows (docs/telemetry.md §5)
+                self.estimator.observe_group(routing, meas, t_s=max(s.t_s for s in samples), count=count)
+                self.samples_since_publish += sum(sample_count(s) for s in samples)
                 done += 1
             return done
 

@@ -260,53 +260,55 @@ class LinkEstimator:
         self._pacing = Pacing(self.pace_tolerance, self.pace_window)
         #: per AllReduce schedule (its routing's meta ``phase_of``): the per-chunk rates of its last ReduceScatter phase
         self._phase_rates: dict[Any, Mapping[tuple[int, int], float]] = {}
+        self._flow_cache: dict[int, tuple[ScheduleRouting, dict[tuple[str, int, int | None], Any]]] = {}
         self.groups = 0
 
     # -- updates ----------------------------------------------------------------------------
-    def _weight(self, key: LinkKey, t_s: float) -> float:
+    def _weight(self, key: LinkKey, t_s: float, count: int = 1) -> float:
         if self.tau_s is None:
-            return self.alpha
+            return 1.0 - (1.0 - self.alpha) ** count
         last = self._last.get(key)
         if last is None:
-            return self.alpha
+            return 1.0 - (1.0 - self.alpha) ** count
         dt = max(0.0, t_s - last[0])
         return 1.0 - math.exp(-dt / self.tau_s)
 
-    def update(self, key: LinkKey, observation_gbps: float, t_s: float) -> None:
-        """Fold one capacity observation of link ``key`` into its EWMA."""
+    def update(self, key: LinkKey, observation_gbps: float, t_s: float, count: int = 1) -> None:
+        """Fold a capacity observation of link ``key`` into its EWMA; ``count`` > 1: an aggregated window's
+        level standing for that many collectives (weight ``1 − (1 − alpha)^count``, as many recent entries)."""
         nominal = self._nominal_gbps[key]
         obs = min(max(observation_gbps, 0.0), nominal)
-        a = self._weight(key, t_s)
+        a = self._weight(key, t_s, count)
         prev = self._m.get(key, nominal)
         self._m[key] = (1.0 - a) * prev + a * obs
-        self._count[key] += 1
+        self._count[key] += count
         self._last[key] = (t_s, obs)
-        self._recent.setdefault(key, deque(maxlen=self.window)).append(obs)
+        self._recent.setdefault(key, deque(maxlen=self.window)).extend([obs] * min(count, self.window))
 
-    def observe_group(self, routing: ScheduleRouting, measurements: Iterable[Measurement], *, t_s: float) -> dict[
-            LinkKey, float]:
-        """Fold one collective's measurements in; returns the per-link observations made (Gbit/s)."""
+    def observe_group(self, routing: ScheduleRouting, measurements: Iterable[Measurement], *, t_s: float,
+                      count: int = 1) -> dict[LinkKey, float]:
+        """Fold one collective's measurements in; returns the per-link observations made (Gbit/s).
+
+        ``count`` > 1: the measurements are an aggregated window's medians (docs/telemetry.md §5) standing
+        for that many collectives; each link's observation is weighted as that many (:meth:`update`) while
+        the pacing decision is made once, on the medians."""
         slow: dict[LinkKey, float] = {}
         healthy: set[LinkKey] = set()
         rows = []
+        verdicts = []
+        flows = self._flows(routing)
+        keep = 1.0 - self.slow_tolerance
         for kind, src, dst, nbytes, busy_s in measurements:
             if busy_s <= 0 or nbytes <= 0:
                 continue
-            links = routing.measured_links(kind, src, dst)
-            if not links:
+            flow = flows.get((kind, src, dst))
+            if flow is None:
                 continue
+            links, chunks, expected = flow
             rate = 8.0 * nbytes / busy_s / 1e9
-            chunks = max(links.values())
             rows.append((kind, src, dst, rate, links, rate / chunks))
+            verdicts.append(rate < keep * expected)
         per_chunk = {(src, dst): pc for kind, src, dst, _, _, pc in rows if kind == "pair" and dst is not None}
-        slow_pairs: set[tuple[int, int]] = set()
-        verdicts = []
-        for kind, src, dst, rate, links, _pc in rows:
-            expected = min(self._nominal_gbps[a] * n / routing.link_chunks[a] for a, n in links.items())
-            is_slow = rate < (1.0 - self.slow_tolerance) * expected
-            verdicts.append(is_slow)
-            if is_slow and kind == "pair" and dst is not None:
-                slow_pairs.add((src, dst))
         prior: Mapping[tuple[int, int], float] = {}
         if routing.phase is not None:  # an AllReduce phase: the AllGather's pacing looks at the ReduceScatter
             family = routing.meta.get("phase_of")
@@ -316,7 +318,7 @@ class LinkEstimator:
                     del self._phase_rates[next(iter(self._phase_rates))]
             else:
                 prior = self._phase_rates.get(family, {})
-        paced = self._pacing.paced(routing, rows, verdicts, per_chunk, prior)
+        paced = self._pacing.paced(routing, rows, verdicts, per_chunk, prior, count)
         for (kind, src, dst, rate, links, _pc), is_slow in zip(rows, verdicts):
             if not is_slow:
                 healthy.update(links)
@@ -329,9 +331,29 @@ class LinkEstimator:
         out: dict[LinkKey, float] = {}
         for a in sorted(healthy | set(slow)):
             out[a] = self._nominal_gbps[a] if a in healthy else slow[a]
-            self.update(a, out[a], t_s)
+            self.update(a, out[a], t_s, count)
         self.groups += 1
         return out
+
+    def _flows(self, routing: ScheduleRouting) -> dict[tuple[str, int, int | None], tuple[dict[LinkKey, int], int,
+                                                                                          float]]:
+        """Per measurement of ``routing`` (kind, src, dst): its links with their chunks, its chunk count and its
+        expected (proportional-share, nominal) rate in Gbit/s; computed once per routing (the hot path's tables)."""
+        cached = self._flow_cache.get(id(routing))
+        if cached is not None and cached[0] is routing:
+            return cached[1]
+        table: dict[tuple[str, int, int | None], tuple[dict[LinkKey, int], int, float]] = {}
+        keys: list[tuple[str, int, int | None]] = [("pair", u, v) for u, v in routing.pair_links]
+        keys += [("inject", u, None) for u in routing.inject_links]
+        for kind, src, dst in keys:
+            links = routing.measured_links(kind, src, dst)
+            if links:
+                expected = min(self._nominal_gbps[a] * n / routing.link_chunks[a] for a, n in links.items())
+                table[(kind, src, dst)] = (links, max(links.values()), expected)
+        self._flow_cache[id(routing)] = (routing, table)
+        while len(self._flow_cache) > 16:  # one per running version
+            del self._flow_cache[next(iter(self._flow_cache))]
+        return table
 
     # -- queries ----------------------------------------------------------------------------
     def estimate_gbps(self, key: LinkKey) -> float:

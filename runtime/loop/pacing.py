@@ -55,7 +55,7 @@ class Pacing:
 
     def paced(self, routing: Any, rows: Sequence[tuple[Any, ...]], verdicts: Sequence[bool],
               rates: Mapping[tuple[int, int], float],
-              prior: Mapping[tuple[int, int], float] | None = None) -> set[tuple[Any, ...]]:
+              prior: Mapping[tuple[int, int], float] | None = None, count: int = 1) -> set[tuple[Any, ...]]:
         """Slow measurements explained by a slow feeder upstream of them (pacing), cycles resolved.
 
         Edge m → f when a feeder pair f of m (slow or not) runs at a per-chunk rate at most
@@ -63,8 +63,10 @@ class Pacing:
         **median over m's current slow run** (its consecutive slow collectives of this routing, at
         most ``window`` of them): one pair of independently noisy samples decides nothing, and
         on noise-free telemetry the median is the current ratio. An AllReduce's AllGather phase is fed by
-        its ReduceScatter too (``routing.before``, per-chunk rates in ``prior``). Measurements that pace each
-        other in a cycle (a ring slowed as a whole) form one strongly connected component; a component
+        its ReduceScatter too (``routing.before``, per-chunk rates in ``prior``). Aggregated windows
+        (``count`` > 1, docs/telemetry.md §5) are medians over ``count`` collectives already: the ratio compared
+        is the current window's alone (a window straddling a change must not poison the next one's). Measurements
+        that pace each other in a cycle (a ring slowed as a whole) form one strongly connected component; a component
         with an edge leaving it is paced by something upstream, one without (a sink) holds the cause
         and is kept as evidence.
         """
@@ -86,12 +88,13 @@ class Pacing:
             else:
                 feeders = {f for (u, _v), ups in routing.upstream.items() if u == src for f in ups}
             run = runs.setdefault(node, {})
+            keep = self.window if count == 1 else 1
             for f in sorted(feeders):
                 if ("pair", *f) != node:
-                    run.setdefault(("pair", *f), deque(maxlen=self.window)).append(rates.get(f, math.inf) / pc)
+                    self._history(run, ("pair", *f), keep).append(rates.get(f, math.inf) / pc)
             for f in sorted(self._before(routing, kind, src, dst)) if prior else ():
                 assert prior is not None
-                run.setdefault(("before", *f), deque(maxlen=self.window)).append(prior.get(f, math.inf) / pc)
+                self._history(run, ("before", *f), keep).append(prior.get(f, math.inf) / pc)
         for node in [n for n in runs if n not in slow_nodes]:
             del runs[node]  # its slow run ended
         spread = max(learnt, _pooled_log_spread(h for run in runs.values() for h in run.values()))
@@ -106,6 +109,14 @@ class Pacing:
         cond = nx.condensation(g)
         members = cond.graph["mapping"]
         return {n for n in g.nodes if cond.out_degree(members[n]) > 0}
+
+    @staticmethod
+    def _history(run: dict[Any, deque[float]], key: Any, keep: int) -> deque[float]:
+        """The ratio history of feeder ``key`` in a slow run, holding at most ``keep`` values (1 for windows)."""
+        hist = run.get(key)
+        if hist is None or hist.maxlen != keep:
+            hist = run[key] = deque(maxlen=keep)
+        return hist
 
     @staticmethod
     def _before(routing: Any, kind: str, src: int, dst: int | None) -> set[tuple[int, int]]:

@@ -33,7 +33,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from runtime.formats.aggregate import WindowAggregator
 from runtime.formats.profile import profile_from_dict
+from runtime.formats.telemetry import parse_sample
 from runtime.loop.controller import Controller, ControllerConfig
 from runtime.scenarios.noise import TimingNoise
 from runtime.scenarios.scenario import (
@@ -143,11 +145,13 @@ def route_phases(schedule: Schedule) -> tuple[str, ...] | None:
 def run_timeline(scenario: Scenario, *, store_dir: str | os.PathLike[str] | None = None,
                  nominal: Topology | None = None,
                  progress: Callable[[float, str], None] | None = None,
-                 noise: TimingNoise | None = None) -> TimelineResult:
+                 noise: TimingNoise | None = None, aggregate: WindowAggregator | None = None) -> TimelineResult:
     """Run the closed loop over the scenario; see the module docstring for the model.
 
     ``noise`` (:class:`runtime.scenarios.noise.TimingNoise`) perturbs every telemetry sample's
     ``busy_s`` before the controller sees it (the collectives' own times, and so algbw, stay exact).
+    ``aggregate`` (:class:`runtime.formats.aggregate.WindowAggregator`) folds the (noisy) samples at the
+    source as executors following with ``window`` > 1 do: the controller sees ``loopcoll.telemetry/2`` windows.
 
     ``progress`` is called before every simulated collective with the fraction of the scenario's
     simulated time done and a phrase (the CLI's live line; it throttles itself).
@@ -177,7 +181,7 @@ def run_timeline(scenario: Scenario, *, store_dir: str | os.PathLike[str] | None
         if progress is not None:
             progress(0.0, "bootstrap: synthesizing the first versions")
         ctl.bootstrap()
-        return _loop(scenario, topo, ctl, clock, decisions, wall0, progress, noise)
+        return _loop(scenario, topo, ctl, clock, decisions, wall0, progress, noise, aggregate)
     finally:
         if tmp is not None:
             tmp.cleanup()
@@ -185,7 +189,7 @@ def run_timeline(scenario: Scenario, *, store_dir: str | os.PathLike[str] | None
 
 def _loop(scenario: Scenario, topo: Topology, ctl: Controller, clock: list[float], decisions: list[dict[str, Any]],
           wall0: float, progress: Callable[[float, str], None] | None = None,
-          noise: TimingNoise | None = None) -> TimelineResult:
+          noise: TimingNoise | None = None, aggregate: WindowAggregator | None = None) -> TimelineResult:
     host = {g.rank: g.host for g in topo.gpus if g.rank is not None}
     active: dict[tuple[str, str], tuple[int, Schedule]] = {}
     for key in sorted({(c, k) for c, k, _ in scenario.workload}):
@@ -237,6 +241,8 @@ def _loop(scenario: Scenario, topo: Topology, ctl: Controller, clock: list[float
         samples = _samples(tt, t, comm, coll, seq[comm], version, granks, host, route_phases(sched))
         if noise is not None:
             samples = noise.apply(samples)
+        if aggregate is not None:
+            samples = [r.to_dict() for r in aggregate.add([parse_sample(x) for x in samples])]
         seq[comm] += 1
         row = {"t_s": t, "t_end_s": t + tt.time_s, "time_s": tt.time_s, "comm": comm, "collective": coll,
                "size_bytes": size, "version": version, "algbw_GBps": size / tt.time_s / 1e9,
@@ -272,7 +278,8 @@ def _loop(scenario: Scenario, topo: Topology, ctl: Controller, clock: list[float
         est = ctl.estimator
         converged = all(abs(x.estimate_gbps - x.last_observation_gbps) <= 1e-4 * x.nominal_gbps
                         for x in est.snapshot())
-        stable = stable + 1 if sig == last_sig and converged and not swaps and not ctl.manager.jobs else 0
+        quiet = not swaps and not ctl.manager.jobs and (aggregate is None or not aggregate.open_windows)
+        stable = stable + 1 if sig == last_sig and converged and quiet else 0
         last_sig = sig
         on_now = tuple(j for j, c in enumerate(scenario.changes) if c.active(t))
         if scenario.fast_forward and stable >= 2 * len(scenario.workload) and i % len(scenario.workload) == 0 \

@@ -41,6 +41,7 @@ from typing import Any
 from runtime.errors import StoreError, WireError
 from runtime.formats.identity import supersedes
 from runtime.formats.store import VersionEntry
+from runtime.formats.aggregate import AggRecord
 from runtime.formats.telemetry import Sample
 from runtime.service._client_link import PING, open_link, pushed_entry, sample_doc, sample_lines
 from runtime.service.wire import DAEMON_TO_CLIENT, MAX_MESSAGE_BYTES, ROLES, LineFramer, check_token, decode, encode
@@ -372,7 +373,7 @@ class Client:
                     return sent
                 self._connected.wait(0.5)
 
-    def send_samples(self, samples: Iterable[Sample | Mapping[str, Any]]) -> None:
+    def send_samples(self, samples: Iterable[Sample | AggRecord | Mapping[str, Any]]) -> None:
         """Queue samples (:class:`~runtime.Sample` or dicts) for the sender thread; never blocks.
 
         Past ``max_queued_samples`` waiting, further samples are dropped and counted in :attr:`dropped_samples`.
@@ -396,7 +397,7 @@ class Client:
                 self._flush.wait(min(left, 0.05))
         return True
 
-    def push_samples(self, samples: Iterable[Sample | Mapping[str, Any]], *,
+    def push_samples(self, samples: Iterable[Sample | AggRecord | Mapping[str, Any]], *,
                      batch_samples: int | None = None) -> dict[str, Any]:
         """Send samples synchronously, batch by batch, and return the daemon's totals
         ``{"accepted": n, "rejected": {reason: n}}`` (the controller's validation)."""

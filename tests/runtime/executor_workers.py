@@ -269,6 +269,7 @@ def daemon(rank: int, world: int, address: str, token: str) -> dict:
 
     from runtime import Client
     from runtime.executor import Executor
+    from runtime.executor.sinks import AggregatingSink
 
     client = Client(address, token=token, role="executor", rank=dist.get_rank(), comms=["world"])
     ex = Executor(comm="world", control_timeout_s=60)
@@ -284,9 +285,17 @@ def daemon(rank: int, world: int, address: str, token: str) -> dict:
         if msg:
             failures.append(msg)
     ex.flush()
+    agg = AggregatingSink(client.send_samples, window=4)  # then source-aggregated (docs/telemetry.md §5)
+    ex.sink = agg
+    for k in range(6):  # a window closes at seq 12 (seqs 9..11 are not a full cell of 4), the rest at flush
+        msg = run_case(torch, dist, ex, "allgather", 256, "float32", False, 100 + k)
+        if msg:
+            failures.append(msg)
+    ex.flush()
     client.flush(10)
     out = {"switched": rep.switched, "active": dict(ex.active), "failures": failures, "refused": dict(ex.refused),
-           "sent_samples": client.sent_samples, "versions": sorted({v for _s, _c, v in ex.history}, key=str)}
+           "sent_samples": client.sent_samples, "versions": sorted({v for _s, _c, v in ex.history}, key=str),
+           "agg_records": agg.aggregator.emitted, "agg_folded": agg.aggregator.folded}
     client.close()
     return out
 

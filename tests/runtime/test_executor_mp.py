@@ -107,6 +107,7 @@ def test_follows_the_daemon(four) -> None:
         assert r["failures"] == [] and r["refused"] == {}
         assert set(r["switched"]) == {"allgather", "allreduce"} and None not in r["versions"]
         assert r["sent_samples"] > 0
+        assert 0 < r["agg_records"] < r["agg_folded"]  # the aggregated tail: fewer records than samples folded
     assert all(r["active"] == runs[0]["active"] for r in runs)
     counters = four["daemon_status"]
     assert counters["samples_rejected"] == {}, counters  # every executor sample passes the controller's validation
