@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from itertools import repeat
 from fractions import Fraction
 from typing import Any, cast
 
@@ -129,9 +130,11 @@ def _fill_hops(paths: PathPool, pids: list[int], cache: dict[int, tuple[Hop, ...
     n_hops = np.add.reduceat(ends.astype(np.int64), starts[:-1])  # segments per path
     first_seg = np.r_[0, np.cumsum(n_hops)[:-1]]
     pid_arr = np.asarray(pids, dtype=np.int64)
-    for k in np.unique(n_hops).tolist():  # paths with k hops: k columns of hop objects, zipped in C
+    hop_arr = np.empty(len(hop_objs), dtype=object)
+    hop_arr[:] = hop_objs
+    for k in np.unique(n_hops).tolist():  # paths with k hops: k columns of hop objects, gathered and zipped in C
         rows = np.flatnonzero(n_hops == k)
-        cols = [[hop_objs[i] for i in inverse[first_seg[rows] + j].tolist()] for j in range(k)]
+        cols = [hop_arr[inverse[first_seg[rows] + j]].tolist() for j in range(k)]
         cache.update(zip(pid_arr[rows].tolist(), zip(*cols)))
 
 
@@ -217,8 +220,11 @@ def _make_batch(paths: PathPool, pids: IntArray, chunks: IntArray, cache: RouteC
     if missing:
         need = pids[missing]
         src_l, dst_l = paths.src[need].tolist(), paths.dst[need].tolist()
-        kind = RouteKind.PATH
-        made = [Route(kind, src_l[j], chunk_l[i], hops_cache[pid_l[i]], dst_l[j]) for j, i in enumerate(missing)]
+        made = list(map(Route, repeat(RouteKind.PATH), src_l, chunks[missing].tolist(),
+                        map(hops_cache.__getitem__, need.tolist()), dst_l))
+        if len(missing) == len(routes):  # a cold build: every route is new
+            route_cache.update(zip(keys, made))
+            return made
         for i, r in zip(missing, made):
             routes[i] = r
         route_cache.update(zip([keys[i] for i in missing], made))
