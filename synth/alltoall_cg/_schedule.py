@@ -203,11 +203,23 @@ def make_routes(paths: PathPool, pids: IntArray, chunks: IntArray, cache: RouteC
     """
     routes: list[Route] = []
     total = len(pids)
+    cold = not cache.hops and not cache.routes  # nothing to look up: every route is made
     for lo in range(0, total, ROUTE_BATCH):
         if deadline is not None and time.perf_counter() > deadline:
             raise TimeLimitError(f"while building the schedule ({lo} of {total} routes built)")
-        routes += _make_batch(paths, pids[lo:lo + ROUTE_BATCH], chunks[lo:lo + ROUTE_BATCH], cache)
+        batch = (paths, pids[lo:lo + ROUTE_BATCH], chunks[lo:lo + ROUTE_BATCH], cache)
+        routes += _make_cold(*batch) if cold else _make_batch(*batch)
     return routes
+
+
+def _make_cold(paths: PathPool, pids: IntArray, chunks: IntArray, cache: RouteCache) -> list[Route]:
+    """The routes of one batch with no cache lookups (they are added to ``cache``)."""
+    pid_l, chunk_l = pids.tolist(), chunks.tolist()
+    _fill_hops(paths, pid_l, cache.hops, cache.segments)
+    made = list(map(Route, repeat(RouteKind.PATH), paths.src[pids].tolist(), chunk_l,
+                    map(cache.hops.__getitem__, pid_l), paths.dst[pids].tolist()))
+    cache.routes.update(zip(zip(pid_l, chunk_l), made))
+    return made
 
 
 def _make_batch(paths: PathPool, pids: IntArray, chunks: IntArray, cache: RouteCache) -> list[Route]:
@@ -222,9 +234,6 @@ def _make_batch(paths: PathPool, pids: IntArray, chunks: IntArray, cache: RouteC
         src_l, dst_l = paths.src[need].tolist(), paths.dst[need].tolist()
         made = list(map(Route, repeat(RouteKind.PATH), src_l, chunks[missing].tolist(),
                         map(hops_cache.__getitem__, need.tolist()), dst_l))
-        if len(missing) == len(routes):  # a cold build: every route is new
-            route_cache.update(zip(keys, made))
-            return made
         for i, r in zip(missing, made):
             routes[i] = r
         route_cache.update(zip([keys[i] for i in missing], made))
