@@ -22,15 +22,17 @@ import numpy as np
 import numpy.typing as npt
 
 from synth.alltoall_cg._cuts import cut_lower_bound
+from synth.alltoall_cg.chunks import binding_note
 from synth.alltoall_cg._expanded import ExpandedGraph, Network
 from synth.kernels.tree_master import TreeMaster
 from synth.alltoall_cg._pool import PathPool, TreePool
 from synth.alltoall_cg._pricing import TreeSet, price_trees, tree_costs
 from synth.errors import SolverError
+from synth.figures import AllToAllFigures
 from synth.result import Status
 from synth.solvers import LpMethod, LpSolution
 
-__all__ = ["CgRun", "ColumnGeneration"]
+__all__ = ["CgRun", "ColumnGeneration", "cg_message"]
 
 log = logging.getLogger(__name__)
 
@@ -231,3 +233,13 @@ class ColumnGeneration:
         return CgRun(status if status is not Status.OPTIMAL else Status.TIME_LIMIT, native, sol.objective / self.scale,
                      self.lambdas(), best_lb, iterations, False, self.lp_time_s, self.pricing_time_s,
                      self.lp_pivots, history)
+
+
+def cg_message(run: CgRun, figures: AllToAllFigures, solver: str, bound_algbw: float, elapsed_s: float) -> str:
+    """The result's message: the LP, the rounding and its gap (or the time limit and the proven bound)."""
+    if run.converged:
+        return (f"LP optimal after {run.iterations} CG iterations ({figures.columns} trees, {figures.max_steps} "
+                f"steps); rounded to {figures.nchunks} chunks, gap {100 * figures.gap:.3f}% ({solver} {run.native})"
+                + binding_note(figures.binding_limit))
+    return (f"time limit after {elapsed_s:.1f} s, gap {100 * figures.gap:.2f}% vs proven bound "
+            f"{bound_algbw:.6g} GB/s ({solver} {run.native})")

@@ -9,7 +9,9 @@ the bottleneck ``K_s`` (saturated links with base slack, as :meth:`Schedule.bott
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
+from itertools import repeat
 from fractions import Fraction
 from typing import Any, cast
 
@@ -19,14 +21,43 @@ import numpy.typing as npt
 from synth.collective import Collective
 from synth.alltoall_cg._expanded import Network
 from synth.alltoall_cg._pool import PathPool
-from synth.errors import ScheduleError
+from synth.errors import ScheduleError, TimeLimitError
 from synth.schedule import CutLink, Hop, Route, RouteKind, Schedule
 from synth.topologies.model import Topology
 
-__all__ = ["RouteCache", "build_schedule", "check_and_measure", "make_routes", "measure_loads", "route_order"]
+__all__ = ["ROUTE_BATCH", "ROUTE_COST_S", "SCHEDULE_GRACE_S", "RouteCache", "build_deadline", "build_schedule",
+           "check_and_measure", "make_routes", "measure_loads", "route_order", "schedule_reserve_s"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+
+#: Routes built between two deadline checks (2048 GPUs: ~4 M routes, ~30 checks).
+ROUTE_BATCH = 1 << 17
+#: Seconds building the schedule may run past the time limit (a deployable result is worth them);
+#: past that, :class:`~synth.errors.TimeLimitError` names the phase.
+SCHEDULE_GRACE_S = 2.0
+#: Seconds of schedule building reserved per (source, destination) block (measured: 1024 GPUs, ~1 M
+#: routes in 6.7 s, one core under load).
+ROUTE_COST_S = 6.5e-6
+
+
+def schedule_reserve_s(n_gpus: int, time_limit_s: float) -> float:
+    """Seconds of ``time_limit_s`` kept for building the schedule: the estimate for N² blocks, at most half.
+
+    >>> round(schedule_reserve_s(1024, 60.0), 2), schedule_reserve_s(2048, 20.0)
+    (6.82, 10.0)
+    """
+    return min(ROUTE_COST_S * n_gpus * n_gpus, time_limit_s / 2)
+
+
+def build_deadline(end: float | None) -> float | None:
+    """When building the schedule stops (``time.perf_counter()``): the time limit's ``end`` plus
+    :data:`SCHEDULE_GRACE_S`; ``None`` without a limit.
+
+    >>> build_deadline(None) is None, build_deadline(10.0) == 10.0 + SCHEDULE_GRACE_S
+    (True, True)
+    """
+    return None if end is None else end + SCHEDULE_GRACE_S
 
 
 class RouteCache:
@@ -36,6 +67,12 @@ class RouteCache:
         self.hops: dict[int, tuple[Hop, ...]] = {}
         self.routes: dict[tuple[int, int], Route] = {}
         self.segments: dict[int, Hop] = {}  # packed link sequence of a GPU-to-GPU segment -> its Hop
+
+    def segments_only(self) -> RouteCache:
+        """A cache that shares this one's segment hops only (the segment dict is copied)."""
+        out = RouteCache()
+        out.segments = dict(self.segments)
+        return out
 
     def copy(self) -> RouteCache:
         out = RouteCache()
@@ -93,9 +130,11 @@ def _fill_hops(paths: PathPool, pids: list[int], cache: dict[int, tuple[Hop, ...
     n_hops = np.add.reduceat(ends.astype(np.int64), starts[:-1])  # segments per path
     first_seg = np.r_[0, np.cumsum(n_hops)[:-1]]
     pid_arr = np.asarray(pids, dtype=np.int64)
-    for k in np.unique(n_hops).tolist():  # paths with k hops: k columns of hop objects, zipped in C
+    hop_arr = np.empty(len(hop_objs), dtype=object)
+    hop_arr[:] = hop_objs
+    for k in np.unique(n_hops).tolist():  # paths with k hops: k columns of hop objects, gathered and zipped in C
         rows = np.flatnonzero(n_hops == k)
-        cols = [[hop_objs[i] for i in inverse[first_seg[rows] + j].tolist()] for j in range(k)]
+        cols = [hop_arr[inverse[first_seg[rows] + j]].tolist() for j in range(k)]
         cache.update(zip(pid_arr[rows].tolist(), zip(*cols)))
 
 
@@ -155,8 +194,35 @@ def route_order(paths: PathPool, pids: IntArray, chunks: IntArray) -> IntArray:
     return np.argsort((block * kmax + (kmax - 1 - chunks)) * len(paths) + pids, kind="stable")
 
 
-def make_routes(paths: PathPool, pids: IntArray, chunks: IntArray, cache: RouteCache) -> list[Route]:
-    """One PATH route per (path, chunk count), in the given order; objects shared through ``cache``."""
+def make_routes(paths: PathPool, pids: IntArray, chunks: IntArray, cache: RouteCache, *,
+                deadline: float | None = None) -> list[Route]:
+    """One PATH route per (path, chunk count), in the given order; objects shared through ``cache``.
+
+    Built :data:`ROUTE_BATCH` routes at a time; past ``deadline`` (``time.perf_counter()``) before a
+    batch, raises :class:`~synth.errors.TimeLimitError` saying how many routes were built.
+    """
+    routes: list[Route] = []
+    total = len(pids)
+    cold = not cache.hops and not cache.routes  # nothing to look up: every route is made
+    for lo in range(0, total, ROUTE_BATCH):
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TimeLimitError(f"while building the schedule ({lo} of {total} routes built)")
+        batch = (paths, pids[lo:lo + ROUTE_BATCH], chunks[lo:lo + ROUTE_BATCH], cache)
+        routes += _make_cold(*batch) if cold else _make_batch(*batch)
+    return routes
+
+
+def _make_cold(paths: PathPool, pids: IntArray, chunks: IntArray, cache: RouteCache) -> list[Route]:
+    """The routes of one batch with no cache lookups (they are added to ``cache``)."""
+    pid_l, chunk_l = pids.tolist(), chunks.tolist()
+    _fill_hops(paths, pid_l, cache.hops, cache.segments)
+    made = list(map(Route, repeat(RouteKind.PATH), paths.src[pids].tolist(), chunk_l,
+                    map(cache.hops.__getitem__, pid_l), paths.dst[pids].tolist()))
+    cache.routes.update(zip(zip(pid_l, chunk_l), made))
+    return made
+
+
+def _make_batch(paths: PathPool, pids: IntArray, chunks: IntArray, cache: RouteCache) -> list[Route]:
     hops_cache, route_cache = cache.hops, cache.routes
     pid_l, chunk_l = pids.tolist(), chunks.tolist()
     _fill_hops(paths, [p for p in pid_l if p not in hops_cache], hops_cache, cache.segments)
@@ -166,8 +232,8 @@ def make_routes(paths: PathPool, pids: IntArray, chunks: IntArray, cache: RouteC
     if missing:
         need = pids[missing]
         src_l, dst_l = paths.src[need].tolist(), paths.dst[need].tolist()
-        kind = RouteKind.PATH
-        made = [Route(kind, src_l[j], chunk_l[i], hops_cache[pid_l[i]], dst_l[j]) for j, i in enumerate(missing)]
+        made = list(map(Route, repeat(RouteKind.PATH), src_l, chunks[missing].tolist(),
+                        map(hops_cache.__getitem__, need.tolist()), dst_l))
         for i, r in zip(missing, made):
             routes[i] = r
         route_cache.update(zip([keys[i] for i in missing], made))
@@ -175,8 +241,9 @@ def make_routes(paths: PathPool, pids: IntArray, chunks: IntArray, cache: RouteC
 
 
 def build_schedule(paths: PathPool, pids: IntArray, chunks: IntArray, nchunks: int, meta: Mapping[str, Any],
-                   cache: RouteCache) -> tuple[Schedule, IntArray]:
-    """The schedule (routes in :func:`route_order`) and the route order it used."""
+                   cache: RouteCache, *, deadline: float | None = None) -> tuple[Schedule, IntArray]:
+    """The schedule (routes in :func:`route_order`) and the route order it used (``deadline``: as
+    :func:`make_routes`)."""
     order = route_order(paths, pids, chunks)
-    routes = make_routes(paths, pids[order], chunks[order], cache)
+    routes = make_routes(paths, pids[order], chunks[order], cache, deadline=deadline)
     return Schedule(Collective.ALLTOALL, paths.net.n_gpus, nchunks, tuple(routes), meta=dict(meta)), order

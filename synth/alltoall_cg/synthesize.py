@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from synth.alltoall_cg._args import check_cg_args
-from synth.alltoall_cg._cg import CgRun, ColumnGeneration
+from synth.alltoall_cg._cg import CgRun, ColumnGeneration, cg_message
 from synth.alltoall_cg.chunks import (
     ROUNDING_BUDGET_S,
     TARGET_LOSS,
@@ -55,10 +55,16 @@ from synth.alltoall_cg._rounding import (
     disaggregate,
     largest_remainder,
 )
-from synth.alltoall_cg._schedule import RouteCache, build_schedule, check_and_measure
+from synth.alltoall_cg._schedule import (
+    RouteCache,
+    build_deadline,
+    build_schedule,
+    check_and_measure,
+    schedule_reserve_s,
+)
 from synth.alltoall_cg._warm import WarmState, paths_from_schedule, restore, seed_paths
 from synth._resources import require_memory
-from synth.errors import ScheduleError, SolverError
+from synth.errors import ScheduleError, SolverError, TimeLimitError
 from synth.figures import AllToAllFigures, Tried
 from synth.result import Status, SynthResult, judge
 from synth.result import gap_pct as gap_pct_of
@@ -165,7 +171,7 @@ def _round(topology: Topology, cg: ColumnGeneration, pids: np.ndarray, y: np.nda
     best = largest_remainder(cg, pids, y, nchunks)
     best_m = _measure(topology, cg, best, nchunks)
     best_t = _t_of(cg, best_m)
-    if best_t > t_lp * (1 + ROUNDING_RETRY_GAP):
+    if best_t > t_lp * (1 + ROUNDING_RETRY_GAP) and (deadline is None or time.perf_counter() < deadline):
         # Load-aware greedy: blocks that split alike stop stacking their extra chunks on the same
         # links; often enough to skip the dive, whose LP re-solves dominate large degraded fabrics.
         cand = balanced_remainder(cg, pids, y, nchunks, np.zeros(cg.net.n_links))
@@ -225,7 +231,18 @@ class _Ask:
     cap_name: str
     rounding_budget_s: float
     start: float
-    deadline: float | None
+    deadline: float | None  # of the column generation and the rounding: the limit less the schedule's reserve
+    end: float | None  # the time limit itself; building the schedule may pass it by SCHEDULE_GRACE_S
+
+
+def _make_ask(n_gpus: int, solver: str, max_steps: int | None, chunking: tuple[int, int, str],
+              rounding_budget_s: float, time_limit_s: float | None) -> _Ask:
+    """The checked call, timed from now: the column generation and the rounding end
+    :func:`~synth.alltoall_cg._schedule.schedule_reserve_s` before the limit, to build the schedule."""
+    start = time.perf_counter()
+    end = None if time_limit_s is None else start + float(time_limit_s)
+    deadline = None if end is None or time_limit_s is None else end - schedule_reserve_s(n_gpus, time_limit_s)
+    return _Ask(solver, max_steps, *chunking, rounding_budget_s, start, deadline, end)
 
 
 def synthesize_alltoall(
@@ -262,7 +279,8 @@ def synthesize_alltoall(
         LP backend, ``"highs"`` (default; primal simplex re-solves) or ``"ortools"`` (GLOP).
     time_limit_s
         Wall-clock seconds; when reached, the best schedule so far is returned with status
-        ``TIME_LIMIT`` and its gap against a proven (Farley) upper bound.
+        ``TIME_LIMIT`` and its gap against a proven (Farley) upper bound. Building the schedule
+        (time reserved for it) may pass the limit by 2 s, then raises :class:`TimeLimitError`.
     warm_start
         A previous :class:`SynthResult` (or its ``warm_state``), reusing its column pool and basis,
         or a :class:`Schedule` whose paths seed the pool.
@@ -292,9 +310,7 @@ def synthesize_alltoall(
     _validate_args(topology, 1 if nchunks is None else nchunks, max_steps, solver, time_limit_s, warm_start)
     check_rounding_args(max_nchunks, rounding_budget_s)
     first, cap_k, cap_name = chunk_cap(topology.nranks, nchunks, max_nchunks)
-    start = time.perf_counter()
-    ask = _Ask(solver, max_steps, first, cap_k, cap_name, rounding_budget_s, start,
-               None if time_limit_s is None else start + float(time_limit_s))
+    ask = _make_ask(topology.nranks, solver, max_steps, (first, cap_k, cap_name), rounding_budget_s, time_limit_s)
     net = Network.from_topology(topology)
     state = warm_start.warm_state if isinstance(warm_start, SynthResult) else warm_start
     diameter = _diameter(topology, net, state, max_steps)
@@ -359,6 +375,11 @@ def _column_generation(topology: Topology, net: Network, warm_start: WarmStart, 
     t0 = time.perf_counter()
     try:
         algbw, schedule, rounded = _schedule_of(topology, net, cg, run, dive, measured, nchunks, cache, ask)
+    except TimeLimitError as exc:
+        raise TimeLimitError(f"alltoall on {topology.name!r}: time limit of {(ask.end or 0) - ask.start:g} s (and "
+                             f"its grace) reached {exc} after {time.perf_counter() - ask.start:.1f} s; LP "
+                             f"{'optimum' if run.converged else 'upper bound'} {bound_algbw:.6g} GB/s",
+                             upper_algbw_GBps=bound_algbw) from exc
     except ScheduleError as exc:
         return SynthResult(status=Status.FAILED, message=f"rounded AllToAll schedule failed loopcoll's re-check: "
                            f"{exc}", schedule=None, algbw_GBps=0.0, optimal_algbw_GBps=lp_algbw, gap_pct=100.0,
@@ -376,7 +397,7 @@ def _column_generation(topology: Topology, net: Network, warm_start: WarmStart, 
         dived=dive.dived, setup_time_s=t_setup, cg_time_s=t_cg, lp_time_s=run.lp_time_s,
         pricing_time_s=run.pricing_time_s, rounding_time_s=t_round, schedule_time_s=t_sched, nchunks=nchunks,
         binding_limit=binding, rounding_tried=tried)
-    message = _cg_message(run, figures, ask.solver, bound_algbw, elapsed)
+    message = cg_message(run, figures, ask.solver, bound_algbw, elapsed)
     log.info("alltoall_cg: %s", message)
     return SynthResult(status=status, message=message, schedule=schedule, algbw_GBps=algbw,
                        optimal_algbw_GBps=optimal, gap_pct=gap_pct, solve_time_s=elapsed, warm=mode != "cold",
@@ -403,27 +424,12 @@ def _schedule_of(topology: Topology, net: Network, cg: ColumnGeneration, run: Cg
     # The check ran on exactly this rounding in _round; run it again only if it failed there.
     algbw, cut, loads = measured if measured is not None else check_and_measure(topology, cg.paths, dive.pids,
                                                                                 dive.chunks, nchunks)
-    schedule, order = build_schedule(cg.paths, dive.pids, dive.chunks, nchunks, meta, cache)
+    schedule, order = build_schedule(cg.paths, dive.pids, dive.chunks, nchunks, meta, cache,
+                                     deadline=build_deadline(ask.end))
     schedule = replace(schedule, bottleneck=cut, topology_fingerprint=topology.fingerprint)
     rounded = RoundedState(net.caps_GBps.copy(), nchunks, schedule, dive.pids[order], dive.chunks[order],
                            loads, run.t_lp, ask.max_steps is None) if run.converged else None
     return algbw, schedule, rounded
-
-
-def _cg_message(run: CgRun, figures: AllToAllFigures, solver: str, bound_algbw: float, elapsed_s: float) -> str:
-    """The result's message: the LP, the rounding and its gap (or the time limit and the proven bound)."""
-    if run.converged:
-        return (f"LP optimal after {run.iterations} CG iterations ({figures.columns} trees, {figures.max_steps} "
-                f"steps); rounded to {figures.nchunks} chunks, gap {100 * figures.gap:.3f}% ({solver} {run.native})"
-                + binding_note(figures.binding_limit))
-    return (f"time limit after {elapsed_s:.1f} s, gap {100 * figures.gap:.2f}% vs proven bound "
-            f"{bound_algbw:.6g} GB/s ({solver} {run.native})")
-
-
-def _segment_cache(routes: RouteCache) -> RouteCache:
-    out = RouteCache()
-    out.segments = dict(routes.segments)  # Hop objects of known segments; the state's dict stays as it is
-    return out
 
 
 def _try_repair(topology: Topology, net: Network, state: WarmState, ask: _Ask, diameter: int) -> SynthResult | None:
@@ -434,7 +440,7 @@ def _try_repair(topology: Topology, net: Network, state: WarmState, ask: _Ask, d
                             "max_steps": state.steps, "topology": topology.name,
                             **communicator_meta(topology)}
     rep = repair(topology, net, state.paths, state.rounded, steps=state.steps, free_bound=ask.max_steps is None,
-                 solver=ask.solver, scale=_scale(net), deadline=ask.deadline, cache=_segment_cache(state.routes),
+                 solver=ask.solver, scale=_scale(net), deadline=ask.deadline, cache=state.routes.segments_only(),
                  meta=meta)
     if rep is None:
         return None

@@ -214,7 +214,12 @@ def _generic_rings(topo: Topology, nchannels: int) -> list[list[Rank]]:
     base = list(range(n))
     if not all(base[(i + 1) % n] in direct[base[i]] for i in range(n)):
         base = _hamiltonian_cycle({r: set(peers) for r, peers in direct.items()}, n)
-    return [base[c % n:] + base[: c % n] for c in range(nchannels)]
+    back = base[::-1]
+    # NCCL runs its rings both ways: odd channels take the reversed ring where every reversed step is a
+    # hop too (bidirectional links), so two channels load both directions of every link, not one twice.
+    both = all(back[(i + 1) % n] in direct[back[i]] for i in range(n))
+    rings = [back if both and c % 2 else base for c in range(nchannels)]
+    return [ring[c % n:] + ring[: c % n] for c, ring in enumerate(rings)]
 
 
 def ring_orders(topo: Topology, nchannels: int) -> list[list[Rank]]:
