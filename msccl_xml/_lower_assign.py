@@ -125,7 +125,8 @@ def assign_channels(
             if chan == nchan and best is not None:
                 break
             # a channel replaces the best only with a smaller worst size: stop once it cannot
-            worst = _worst_fit(lanes, seg, chan, max_steps if best is None else min(max_steps, best[0] - 1))
+            limit = max_steps if best is None else min(max_steps, best[0] - 1)
+            worst = _worst_fit(lanes, seg, chan, limit, max_peers)
             if worst >= 0 and (best is None or worst < best[0]):
                 best = (worst, chan)
         return best
@@ -171,14 +172,26 @@ def assign_channels(
     return lanes
 
 
-def _worst_fit(lanes: dict[tuple[int, int], _Lane], seg: list[Op], chan: int, limit: int) -> int:
-    """The largest tb size ``seg`` makes on channel ``chan``; ``-1`` if an op fits not or goes over ``limit``."""
+def _worst_fit(lanes: dict[tuple[int, int], _Lane], seg: list[Op], chan: int, limit: int, max_peers: int) -> int:
+    """The largest tb size ``seg`` makes on channel ``chan``; ``-1`` if an op fits not or goes over ``limit``.
+
+    Lanes not yet opened are not created (``max_peers``: their limit)."""
     worst = 0
     for op in seg:
-        fitted = lanes[(op.gpu, chan)].fit(op)
-        if fitted is None or fitted[0] > limit:
+        lane = lanes.get((op.gpu, chan))
+        if lane is None:  # an unopened lane: a new tb of one step, unless no peer may be added
+            if (op.send >= 0 or op.recv >= 0) and max_peers <= 0:
+                return -1
+            size = 1
+        else:
+            fitted = lane.fit(op)
+            if fitted is None:
+                return -1
+            size = fitted[0]
+        if size > limit:
             return -1
-        worst = max(worst, fitted[0])
+        if size > worst:
+            worst = size
     return worst
 
 
