@@ -47,32 +47,32 @@ class _Lane:
     recv_owner: dict[int, _Tb] = field(default_factory=dict)
     max_peers: int = 1 << 30  # tbs with a send peer (and, separately, a recv peer) per channel
 
-    def fit(self, op: Op) -> tuple[int, _Tb | None, _Tb | None] | None:
-        """Resulting tb size if ``op`` is placed here, with the tbs it would join; None if not."""
-        a = self.send_owner.get(op.send) if op.send >= 0 else None
-        b = self.recv_owner.get(op.recv) if op.recv >= 0 else None
+    def size(self, op: Op) -> int:
+        """Resulting tb size if ``op`` is placed here; ``-1`` if it fits not."""
+        send, recv = op.send, op.recv
+        a = self.send_owner.get(send) if send >= 0 else None
+        b = self.recv_owner.get(recv) if recv >= 0 else None
         # A new send (recv) peer on this channel means one more tb with a send (recv) peer.
-        if op.send >= 0 and a is None and len(self.send_owner) >= self.max_peers:
-            return None
-        if op.recv >= 0 and b is None and len(self.recv_owner) >= self.max_peers:
-            return None
-        if op.send >= 0 and op.recv >= 0:
+        if send >= 0 and a is None and len(self.send_owner) >= self.max_peers:
+            return -1
+        if recv >= 0 and b is None and len(self.recv_owner) >= self.max_peers:
+            return -1
+        if send >= 0 and recv >= 0:
             if a is not None and b is not None and a is not b:
                 if a.recv != -1 or b.send != -1:
-                    return None
-                return len(a.ops) + len(b.ops) + 1, a, b
+                    return -1
+                return len(a.ops) + len(b.ops) + 1
             if a is not None and b is None and a.recv != -1:
-                return None
+                return -1
             if b is not None and a is None and b.send != -1:
-                return None
+                return -1
         owner = a if a is not None else b
-        size = len(owner.ops) + 1 if owner is not None else 1
-        return size, a, b
+        return len(owner.ops) + 1 if owner is not None else 1
 
     def place(self, op: Op, chan: int) -> None:
-        fitted = self.fit(op)
-        assert fitted is not None
-        _, a, b = fitted
+        assert self.size(op) >= 0
+        a = self.send_owner.get(op.send) if op.send >= 0 else None
+        b = self.recv_owner.get(op.recv) if op.recv >= 0 else None
         if a is None and b is None:
             tb = _Tb(op.send, op.recv, chan)
             self.tbs.append(tb)
@@ -184,10 +184,9 @@ def _worst_fit(lanes: dict[tuple[int, int], _Lane], seg: list[Op], chan: int, li
                 return -1
             size = 1
         else:
-            fitted = lane.fit(op)
-            if fitted is None:
+            size = lane.size(op)
+            if size < 0:
                 return -1
-            size = fitted[0]
         if size > limit:
             return -1
         if size > worst:
