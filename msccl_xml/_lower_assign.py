@@ -47,32 +47,32 @@ class _Lane:
     recv_owner: dict[int, _Tb] = field(default_factory=dict)
     max_peers: int = 1 << 30  # tbs with a send peer (and, separately, a recv peer) per channel
 
-    def fit(self, op: Op) -> tuple[int, _Tb | None, _Tb | None] | None:
-        """Resulting tb size if ``op`` is placed here, with the tbs it would join; None if not."""
-        a = self.send_owner.get(op.send) if op.send >= 0 else None
-        b = self.recv_owner.get(op.recv) if op.recv >= 0 else None
+    def size(self, op: Op) -> int:
+        """Resulting tb size if ``op`` is placed here; ``-1`` if it fits not."""
+        send, recv = op.send, op.recv
+        a = self.send_owner.get(send) if send >= 0 else None
+        b = self.recv_owner.get(recv) if recv >= 0 else None
         # A new send (recv) peer on this channel means one more tb with a send (recv) peer.
-        if op.send >= 0 and a is None and len(self.send_owner) >= self.max_peers:
-            return None
-        if op.recv >= 0 and b is None and len(self.recv_owner) >= self.max_peers:
-            return None
-        if op.send >= 0 and op.recv >= 0:
+        if send >= 0 and a is None and len(self.send_owner) >= self.max_peers:
+            return -1
+        if recv >= 0 and b is None and len(self.recv_owner) >= self.max_peers:
+            return -1
+        if send >= 0 and recv >= 0:
             if a is not None and b is not None and a is not b:
                 if a.recv != -1 or b.send != -1:
-                    return None
-                return len(a.ops) + len(b.ops) + 1, a, b
+                    return -1
+                return len(a.ops) + len(b.ops) + 1
             if a is not None and b is None and a.recv != -1:
-                return None
+                return -1
             if b is not None and a is None and b.send != -1:
-                return None
+                return -1
         owner = a if a is not None else b
-        size = len(owner.ops) + 1 if owner is not None else 1
-        return size, a, b
+        return len(owner.ops) + 1 if owner is not None else 1
 
     def place(self, op: Op, chan: int) -> None:
-        fitted = self.fit(op)
-        assert fitted is not None
-        _, a, b = fitted
+        assert self.size(op) >= 0
+        a = self.send_owner.get(op.send) if op.send >= 0 else None
+        b = self.recv_owner.get(op.recv) if op.recv >= 0 else None
         if a is None and b is None:
             tb = _Tb(op.send, op.recv, chan)
             self.tbs.append(tb)
@@ -125,7 +125,8 @@ def assign_channels(
             if chan == nchan and best is not None:
                 break
             # a channel replaces the best only with a smaller worst size: stop once it cannot
-            worst = _worst_fit(lanes, seg, chan, max_steps if best is None else min(max_steps, best[0] - 1))
+            limit = max_steps if best is None else min(max_steps, best[0] - 1)
+            worst = _worst_fit(lanes, seg, chan, limit, max_peers)
             if worst >= 0 and (best is None or worst < best[0]):
                 best = (worst, chan)
         return best
@@ -171,14 +172,25 @@ def assign_channels(
     return lanes
 
 
-def _worst_fit(lanes: dict[tuple[int, int], _Lane], seg: list[Op], chan: int, limit: int) -> int:
-    """The largest tb size ``seg`` makes on channel ``chan``; ``-1`` if an op fits not or goes over ``limit``."""
+def _worst_fit(lanes: dict[tuple[int, int], _Lane], seg: list[Op], chan: int, limit: int, max_peers: int) -> int:
+    """The largest tb size ``seg`` makes on channel ``chan``; ``-1`` if an op fits not or goes over ``limit``.
+
+    Lanes not yet opened are not created (``max_peers``: their limit)."""
     worst = 0
     for op in seg:
-        fitted = lanes[(op.gpu, chan)].fit(op)
-        if fitted is None or fitted[0] > limit:
+        lane = lanes.get((op.gpu, chan))
+        if lane is None:  # an unopened lane: a new tb of one step, unless no peer may be added
+            if (op.send >= 0 or op.recv >= 0) and max_peers <= 0:
+                return -1
+            size = 1
+        else:
+            size = lane.size(op)
+            if size < 0:
+                return -1
+        if size > limit:
             return -1
-        worst = max(worst, fitted[0])
+        if size > worst:
+            worst = size
     return worst
 
 

@@ -229,7 +229,28 @@ def _tb(ctx: _Ctx, el: ET.Element) -> Threadblock:
     )
 
 
+#: The integer attributes of a step, and the form the writer gives them together (comma-joined).
+_STEP_INTS = ("s", "srcoff", "dstoff", "cnt", "depid", "deps", "hasdep")
+_PLAIN_INTS = re.compile(r"-?[0-9]{1,%d}(?:,-?[0-9]{1,%d}){%d}\Z" % (MAX_INT_DIGITS, MAX_INT_DIGITS, len(_STEP_INTS) - 1))
+_TYPES = _MEMBERS[StepType]
+_BUFS = _MEMBERS[BufferKind]
+
+
 def _step(ctx: _Ctx, el: ET.Element) -> Step:
+    """One ``<step>``; a step as the writer writes it (its ten attributes, plain decimals, known
+    tokens) is read in one pass, anything else attribute by attribute (naming what is wrong)."""
+    a = el.attrib
+    if len(a) == len(STEP_ATTRS):
+        try:
+            ints = [a[k] for k in _STEP_INTS]
+            kind, sbuf, dbuf = _TYPES.get(a["type"]), _BUFS.get(a["srcbuf"]), _BUFS.get(a["dstbuf"])
+        except KeyError:
+            kind = None
+        if kind is not None and sbuf is not None and dbuf is not None and _PLAIN_INTS.match(",".join(ints)):
+            s, srcoff, dstoff, cnt, depid, deps, hasdep = map(int, ints)
+            return Step(s=s, type=cast(StepType, kind), srcbuf=cast(BufferKind, sbuf), srcoff=srcoff,
+                        dstbuf=cast(BufferKind, dbuf), dstoff=dstoff, cnt=cnt, depid=depid, deps=deps,
+                        hasdep=hasdep)
     return Step(
         s=ctx.int_attr(el, "s"),
         type=ctx.enum_attr(el, "type", StepType),

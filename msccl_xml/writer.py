@@ -138,7 +138,14 @@ def _write_tb(rank: int, tb: Threadblock, lines: list[str]) -> None:
         return
     lines.append("    " + _tag("tb", attrs, tb.extra, where, close=False))
     for position, step in enumerate(tb.steps):
-        lines.append("      " + _step(step, position, f"{where} step {position}"))
+        ints = (step.s, step.srcoff, step.dstoff, step.cnt, step.depid, step.deps, step.hasdep)
+        if step.s == position and not step.extra and all(type(v) is int for v in ints):
+            # what _step writes for such a step, without building its messages' context
+            lines.append(f'      <step s="{position}" type="{step.type.value}" srcbuf="{step.srcbuf.value}" '
+                         f'srcoff="{step.srcoff}" dstbuf="{step.dstbuf.value}" dstoff="{step.dstoff}" '
+                         f'cnt="{step.cnt}" depid="{step.depid}" deps="{step.deps}" hasdep="{step.hasdep}"/>')
+        else:
+            lines.append("      " + _step(step, position, f"{where} step {position}"))
     lines.append("    </tb>")
 
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from msccl_xml import StepType, lint_text, parse, read, write
 from synth.errors import XmlError
@@ -143,3 +146,28 @@ def test_writer_output_does_not_depend_on_the_hash_seed() -> None:
 
 def test_step_type_tokens_are_the_xml_tokens() -> None:
     assert [t.value for t in StepType] == ["s", "r", "rcs", "rrs", "rrc", "rrcs", "cpy", "re", "nop", "ra"]
+
+
+@given(st.lists(st.sampled_from(["", "0", "+", "00", " "]), min_size=7, max_size=7),
+       st.sampled_from(["", 'extra="1" ']))
+@settings(max_examples=60, deadline=None)
+def test_step_read_in_one_pass_or_attribute_by_attribute_alike(pads: list[str], extra: str) -> None:
+    """Steps as the writer writes them take the one-pass read; padded integers (``+1``, ``01``,
+    `` 1``) and unknown attributes take the per-attribute one; both give what the per-attribute
+    read gives: the same steps, with ``extra`` kept."""
+    text = write(ring_allgather(3))
+    ints = ("s", "srcoff", "dstoff", "cnt", "depid", "deps", "hasdep")
+
+    def pad(m: re.Match[str]) -> str:
+        key, val = m.group(1), m.group(2)
+        p = pads[ints.index(key)]
+        return f'{key}="{val if val.startswith("-") else p + val}"'
+
+    odd = re.sub(r'\b(s|srcoff|dstoff|cnt|depid|deps|hasdep)="(-?[0-9]+)"', pad, text)
+    odd = odd.replace("<step ", f"<step {extra}")
+    assert (odd == text) == (not any(pads) and not extra)
+    want, got = parse(text), parse(odd)
+    assert [[[replace(s, extra=()) for s in tb.steps] for tb in g.threadblocks] for g in got.gpus] == \
+        [[list(tb.steps) for tb in g.threadblocks] for g in want.gpus]
+    assert all(s.extra == ((("extra", "1"),) if extra else ()) for g in got.gpus for tb in g.threadblocks
+               for s in tb.steps)
