@@ -14,7 +14,7 @@ Examples
 >>> from synth.alltoall_cg._expanded import Network
 >>> net = Network.from_topology(named_topology("hpn:1x2x4"))
 >>> round(net.n_gpus / cut_lower_bound(net), 6)   # algbw bound: the host's 4 NICs carry 4·4 blocks
-50.0
+100.0
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ Examples
 >>> topo = named_topology("ring:4")
 >>> res = simulate(nccl_ring("allgather", topo), topo, 1 << 30)
 >>> res.bandwidth_term_algbw_GBps
-66.66666666666667
+133.33333333333334
 >>> 0.99 < res.algbw_GBps / res.bandwidth_term_algbw_GBps <= 1.0
 True
 """
