@@ -74,3 +74,32 @@ def test_time_limited_gap_is_against_a_valid_cut_bound() -> None:
     assert res.optimal_algbw_GBps < 1.05 * lp
     assert res.schedule is not None
     res.schedule.validate(topo)
+
+
+@pytest.mark.parametrize("spec", ["torus:4x4", "torus:6x6", "ring:8"])
+def test_distance_bound_tight_on_switchless_fabrics(spec: str) -> None:
+    """No cut binds on a torus (torus:6x6: 205.7 GB/s from cuts, 66.7 optimum); the traffic's length does."""
+    topo = named_topology(spec)
+    lp = topo.nranks * alltoall_rate_GBps(topo).rate_GBps
+    assert _cut_algbw(topo) == pytest.approx(lp, rel=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 5), st.integers(2, 5), st.data())
+def test_distance_bound_valid_on_degraded_tori(x: int, y: int, data: st.DataObject) -> None:
+    """Uneven lengths (some links slowed or cut) keep the bound at or above the LP optimum."""
+    topo = named_topology(f"torus:{x}x{y}")
+    for _ in range(data.draw(st.integers(1, 3))):
+        lk = data.draw(st.sampled_from(topo.links))
+        factor = data.draw(st.sampled_from([0.1, 0.25, 0.5, 0.8]))
+        topo = topo.scaled(lk.src, lk.dst, factor)
+    lp = topo.nranks * alltoall_rate_GBps(topo).rate_GBps
+    assert _cut_algbw(topo) >= lp * (1 - 1e-9)
+
+
+def test_time_limited_torus_certificate_is_useful() -> None:
+    """Stopped at once on torus:6x6, the certified bound is the optimum (the distance bound), not 205.7."""
+    topo = named_topology("torus:6x6")
+    lp = topo.nranks * alltoall_rate_GBps(topo).rate_GBps
+    res = synthesize_alltoall(topo, nchunks=4, time_limit_s=1e-6)
+    assert res.optimal_algbw_GBps == pytest.approx(lp, rel=1e-6)
