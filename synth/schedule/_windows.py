@@ -21,7 +21,7 @@ Examples
 >>> routes = tuple(Route(RouteKind.OUT_TREE, p, 1, tuple(ring[p:p + 2])) for p in range(3))
 >>> w = ring_windows(routes, 3)
 >>> len(w.cycles), w.where
-(1, (None, (0, 1), (0, 2)))
+(1, (None, None, (0, 1)))
 """
 
 from __future__ import annotations
