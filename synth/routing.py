@@ -106,6 +106,11 @@ class PairRoutes:
         cols = np.array([b for _, b in live], dtype=np.int64)
         n = len(self._ids)
         self._reverse = csr_matrix((np.ones(len(live)), (rows, cols)), shape=(n, n))
+        # Live out-links by node index (a topology lookup per step costs µs: seconds at 2048 GPUs).
+        self._out: list[list[int]] = [[] for _ in self._ids]
+        for lk in topo.links:
+            if lk.gbps > 0:
+                self._out[self._index[lk.src]].append(self._index[lk.dst])
         self._gpu_col = {self._index[g.id]: i for i, g in enumerate(topo.gpus)}
         self._matrix: Any = None
         self._dist: dict[int, list[int]] = {}
@@ -113,7 +118,8 @@ class PairRoutes:
 
     def _to(self, dst: int) -> list[int]:
         """Links from every node to GPU node ``dst`` over switches (-1: none). The first call runs
-        the searches to every GPU at once (one call into C; 2048 GPUs: ~11 MB of int16)."""
+        the searches to every GPU at once (one call into C; 2048 GPUs: ~11 MB of int16); a row is
+        kept as a list once asked for (2048 GPUs: at most ~45 MB)."""
         got = self._dist.get(dst)
         if got is None:
             if self._matrix is None:
@@ -124,9 +130,7 @@ class PairRoutes:
                 dist = shortest_path(self._reverse, directed=True, unweighted=True, indices=ends)
                 self._matrix = np.where(np.isfinite(dist), dist, -1).astype(np.int16)
                 self._gpu_col = {int(e): i for i, e in enumerate(ends)}
-            got = self._matrix[self._gpu_col[dst]].tolist()
-            if len(self._dist) >= 64:
-                self._dist.pop(next(iter(self._dist)))
+            got = self._matrix[self._gpu_col[dst]].tolist()  # small ints: shared objects, ~8 bytes each
             self._dist[dst] = got
         return got
 
@@ -142,32 +146,23 @@ class PairRoutes:
         forced = _overrides(topo).get((src, dst))
         if forced is not None:
             return forced if all(topo.link(a, b).gbps > 0 for a, b in zip(forced[:-1], forced[1:])) else None
-        d = self._index[dst]
-        dist = self._to(d)
-
-        def steps(u: NodeId, want: int) -> list[NodeId]:
-            out = []
-            for lk in topo.out_links(u):
-                j = self._index[lk.dst]
-                if lk.gbps > 0 and dist[j] == want and (j == d or not self._is_gpu[j]):
-                    out.append(lk.dst)
-            return out
-
-        firsts = [dist[self._index[lk.dst]] for lk in topo.out_links(src) if lk.gbps > 0
-                  and (lk.dst == dst or not self._is_gpu[self._index[lk.dst]]) and dist[self._index[lk.dst]] >= 0]
+        d, s = self._index[dst], self._index[src]
+        dist, is_gpu, ids = self._to(d), self._is_gpu, self._ids
+        firsts = [dist[j] for j in self._out[s] if (j == d or not is_gpu[j]) and dist[j] >= 0]
         if not firsts:
             return None
-        paths: list[tuple[NodeId, ...]] = []
-        stack: list[tuple[NodeId, ...]] = [(src,)]
+        found: list[tuple[int, ...]] = []
+        stack: list[tuple[int, ...]] = [(s,)]
         while stack:
             path = stack.pop()
-            left = min(firsts) if len(path) == 1 else dist[self._index[path[-1]]] - 1
+            left = min(firsts) if len(path) == 1 else dist[path[-1]] - 1
             if left < 0:
-                paths.append(path)
-                if len(paths) > _TIE_LIMIT:
+                found.append(path)
+                if len(found) > _TIE_LIMIT:
                     return _source_routes(topo, src).get(dst)  # beyond the tie limit: its own order
                 continue
-            stack += [(*path, v) for v in steps(path[-1], left)]
+            stack += [(*path, j) for j in self._out[path[-1]] if dist[j] == left and (j == d or not is_gpu[j])]
+        paths = [tuple(ids[j] for j in p) for p in found]
         if len(paths) == 1:
             return paths[0]
         roles, caps = _roles(topo), topo.capacity_grid.caps

@@ -238,12 +238,12 @@ class _LazyHops(Mapping[Rank, Mapping[Rank, tuple[str, ...]]]):
         return self.n
 
 
-def _choice_rings(topo: Topology, choice: BaselineChoice, nchannels: int) -> tuple[list[list[Rank]], str] | None:
+def _choice_rings(topo: Topology, choice: BaselineChoice, nchannels: int,
+                  routes: PairRoutes) -> tuple[list[list[Rank]], str] | None:
     """Rings on the choice's layout and a note on how they were built, or ``None`` (use the generic ring)."""
     layout = choice.layout
     if layout is None:
         return None
-    routes = PairRoutes(topo)
     direct = _LazyHops(topo, routes, local=False)
     hops: list[_Hops] = [_LazyHops(topo, routes, local=True), direct]
     attempts = [(False, False, "")]
@@ -274,7 +274,7 @@ def _generic_rings(topo: Topology, nchannels: int) -> list[list[Rank]]:
 
 def ring_orders(topo: Topology, nchannels: int) -> list[list[Rank]]:
     """The rank order of each ring NCCL-like rings would use on ``topo``."""
-    built = _choice_rings(topo, baseline_choice(topo), nchannels)
+    built = _choice_rings(topo, baseline_choice(topo), nchannels, PairRoutes(topo))
     return built[0] if built is not None else _generic_rings(topo, nchannels)
 
 
@@ -361,12 +361,16 @@ def nccl_ring(collective: Collective | str, topo: Topology, *, nchannels: int | 
     """
     if collective not in TREE_COLLECTIVES:
         raise ScheduleError(f"ring baseline supports allgather, reducescatter, allreduce, not {collective!r}")
-    coll = Collective(collective)
     if nchannels is not None and nchannels < 1:
         raise ScheduleError(f"nchannels must be >= 1, got {nchannels!r}")
-    choice = baseline_choice(topo)
+    return _nccl_ring(Collective(collective), topo, nchannels, baseline_choice(topo), PairRoutes(topo))
+
+
+def _nccl_ring(coll: Collective, topo: Topology, nchannels: int | None, choice: BaselineChoice,
+               pair_routes: PairRoutes) -> Schedule:
+    """:func:`nccl_ring` on checked arguments, with the layout and routes its caller already has."""
     channels = nchannels if nchannels is not None else (choice.layout.nrails if choice.layout is not None else 2)
-    built = _choice_rings(topo, choice, channels)
+    built = _choice_rings(topo, choice, channels, pair_routes)
     if built is not None:
         orders, note = built
         per_nic = " (one per NIC)" if nchannels is None else ""
@@ -381,7 +385,7 @@ def nccl_ring(collective: Collective | str, topo: Topology, *, nchannels: int | 
         what = f"generic ring, {channels} channels"
         reason = choice.reason if choice.layout is None else f"no ring through the NIC layout ({choice.reason})"
     n = topo.nranks
-    lazy = _LazyHops(topo, PairRoutes(topo), local=False)
+    lazy = _LazyHops(topo, pair_routes, local=False)
     ring_direct = all(order[(i + 1) % n] in lazy[order[i]] for order in orders for i in range(n))
     direct: _Hops = lazy if ring_direct else gpu_hops(topo)  # relays search every GPU's hops
     cache: dict[tuple[Rank, Rank], Hop] = {}

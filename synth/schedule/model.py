@@ -188,11 +188,12 @@ class Schedule:
         return total
 
     def _phase_ratio(self, topo: Topology, loads: dict[tuple[NodeId, NodeId], int]) -> Fraction:
+        caps = topo.capacity_grid.caps  # exact capacities, looked up once (exact_capacity per link: µs each)
         worst = Fraction(0)
         for key, load in loads.items():
-            if not topo.has_link(*key):
+            gbps = caps.get(key)
+            if gbps is None:
                 raise ScheduleError(f"schedule uses link {key[0]}->{key[1]}, absent from topology {topo.name!r}")
-            gbps = topo.exact_capacity(*key)
             if gbps == 0:
                 raise ScheduleError(f"schedule uses link {key[0]}->{key[1]}, which is down (0 Gbit/s)")
             worst = max(worst, Fraction(load) * 8 / gbps)
