@@ -11,13 +11,13 @@ Examples
 from __future__ import annotations
 
 import time
-from fractions import Fraction
 
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from synth._types import Collective, Rank
+from synth._cheap_cut import cheap_cut_algbw
 from synth._deadline import check_time_limit, fallback_grace_s, fallback_reserve_s, solving
 from synth.baselines import weighted_rings
 from synth.bounds import optimal_bound
@@ -276,39 +276,20 @@ def _ring_estimate_s(topo: Topology) -> float:
     return RING_S_PER_GPU * topo.nranks
 
 
-def _gpu_cut_algbw(collective: Collective, topo: Topology) -> float:
-    """A proven upper bound that costs no max-flow: every GPU receives (AllGather; ReduceScatter:
-    sends) N − 1 blocks over its own links; AllReduce does both, one phase after the other."""
-    n = topo.nranks
-    ins: dict[str, Fraction] = {g.id: Fraction(0) for g in topo.gpus}
-    outs: dict[str, Fraction] = dict(ins)
-    for (a, b), gbps in topo.capacity_grid.caps.items():  # one pass: exact_capacity per link costs seconds at 2048
-        if b in ins:
-            ins[b] += gbps
-        if a in outs:
-            outs[a] += gbps
-    ins_gbps, outs_gbps = float(min(ins.values())), float(min(outs.values()))
-    ag, rs = n * ins_gbps / (8 * (n - 1)), n * outs_gbps / (8 * (n - 1))
-    if collective is Collective.ALLGATHER:
-        return ag
-    if collective is Collective.REDUCESCATTER:
-        return rs
-    return 1 / (1 / ag + 1 / rs) if ag > 0 and rs > 0 else 0.0
-
-
 def _ring_fallback(collective: Collective, topo: Topology, chunks: int | None, exc: TimeLimitError,
                    started: tuple[float, float | None]) -> SynthResult:
     """A tree collective stopped by its time limit: the degraded-aware rings (valid on ``topo``,
     :func:`synth.baselines.weighted_rings`) with their gap against the exact cut bound where phase 1
-    finished, else a GPU's own links. ``started`` is the solve's start (``perf_counter``) and the
+    finished, else cheap cuts (:func:`synth._cheap_cut.cheap_cut_algbw`). ``started`` is the solve's start (``perf_counter``) and the
     caller's time limit; a ring built past the limit's grace (:func:`synth._deadline.fallback_grace_s`)
     says so."""
     start, limit_s = started
     stopped = f"{collective} on {topo.name!r} under a time limit of {limit_s:g} s: {exc}"
     upper = exc.upper_algbw_GBps if collective is not Collective.ALLREDUCE else None
-    how = "the exact cut bound" if upper is not None else "a GPU's own links (the cut bound was not reached)"
+    how = "the exact cut bound" if upper is not None else \
+        "cheap cuts (every GPU alone, every switch with its GPUs; the exact cut bound was not reached)"
     if upper is None:
-        upper = _gpu_cut_algbw(collective, topo)
+        upper = cheap_cut_algbw(collective, topo)
     try:
         sched = weighted_rings(collective, topo, max_chunks=chunks)
     except ScheduleError as why:

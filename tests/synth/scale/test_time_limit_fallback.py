@@ -2,7 +2,7 @@
 (issue 31, "Scale": a limit hit must come with a useful bound and a deployable schedule).
 
 The bound is the exact cut bound when phase 1 finished before the limit (noted through
-``synth._deadline.note_upper_bound``), else a GPU's own links; either way a proven upper bound, checked
+``synth._deadline.note_upper_bound``), else cheap cuts (every GPU alone, every switch with its GPUs); either way a proven upper bound, checked
 here against the exact optimum on healthy and degraded fabrics (hypothesis picks the degraded link).
 """
 
@@ -20,7 +20,8 @@ from synth.errors import TimeLimitError
 from synth.kernels.packing import _give_up_if_hopeless
 from synth.bounds import optimal_bound
 from synth.result import Status, SynthResult, gap_pct
-from synth.synthesis import _gpu_cut_algbw, _ring_estimate_s
+from synth._cheap_cut import cheap_cut_algbw
+from synth.synthesis import _ring_estimate_s
 from synth.topologies import Topology, named_topology
 from synth.collective import Collective
 
@@ -78,7 +79,7 @@ def test_ring_fallback_on_degraded_fabrics(gpu: int, factor: float, nvlink: bool
 @pytest.mark.parametrize("collective", [Collective.ALLGATHER, Collective.REDUCESCATTER, Collective.ALLREDUCE])
 def test_gpu_cut_is_a_proven_upper_bound(collective: Collective) -> None:
     topo = named_topology("hpn:1x2x8").scaled("gpu3", "tor0.3", 0.3)
-    assert _gpu_cut_algbw(collective, topo) >= optimal_bound(collective.value, topo).algbw_GBps * (1 - 1e-12)
+    assert cheap_cut_algbw(collective, topo) >= optimal_bound(collective.value, topo).algbw_GBps * (1 - 1e-12)
 
 
 def test_warm_start_keeps_its_schedule_rather_than_the_ring() -> None:
