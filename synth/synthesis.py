@@ -266,9 +266,9 @@ def _skip_tree_solve(collective: Collective, topo: Topology, warm_from: Schedule
 
 
 #: Seconds per GPU that building, validating and rating the ring fallback takes (the degraded-aware
-#: rings, :func:`synth.baselines.weighted_rings`, 8 channels): hpn:16x16x8 after fail2, 3.1 s under
-#: load (1.5 ms a GPU); 2 ms leaves it 4.1 s.
-RING_S_PER_GPU = 2e-3
+#: rings, :func:`synth.baselines.weighted_rings`, 8 channels): hpn:16x16x8 after fail2, 3.1 s of CPU
+#: (1.5 ms a GPU), 6-10 s of wall time on 2 cores under a load of 8; 4 ms leaves it 8.2 s.
+RING_S_PER_GPU = 4e-3
 
 
 def _ring_estimate_s(topo: Topology) -> float:

@@ -145,3 +145,16 @@ def test_warm_after_a_time_limited_result_skips_the_tree_solve() -> None:
     assert res.schedule is not None and res.schedule.meta["synthesizer"] == "ring-lp"
     assert res.algbw_GBps > 2 * cold.schedule.algbw_GBps(degraded)
     assert res.gap_pct < 15.0
+
+
+def test_ring_fallback_past_its_grace_says_so() -> None:
+    """A fallback that runs past the limit by more than synth._deadline.fallback_grace_s says so (a tiny
+    limit on a large fabric): here the solve is made to have started 5 s before a 1 ms limit."""
+    from synth.synthesis import _ring_fallback
+
+    topo = named_topology("hpn:1x2x8")
+    exc = TimeLimitError("demo: time limit of 0.001 s reached")
+    late = _ring_fallback(Collective.ALLGATHER, topo, None, exc, (time.perf_counter() - 5.0, 1e-3))
+    assert late.schedule is not None and "s past the time limit" in late.message
+    in_time = _ring_fallback(Collective.ALLGATHER, topo, None, exc, (time.perf_counter(), 10.0))
+    assert "past the time limit" not in in_time.message
