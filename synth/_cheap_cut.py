@@ -29,27 +29,30 @@ __all__ = ["cheap_cut_algbw"]
 def _phase_bound(topo: Topology, into: bool) -> float:
     """min over the sets of ``B(S) / (N − g)`` in Gbit/s per source (``into``: links entering S)."""
     n = topo.nranks
-    caps = topo.capacity_grid.caps
+    grid = topo.capacity_grid
+    scale = 10 ** grid.decimals  # capacities lie on this decimal grid: integer sums stay exact and fast
+    scaled = {key: c * scale for key, c in grid.caps.items()}
+    caps: dict[tuple[str, str], int | Fraction] = \
+        {key: int(c) for key, c in scaled.items()} if all(c.denominator == 1 for c in scaled.values()) else dict(scaled)
     gpus = {g.id for g in topo.gpus}
-    total: dict[str, Fraction] = {}
-    for (a, b), gbps in caps.items():
+    total: dict[str, int | Fraction] = {}
+    for (a, b), units in caps.items():
         end = b if into else a
-        total[end] = total.get(end, Fraction(0)) + gbps
-    best = min((total.get(g, Fraction(0)) / (n - 1) for g in gpus), default=Fraction(0))
+        total[end] = total.get(end, 0) + units
+    best = min((Fraction(total.get(g, 0), n - 1) for g in gpus), default=Fraction(0))
     for sw in topo.switches:
         members = {lk.dst for lk in topo.out_links(sw.id) if lk.dst in gpus} | \
             {lk.src for lk in topo.in_links(sw.id) if lk.src in gpus}
         if not members or len(members) >= n:
             continue
         inside = members | {sw.id}
-        crossing = Fraction(0)
+        crossing: int | Fraction = 0
         for v in inside:
             for lk in (topo.in_links(v) if into else topo.out_links(v)):
-                other = lk.src if into else lk.dst
-                if other not in inside:
+                if (lk.src if into else lk.dst) not in inside:
                     crossing += caps[lk.key]
-        best = min(best, crossing / (n - len(members)))
-    return float(best)
+        best = min(best, Fraction(crossing, n - len(members)))
+    return float(best / scale)
 
 
 def cheap_cut_algbw(collective: Collective, topo: Topology) -> float:

@@ -42,6 +42,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
+from synth._bulk import bulk_allocation
 from synth._types import Rank
 from synth.collective import TREE_COLLECTIVES, Collective
 from synth.errors import ScheduleError
@@ -333,7 +334,8 @@ def _walk_tree(walk: list[Rank], can_hop: Callable[[Rank, Rank], bool],
     return edges
 
 
-def _direct_ring_routes(coll: Collective, order: list[Rank], hop: Callable[[Rank, Rank], Hop]) -> list[Route]:
+def _direct_ring_routes(coll: Collective, order: list[Rank], hop: Callable[[Rank, Rank], Hop],
+                        chunks: int = 1) -> list[Route]:
     """The routes of one ring whose every step ``order[i] → order[i + 1]`` is a hop: the same routes as
     the walk of :func:`nccl_ring` (no relay is ever needed), as slices of the ring's hops (2048 GPUs:
     ~33 M hops in all, so no per-hop Python work). The out-tree of the rank at position p takes the
@@ -341,11 +343,13 @@ def _direct_ring_routes(coll: Collective, order: list[Rank], hop: Callable[[Rank
     n = len(order)
     ring = [hop(order[i], order[(i + 1) % n]) for i in range(n)] * 2
     routes: list[Route] = []
-    for p, root in sorted(enumerate(order), key=lambda pr: pr[1]):
-        if coll.in_trees:
-            routes.append(Route(RouteKind.IN_TREE, root, 1, tuple(ring[p + 1:p + n])))
-        if coll.out_trees:
-            routes.append(Route(RouteKind.OUT_TREE, root, 1, tuple(ring[p:p + n - 1])))
+    ins, outs = coll.in_trees, coll.out_trees
+    with bulk_allocation():
+        for p, root in sorted(enumerate(order), key=lambda pr: pr[1]):
+            if ins:
+                routes.append(Route(RouteKind.IN_TREE, root, chunks, tuple(ring[p + 1:p + n])))
+            if outs:
+                routes.append(Route(RouteKind.OUT_TREE, root, chunks, tuple(ring[p:p + n - 1])))
     return routes
 
 

@@ -252,7 +252,7 @@ def weighted_rings(collective: Collective | str, topo: Topology, *, max_chunks: 
     used = [(order, m) for order, m in zip(orders, chunks) if m > 0]
     out: list[Route] = []
     for order, m in used:
-        out += [Route(r.kind, r.root, m, r.hops) for r in _direct_ring_routes(coll, order, hop)]
+        out += _direct_ring_routes(coll, order, hop, m)
     meta = {"synthesizer": "ring-lp", "nchannels": len(used), "ring_chunks": [m for _, m in used],
             "baseline": f"{choice.kind}-ring", "baseline_reason":
             f"{len(used)} of {len(orders)} rail rings and detours, LP chunk weights; {choice.reason}",
