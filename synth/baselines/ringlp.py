@@ -221,14 +221,16 @@ def weighted_rings(collective: Collective | str, topo: Topology, *, max_chunks: 
         return _nccl_ring(coll, topo, min(channels, cap_k) if cap_k < channels else None, choice, routes)
     orders = _candidates(topo, layout, channels, routes)
     lazy = _LazyHops(topo, routes, local=False)
-    orders = [o for o in orders if all(o[(i + 1) % n] in lazy[o[i]] for i in range(n))]
+    orders = [o for o in orders if all(lazy.path(o[i], o[(i + 1) % n]) is not None for i in range(n))]
     if len(orders) <= channels:
         return _nccl_ring(coll, topo, None, choice, routes)
     cache: dict[tuple[Rank, Rank], Hop] = {}
 
     def hop(a: Rank, b: Rank) -> Hop:
         if (a, b) not in cache:
-            cache[(a, b)] = Hop(a, b, lazy[a][b])
+            path = lazy.path(a, b)
+            assert path is not None  # every ring step was checked to be a hop
+            cache[(a, b)] = Hop(a, b, path)
         return cache[(a, b)]
 
     loads: list[dict[tuple[NodeId, NodeId], int]] = []
