@@ -10,6 +10,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 import time
 
 from collections.abc import Sequence
@@ -232,6 +233,11 @@ def _forestcoll(collective: Collective, topo: Topology, chunks: int | None, warm
         # warm start's, if it is still valid here (gap certified by a cut's upper bound), or the
         # degraded-aware rings (:func:`_ring_fallback`), whichever rates higher on ``topo``.
         ring = _ring_fallback(collective, topo, chunks, exc, (start, time_limit_s))
+        if ring.schedule is not None and time_limit_s is not None:
+            # The limit the tree solve could not finish within, kept with the schedule: a warm start
+            # from this result under no more than twice it skips the tree solve (_skip_tree_solve).
+            stopped = _stopped_limit_s(warm_from) if skip is not None else time_limit_s
+            ring = replace(ring, schedule=ring.schedule.with_meta(tree_solve_stopped_at_limit_s=stopped))
         noted = exc.upper_algbw_GBps if collective is not Collective.ALLREDUCE else None
         kept = _warm_fallback(collective, topo, warm_schedule, noted if noted is not None else ring.optimal_algbw_GBps)
         if kept is None or (ring.schedule is not None and ring.algbw_GBps > kept[1]):
@@ -248,21 +254,32 @@ def _forestcoll(collective: Collective, topo: Topology, chunks: int | None, warm
                            optimal_algbw_GBps=upper, gap_pct=gap, solve_time_s=elapsed, warm=True)
 
 
+def _stopped_limit_s(warm_from: Schedule | SynthResult | None) -> float:
+    """The time limit a time-limited result's tree solve stopped at: as its schedule records it
+    (``meta["tree_solve_stopped_at_limit_s"]``, carried along a chain of warm starts), else the time
+    the result took."""
+    assert isinstance(warm_from, SynthResult)
+    noted = warm_from.schedule.meta.get("tree_solve_stopped_at_limit_s") if warm_from.schedule is not None else None
+    if isinstance(noted, int | float) and not isinstance(noted, bool) and math.isfinite(noted) and noted > 0:
+        return float(noted)
+    return warm_from.solve_time_s
+
+
 def _skip_tree_solve(collective: Collective, topo: Topology, warm_from: Schedule | SynthResult | None,
                      time_limit_s: float | None) -> str | None:
     """Why the tree solve is not started (``None``: it is): the warm start is a result of this
     collective on as many ranks that already stopped at its time limit, and this limit is at most
-    twice the time that result took: the tree solve would stop again, after the whole limit."""
+    twice that one (:func:`_stopped_limit_s`): the tree solve would stop again, after the whole limit."""
     if time_limit_s is None or not isinstance(warm_from, SynthResult) or warm_from.status is not Status.TIME_LIMIT:
         return None
     prev = warm_from.schedule
     if prev is None or prev.collective != collective or prev.nranks != topo.nranks:
         return None
-    if time_limit_s > 2 * warm_from.solve_time_s:
+    stopped = _stopped_limit_s(warm_from)
+    if time_limit_s > 2 * stopped:
         return None
-    return (f"{collective} on {topo.name}: tree solve not started: the warm start's synthesis stopped at its "
-            f"time limit after {warm_from.solve_time_s:.3g} s, and this limit of {time_limit_s:g} s is at most "
-            f"twice that")
+    return (f"{collective} on {topo.name}: tree solve not started: the warm start's tree solve stopped at a "
+            f"time limit of {stopped:g} s, and this limit of {time_limit_s:g} s is at most twice that")
 
 
 #: Seconds per GPU that building, validating and rating the ring fallback takes (the degraded-aware

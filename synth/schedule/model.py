@@ -115,7 +115,11 @@ class Schedule:
 
     def with_meta(self, **updates: Any) -> Schedule:
         """A copy with ``meta`` keys added or replaced."""
-        return replace(self, meta=_freeze({**self.meta, **updates}))
+        out = replace(self, meta=_freeze({**self.meta, **updates}))
+        for cache in ("_windows_cache", "_phase_loads_cache"):  # same routes: what was found of them holds
+            if cache in self.__dict__:
+                object.__setattr__(out, cache, self.__dict__[cache])
+        return out
 
     # -- loads and timing ---------------------------------------------------------------------
     def link_loads(self) -> dict[tuple[NodeId, NodeId], int]:

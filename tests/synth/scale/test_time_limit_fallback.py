@@ -139,7 +139,7 @@ def test_warm_after_a_time_limited_result_skips_the_tree_solve() -> None:
     cold = synthesize("allgather", topo, time_limit_s=1.0)
     assert cold.status is Status.TIME_LIMIT and cold.schedule is not None
     degraded = topo.scaled("gpu0", "tor0.0", 0.125)
-    res = synthesize("allgather", degraded, warm_from=cold, time_limit_s=max(1.0, cold.solve_time_s))
+    res = synthesize("allgather", degraded, warm_from=cold, time_limit_s=1.5)
     assert "tree solve not started" in res.message and res.warm
     _check_fallback(res, degraded, "allgather")
     assert res.schedule is not None and res.schedule.meta["synthesizer"] == "ring-lp"
@@ -158,3 +158,19 @@ def test_ring_fallback_past_its_grace_says_so() -> None:
     assert late.schedule is not None and "s past the time limit" in late.message
     in_time = _ring_fallback(Collective.ALLGATHER, topo, None, exc, (time.perf_counter(), 10.0))
     assert "past the time limit" not in in_time.message
+
+
+def test_skipping_carries_along_a_chain_of_warm_starts() -> None:
+    """The limit the tree solve stopped at travels with the fallback's schedule, so a second failure
+    warm from the first warm result skips the tree solve too; a limit over twice it solves again."""
+    topo = named_topology("hpn:1x16x8")
+    cold = synthesize("allgather", topo, time_limit_s=0.05)
+    assert cold.status is Status.TIME_LIMIT and cold.schedule is not None
+    assert cold.schedule.meta["tree_solve_stopped_at_limit_s"] == 0.05
+    once = synthesize("allgather", topo.scaled("gpu0", "tor0.0", 0.125), warm_from=cold, time_limit_s=0.1)
+    assert "tree solve not started" in once.message and once.schedule is not None
+    assert once.schedule.meta["tree_solve_stopped_at_limit_s"] == 0.05
+    twice = synthesize("allgather", topo.scaled("gpu9", "tor0.1", 0.25), warm_from=once, time_limit_s=0.1)
+    assert "tree solve not started" in twice.message
+    longer = synthesize("allgather", topo, warm_from=once, time_limit_s=0.2)
+    assert "tree solve not started" not in longer.message
