@@ -45,7 +45,7 @@ SIZES = ("1x16x8", "4x16x8", "8x16x8", "16x16x8")  # 128, 512, 1024, 2048 GPUs
 QUICK_SIZES = ("1x16x8", "2x16x8")  # 128, 256
 COLLECTIVES = ("allgather", "alltoall")
 COLUMNS = ["topology", "N", "collective", "status", "cold_s", "cold_cpu_s", "algbw_GBps", "bound_GBps", "gap_pct",
-           "warm_fail2_s", "warm_status", "warm_gap_pct", "peak_rss_MiB"]
+           "warm_fail2_s", "warm_status", "warm_algbw_GBps", "warm_gap_pct", "peak_rss_MiB"]
 
 
 def _top_functions(prof: cProfile.Profile, count: int = 10) -> list[str]:
@@ -85,7 +85,9 @@ def case(spec: str, collective: str, limit_s: float, repeats: int, profile: bool
         "topology": spec, "N": topo.nranks, "collective": collective, "status": cold.status.value,
         "cold_s": round(cold_s, 3), "cold_cpu_s": round(cold_cpu_s, 3), "algbw_GBps": round(cold.algbw_GBps, 4),
         "bound_GBps": round(cold.optimal_algbw_GBps, 4), "gap_pct": round(cold.gap_pct, 4),
-        "warm_fail2_s": round(warm_s, 3), "warm_status": warm.status.value, "warm_gap_pct": round(warm.gap_pct, 4),
+        "warm_fail2_s": round(warm_s, 3), "warm_status": warm.status.value,
+        "warm_algbw_GBps": round(warm.algbw_GBps, 4), "warm_gap_pct": round(warm.gap_pct, 4),
+        "warm_message": warm.message,
         "peak_rss_MiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "repeats": repeats, "message": cold.message, "profile": top,
     }
@@ -109,6 +111,8 @@ def _notes(rows: list[dict[str, Any]], limit_s: float, quick: bool) -> str:
              "status is optimal). Warm: from the cold result, on the fail2 topology. Peak RSS of the case's "
              "own process.", ""]
     lines += [f"* {r['collective']} on {r['topology']}: {r['message']}" for r in rows]
+    lines += ["", "Warm after fail2:", ""]
+    lines += [f"* {r['collective']} on {r['topology']}+fail2: {r.get('warm_message', '(not recorded)')}" for r in rows]
     for r in rows:
         if r["profile"]:
             lines += ["", f"Profile, {r['collective']} on {r['topology']} (cold, cProfile, cumulative):", "",

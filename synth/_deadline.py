@@ -28,9 +28,16 @@ from dataclasses import dataclass
 
 from synth.errors import SolverError, TimeLimitError
 
-__all__ = ["PROGRESS_EVERY_S", "check_time_limit", "give_up", "note_upper_bound", "remaining_s", "solving", "tick"]
+__all__ = ["FALLBACK_GRACE_S", "FALLBACK_SHARE", "PROGRESS_EVERY_S", "check_time_limit", "fallback_grace_s",
+           "fallback_reserve_s", "give_up", "note_upper_bound", "remaining_s", "solving", "tick"]
 
 PROGRESS_EVERY_S = 5.0
+#: The largest share of a time limit kept from the solve for the fallback that replaces it (the
+#: solve keeps the rest: its first phase is the exact bound the fallback is certified against).
+FALLBACK_SHARE = 2 / 3
+#: Seconds a fallback may run past the time limit at least (or a tenth of the limit, if longer):
+#: a deployable schedule is worth them. A fallback that runs longer says so in its message.
+FALLBACK_GRACE_S = 1.0
 log = logging.getLogger("synth.progress")
 
 
@@ -104,6 +111,26 @@ def note_upper_bound(algbw_GBps: float) -> None:  # noqa: N803
     cur = _CURRENT.get()
     if cur is not None:
         cur.upper_algbw_GBps = float(algbw_GBps)
+
+
+def fallback_reserve_s(time_limit_s: float, estimate_s: float) -> float:
+    """Seconds of ``time_limit_s`` kept for a fallback that is estimated to take ``estimate_s``:
+    the estimate, at most :data:`FALLBACK_SHARE` of the limit (the one rule of every synthesizer
+    that keeps time for its fallback).
+
+    >>> fallback_reserve_s(60.0, 4.0), fallback_reserve_s(3.0, 4.0)
+    (4.0, 2.0)
+    """
+    return min(max(estimate_s, 0.0), FALLBACK_SHARE * time_limit_s)
+
+
+def fallback_grace_s(time_limit_s: float) -> float:
+    """Seconds a fallback may run past ``time_limit_s``: :data:`FALLBACK_GRACE_S` or a tenth of the limit.
+
+    >>> fallback_grace_s(5.0), fallback_grace_s(60.0)
+    (1.0, 6.0)
+    """
+    return max(FALLBACK_GRACE_S, 0.1 * time_limit_s)
 
 
 def remaining_s() -> float | None:

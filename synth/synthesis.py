@@ -18,8 +18,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 from synth._types import Collective, Rank
-from synth._deadline import check_time_limit, solving
-from synth.baselines import baseline_choice, nccl_ring
+from synth._cheap_cut import cheap_cut_algbw
+from synth._deadline import check_time_limit, fallback_grace_s, fallback_reserve_s, solving
+from synth.baselines import weighted_rings
 from synth.bounds import optimal_bound
 from synth.errors import ScheduleError, SolverError, TimeLimitError, expect_type, short_repr
 from synth.figures import RoutedAllToAllFigures, RoutedTreeFigures
@@ -218,79 +219,96 @@ def _forestcoll(collective: Collective, topo: Topology, chunks: int | None, warm
     warm_schedule = warm_from.schedule if isinstance(warm_from, SynthResult) else warm_from
     start = time.perf_counter()
     solve_s = time_limit_s
-    if time_limit_s is not None and warm_schedule is None:
-        # A cold solve leaves the ring fallback its time (at least a third of the limit stays solving:
-        # phase 1 is the exact bound the fallback's gap is certified against).
-        solve_s = max(time_limit_s - _ring_reserve_s(topo, chunks), time_limit_s / 3)
+    if time_limit_s is not None:
+        # The ring fallback's time is kept from the solve (synth._deadline.fallback_reserve_s).
+        solve_s = time_limit_s - fallback_reserve_s(time_limit_s, _ring_estimate_s(topo))
+    skip = _skip_tree_solve(collective, topo, warm_from, time_limit_s)
     try:
+        if skip is not None:
+            raise TimeLimitError(skip)
         with solving(solve_s, f"{collective} on {topo.name}"):
             return _certified(topo, fn(topo, max_chunks=chunks, warm_start=warm_schedule))
     except TimeLimitError as exc:
         # ForestColl builds its trees only after the exact optimum: the best schedule so far is the
-        # warm start's, if it is still valid here; its gap is certified by a cut's upper bound.
-        # Cold, it is the NCCL-like ring (:func:`_ring_fallback`).
+        # warm start's, if it is still valid here (gap certified by a cut's upper bound), or the
+        # degraded-aware rings (:func:`_ring_fallback`), whichever rates higher on ``topo``.
+        ring = _ring_fallback(collective, topo, chunks, exc, (start, time_limit_s))
+        if ring.schedule is not None and time_limit_s is not None:
+            # The limit the tree solve could not finish within, kept with the schedule: a warm start
+            # from this result under no more than twice it skips the tree solve (_skip_tree_solve).
+            stopped = _stopped_limit_s(warm_from) if skip is not None else time_limit_s
+            ring = replace(ring, schedule=ring.schedule.with_meta(tree_solve_stopped_at_limit_s=stopped))
         noted = exc.upper_algbw_GBps if collective is not Collective.ALLREDUCE else None
-        kept = _warm_fallback(collective, topo, warm_schedule, noted)
-        elapsed = time.perf_counter() - start
-        if kept is None and warm_schedule is None:
-            return _certified(topo, _ring_fallback(collective, topo, chunks, exc, (start, time_limit_s)))
-        if kept is None:
-            return SynthResult(status=Status.TIME_LIMIT, message=f"{exc} before a schedule was built (no schedule)",
-                               schedule=None, algbw_GBps=0.0, optimal_algbw_GBps=math.inf, gap_pct=100.0,
-                               solve_time_s=elapsed, warm=warm_from is not None)
+        kept = _warm_fallback(collective, topo, warm_schedule, noted if noted is not None else ring.optimal_algbw_GBps)
+        if kept is None or (ring.schedule is not None and ring.algbw_GBps > kept[1]):
+            if kept is not None:
+                ring = replace(ring, message=f"{ring.message}; the warm-start schedule rates {kept[1]:.6g} GB/s here")
+            return _certified(topo, replace(ring, warm=warm_from is not None))
         sched, algbw, upper = kept
+        upper = min(upper, ring.optimal_algbw_GBps) if ring.optimal_algbw_GBps >= algbw else upper
         gap = gap_pct(algbw, upper)
+        elapsed = time.perf_counter() - start
         return SynthResult(status=Status.TIME_LIMIT, message=f"{exc}; kept the warm-start schedule, valid on "
-                           f"{topo.name!r}: {algbw:.6g} GB/s, gap <= {gap:.3f}% vs a proven upper bound of "
-                           f"{upper:.6g} GB/s", schedule=sched, algbw_GBps=algbw, optimal_algbw_GBps=upper,
-                           gap_pct=gap, solve_time_s=elapsed, warm=True)
+                           f"{topo.name!r}: {algbw:.6g} GB/s (the rings: {ring.algbw_GBps:.6g}), gap <= {gap:.3f}% "
+                           f"vs a proven upper bound of {upper:.6g} GB/s", schedule=sched, algbw_GBps=algbw,
+                           optimal_algbw_GBps=upper, gap_pct=gap, solve_time_s=elapsed, warm=True)
 
 
-#: Seconds per ring hop (GPUs² × channels) that building, validating and rating the NCCL-like ring
-#: takes: hpn:16x16x8 (33.5 M hops) took 28 s of CPU (0.85 µs a hop; 139 s wall on 2 cores under a
-#: load of 6-8); 0.9 µs leaves it 30 s of a 60 s limit.
-RING_S_PER_HOP = 0.9e-6
+def _stopped_limit_s(warm_from: Schedule | SynthResult | None) -> float:
+    """The time limit a time-limited result's tree solve stopped at: as its schedule records it
+    (``meta["tree_solve_stopped_at_limit_s"]``, carried along a chain of warm starts), else the time
+    the result took."""
+    assert isinstance(warm_from, SynthResult)
+    noted = warm_from.schedule.meta.get("tree_solve_stopped_at_limit_s") if warm_from.schedule is not None else None
+    if isinstance(noted, int | float) and not isinstance(noted, bool) and math.isfinite(noted) and noted > 0:
+        return float(noted)
+    return warm_from.solve_time_s
 
 
-def _ring_channels(topo: Topology, chunks: int | None) -> int:
-    """The ring fallback's channels: one per NIC of a host (2 without a NIC layout), at most ``chunks``."""
-    layout = baseline_choice(topo).layout
-    channels = layout.nrails if layout is not None else 2
-    return channels if chunks is None else max(1, min(channels, chunks))
+def _skip_tree_solve(collective: Collective, topo: Topology, warm_from: Schedule | SynthResult | None,
+                     time_limit_s: float | None) -> str | None:
+    """Why the tree solve is not started (``None``: it is): the warm start is a result of this
+    collective on as many ranks that already stopped at its time limit, and this limit is at most
+    twice that one (:func:`_stopped_limit_s`): the tree solve would stop again, after the whole limit."""
+    if time_limit_s is None or not isinstance(warm_from, SynthResult) or warm_from.status is not Status.TIME_LIMIT:
+        return None
+    prev = warm_from.schedule
+    if prev is None or prev.collective != collective or prev.nranks != topo.nranks:
+        return None
+    stopped = _stopped_limit_s(warm_from)
+    if time_limit_s > 2 * stopped:
+        return None
+    return (f"{collective} on {topo.name}: tree solve not started: the warm start's tree solve stopped at a "
+            f"time limit of {stopped:g} s, and this limit of {time_limit_s:g} s is at most twice that")
 
 
-def _ring_reserve_s(topo: Topology, chunks: int | None) -> float:
-    """Seconds of a cold solve's time limit left to the ring fallback."""
-    return RING_S_PER_HOP * topo.nranks ** 2 * _ring_channels(topo, chunks)
+#: Seconds per GPU that building, validating and rating the ring fallback takes (the degraded-aware
+#: rings, :func:`synth.baselines.weighted_rings`, 8 channels): hpn:16x16x8 after fail2, 3.1 s of CPU
+#: (1.5 ms a GPU), 6-10 s of wall time on 2 cores under a load of 8; 4 ms leaves it 8.2 s.
+RING_S_PER_GPU = 4e-3
 
 
-def _gpu_cut_algbw(collective: Collective, topo: Topology) -> float:
-    """A proven upper bound that costs no max-flow: every GPU receives (AllGather; ReduceScatter:
-    sends) N − 1 blocks over its own links; AllReduce does both, one phase after the other."""
-    n = topo.nranks
-    ins = min(sum(float(topo.exact_capacity(*lk.key)) for lk in topo.in_links(g.id)) for g in topo.gpus)
-    outs = min(sum(float(topo.exact_capacity(*lk.key)) for lk in topo.out_links(g.id)) for g in topo.gpus)
-    ag, rs = n * ins / (8 * (n - 1)), n * outs / (8 * (n - 1))
-    if collective is Collective.ALLGATHER:
-        return ag
-    if collective is Collective.REDUCESCATTER:
-        return rs
-    return 1 / (1 / ag + 1 / rs) if ag > 0 and rs > 0 else 0.0
+def _ring_estimate_s(topo: Topology) -> float:
+    """Seconds the ring fallback is estimated to take on ``topo`` (no layout search: it costs seconds)."""
+    return RING_S_PER_GPU * topo.nranks
 
 
 def _ring_fallback(collective: Collective, topo: Topology, chunks: int | None, exc: TimeLimitError,
                    started: tuple[float, float | None]) -> SynthResult:
-    """A cold tree collective stopped by its time limit: the NCCL-like multi-ring (valid on ``topo``)
-    with its gap against the exact cut bound where phase 1 finished, else a GPU's own links.
-    ``started`` is the solve's start (``perf_counter``) and the caller's time limit."""
+    """A tree collective stopped by its time limit: the degraded-aware rings (valid on ``topo``,
+    :func:`synth.baselines.weighted_rings`) with their gap against the exact cut bound where phase 1
+    finished, else cheap cuts (:func:`synth._cheap_cut.cheap_cut_algbw`). ``started`` is the solve's start (``perf_counter``) and the
+    caller's time limit; a ring built past the limit's grace (:func:`synth._deadline.fallback_grace_s`)
+    says so."""
     start, limit_s = started
-    stopped = f"{collective} on {topo.name!r}: the cold solve stopped within the time limit of {limit_s:g} s ({exc})"
+    stopped = f"{collective} on {topo.name!r} under a time limit of {limit_s:g} s: {exc}"
     upper = exc.upper_algbw_GBps if collective is not Collective.ALLREDUCE else None
-    how = "the exact cut bound" if upper is not None else "a GPU's own links (the cut bound was not reached)"
+    how = "the exact cut bound" if upper is not None else \
+        "cheap cuts (every GPU alone, every switch with its GPUs; the exact cut bound was not reached)"
     if upper is None:
-        upper = _gpu_cut_algbw(collective, topo)
+        upper = cheap_cut_algbw(collective, topo)
     try:
-        sched = nccl_ring(collective, topo, nchannels=_ring_channels(topo, chunks))
+        sched = weighted_rings(collective, topo, max_chunks=chunks)
     except ScheduleError as why:
         return SynthResult(status=Status.TIME_LIMIT, message=f"{stopped} before a schedule was built, and no ring "
                            f"fallback: {why}", schedule=None, algbw_GBps=0.0, optimal_algbw_GBps=upper,
@@ -298,10 +316,18 @@ def _ring_fallback(collective: Collective, topo: Topology, chunks: int | None, e
     algbw = sched.algbw_GBps(topo)
     upper = max(upper, algbw)
     gap = gap_pct(algbw, upper)
-    return SynthResult(status=Status.TIME_LIMIT, message=f"{stopped}; fell back to the NCCL-like ring "
-                       f"({sched.meta['baseline']}, {sched.nchunks} channels): {algbw:.6g} GB/s, gap <= {gap:.3f}% "
-                       f"vs {how}, {upper:.6g} GB/s", schedule=sched, algbw_GBps=algbw, optimal_algbw_GBps=upper,
-                       gap_pct=gap, solve_time_s=time.perf_counter() - start, warm=False)
+    elapsed = time.perf_counter() - start
+    over = "" if limit_s is None or elapsed <= limit_s + fallback_grace_s(limit_s) else \
+        f"; building it ran {elapsed - limit_s:.3g} s past the time limit"
+    if "ring_chunks" in sched.meta:
+        rings = (f"the degraded-aware rings (ring-lp: {sched.meta['baseline']}, {sched.nchunks} chunks over "
+                 f"{len(sched.meta['ring_chunks'])} LP-weighted rings)")
+    else:
+        rings = f"the NCCL-like ring ({sched.meta['baseline']}, {sched.nchunks} channels)"
+    return SynthResult(status=Status.TIME_LIMIT, message=f"{stopped}; fell back to {rings}: {algbw:.6g} GB/s, gap "
+                       f"<= {gap:.3f}% vs {how}, {upper:.6g} GB/s{over}",
+                       schedule=sched, algbw_GBps=algbw, optimal_algbw_GBps=upper, gap_pct=gap,
+                       solve_time_s=elapsed, warm=False)
 
 
 def _certified(topo: Topology, result: SynthResult) -> SynthResult:

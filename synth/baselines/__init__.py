@@ -24,6 +24,7 @@ from synth.baselines.nccl import (
     nccl_ring,
     ring_orders,
 )
+from synth.baselines.ringlp import weighted_rings
 
 __all__ = ["BaselineChoice", "baseline_choice", "baseline_kind", "describe_baseline", "nccl_direct_alltoall",
-           "nccl_ring", "ring_orders"]
+           "nccl_ring", "ring_orders", "weighted_rings"]

@@ -39,13 +39,14 @@ Examples
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
+from synth._bulk import bulk_allocation
 from synth._types import Rank
 from synth.collective import TREE_COLLECTIVES, Collective
 from synth.errors import ScheduleError
-from synth.routing import route_table
+from synth.routing import PairRoutes, route_table
 from synth.schedule import Hop, Route, RouteKind, Schedule
 from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology
@@ -182,20 +183,70 @@ def _layout_ring(layout: NicLayout, channel: int, hops: list[_Hops], shift: bool
     return order
 
 
-def _host_local(topo: Topology, direct: _Hops) -> _Hops:
-    """The GPU hops that stay inside a host: a direct link or host switches only."""
-    roles = switch_roles(topo)
-    return {u: {v: p for v, p in peers.items() if all(roles.get(n, "nvswitch") == "nvswitch" for n in p[1:-1])}
-            for u, peers in direct.items()}
+class _Peers(Mapping[Rank, tuple[str, ...]]):
+    """GPU ``u``'s switch-only hops, found per peer on demand (``in`` and ``[]``); iterating finds them all."""
+
+    def __init__(self, owner: _LazyHops, u: Rank) -> None:
+        self._owner, self._u = owner, u
+
+    def _path(self, v: object) -> tuple[str, ...] | None:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < self._owner.n or v == self._u:
+            return None
+        return self._owner.path(self._u, v)
+
+    def __contains__(self, v: object) -> bool:
+        return self._path(v) is not None
+
+    def __getitem__(self, v: Rank) -> tuple[str, ...]:
+        path = self._path(v)
+        if path is None:
+            raise KeyError(v)
+        return path
+
+    def _all(self) -> list[Rank]:
+        return [v for v in range(self._owner.n) if self._path(v) is not None]
+
+    def __iter__(self) -> Iterator[Rank]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
-def _choice_rings(topo: Topology, choice: BaselineChoice, nchannels: int) -> tuple[list[list[Rank]], str] | None:
+class _LazyHops(Mapping[Rank, Mapping[Rank, tuple[str, ...]]]):
+    """:func:`gpu_hops` (or its host-local part, ``local``) with every pair's route found only when
+    asked (:class:`synth.routing.PairRoutes`): a ring asks for ~N × channels pairs, not N²."""
+
+    def __init__(self, topo: Topology, routes: PairRoutes, local: bool) -> None:
+        self.n, self._routes, self._local = topo.nranks, routes, local
+        self._roles = switch_roles(topo) if local else {}
+
+    def path(self, u: Rank, v: Rank) -> tuple[str, ...] | None:
+        p = self._routes.route(u, v)
+        if p is None or not self._local:
+            return p
+        return p if all(self._roles.get(x, "nvswitch") == "nvswitch" for x in p[1:-1]) else None
+
+    def __getitem__(self, u: Rank) -> _Peers:
+        if isinstance(u, bool) or not isinstance(u, int) or not 0 <= u < self.n:
+            raise KeyError(u)
+        return _Peers(self, u)
+
+    def __iter__(self) -> Iterator[Rank]:
+        return iter(range(self.n))
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def _choice_rings(topo: Topology, choice: BaselineChoice, nchannels: int,
+                  routes: PairRoutes) -> tuple[list[list[Rank]], str] | None:
     """Rings on the choice's layout and a note on how they were built, or ``None`` (use the generic ring)."""
     layout = choice.layout
     if layout is None:
         return None
-    direct = gpu_hops(topo)
-    hops = [_host_local(topo, direct), direct]
+    direct = _LazyHops(topo, routes, local=False)
+    hops: list[_Hops] = [_LazyHops(topo, routes, local=True), direct]
     attempts = [(False, False, "")]
     if layout.networks == 1:  # any NIC reaches any NIC: the rings may shift NICs between hosts
         attempts.append((True, False, "entered and left on adjacent NICs"))
@@ -224,7 +275,7 @@ def _generic_rings(topo: Topology, nchannels: int) -> list[list[Rank]]:
 
 def ring_orders(topo: Topology, nchannels: int) -> list[list[Rank]]:
     """The rank order of each ring NCCL-like rings would use on ``topo``."""
-    built = _choice_rings(topo, baseline_choice(topo), nchannels)
+    built = _choice_rings(topo, baseline_choice(topo), nchannels, PairRoutes(topo))
     return built[0] if built is not None else _generic_rings(topo, nchannels)
 
 
@@ -283,7 +334,8 @@ def _walk_tree(walk: list[Rank], can_hop: Callable[[Rank, Rank], bool],
     return edges
 
 
-def _direct_ring_routes(coll: Collective, order: list[Rank], hop: Callable[[Rank, Rank], Hop]) -> list[Route]:
+def _direct_ring_routes(coll: Collective, order: list[Rank], hop: Callable[[Rank, Rank], Hop],
+                        chunks: int = 1) -> list[Route]:
     """The routes of one ring whose every step ``order[i] → order[i + 1]`` is a hop: the same routes as
     the walk of :func:`nccl_ring` (no relay is ever needed), as slices of the ring's hops (2048 GPUs:
     ~33 M hops in all, so no per-hop Python work). The out-tree of the rank at position p takes the
@@ -291,11 +343,13 @@ def _direct_ring_routes(coll: Collective, order: list[Rank], hop: Callable[[Rank
     n = len(order)
     ring = [hop(order[i], order[(i + 1) % n]) for i in range(n)] * 2
     routes: list[Route] = []
-    for p, root in sorted(enumerate(order), key=lambda pr: pr[1]):
-        if coll.in_trees:
-            routes.append(Route(RouteKind.IN_TREE, root, 1, tuple(ring[p + 1:p + n])))
-        if coll.out_trees:
-            routes.append(Route(RouteKind.OUT_TREE, root, 1, tuple(ring[p:p + n - 1])))
+    ins, outs = coll.in_trees, coll.out_trees
+    with bulk_allocation():
+        for p, root in sorted(enumerate(order), key=lambda pr: pr[1]):
+            if ins:
+                routes.append(Route(RouteKind.IN_TREE, root, chunks, tuple(ring[p + 1:p + n])))
+            if outs:
+                routes.append(Route(RouteKind.OUT_TREE, root, chunks, tuple(ring[p:p + n - 1])))
     return routes
 
 
@@ -311,12 +365,16 @@ def nccl_ring(collective: Collective | str, topo: Topology, *, nchannels: int | 
     """
     if collective not in TREE_COLLECTIVES:
         raise ScheduleError(f"ring baseline supports allgather, reducescatter, allreduce, not {collective!r}")
-    coll = Collective(collective)
     if nchannels is not None and nchannels < 1:
         raise ScheduleError(f"nchannels must be >= 1, got {nchannels!r}")
-    choice = baseline_choice(topo)
+    return _nccl_ring(Collective(collective), topo, nchannels, baseline_choice(topo), PairRoutes(topo))
+
+
+def _nccl_ring(coll: Collective, topo: Topology, nchannels: int | None, choice: BaselineChoice,
+               pair_routes: PairRoutes) -> Schedule:
+    """:func:`nccl_ring` on checked arguments, with the layout and routes its caller already has."""
     channels = nchannels if nchannels is not None else (choice.layout.nrails if choice.layout is not None else 2)
-    built = _choice_rings(topo, choice, channels)
+    built = _choice_rings(topo, choice, channels, pair_routes)
     if built is not None:
         orders, note = built
         per_nic = " (one per NIC)" if nchannels is None else ""
@@ -331,7 +389,9 @@ def nccl_ring(collective: Collective | str, topo: Topology, *, nchannels: int | 
         what = f"generic ring, {channels} channels"
         reason = choice.reason if choice.layout is None else f"no ring through the NIC layout ({choice.reason})"
     n = topo.nranks
-    direct = gpu_hops(topo)
+    lazy = _LazyHops(topo, pair_routes, local=False)
+    ring_direct = all(order[(i + 1) % n] in lazy[order[i]] for order in orders for i in range(n))
+    direct: _Hops = lazy if ring_direct else gpu_hops(topo)  # relays search every GPU's hops
     cache: dict[tuple[Rank, Rank], Hop] = {}
 
     def hop(a: Rank, b: Rank) -> Hop:

@@ -31,7 +31,7 @@ from scipy.sparse.csgraph import breadth_first_order
 
 from synth.alltoall_cg.chunks import ROUNDING_BUDGET_S, TARGET_LOSS, binding_note, chunk_cap
 from synth.collective import TREE_COLLECTIVES, Collective
-from synth._deadline import solving
+from synth._deadline import fallback_grace_s, solving
 from synth.errors import ScheduleError, SolverError, TimeLimitError
 from synth.figures import RoutedTreeFigures, RoutingFigures
 from synth.result import Status, SynthResult, gap_pct, judge
@@ -51,9 +51,8 @@ __all__ = ["DEFAULT_MAX_CHUNKS", "synthesize_routed_trees"]
 DEFAULT_MAX_CHUNKS = 8
 #: Up to this many GPUs, a rounding short of the optimum also tries the column-generation optimum.
 CG_MAX_RANKS = 32
-#: Under a time limit, the rounding and packing may run this long past it (or a tenth of the limit,
-#: if longer) before the direct trees of every root replace the packing.
-GRACE_S = 1.0
+# Under a time limit, the rounding and packing may run past it by synth._deadline.fallback_grace_s
+# (the rule every fallback shares) before the direct trees of every root replace the packing.
 
 
 def _routes(lg: Logical, classes: list[TreeClass], kind: RouteKind) -> list[Route]:
@@ -231,7 +230,7 @@ def synthesize_routed_trees(
     lp = _RoutedLp(time.perf_counter() - start, lp_T, proven, tuple(c[2] for c in cuts),
                    tuple(c[1] for c in cuts) if proven else ())
     pick = _pick(phases, [c[0] for c in cuts], lp, topology.nranks, max_chunks, warm_start, solver, deadline)
-    grace = None if time_limit_s is None else start + time_limit_s + max(GRACE_S, 0.1 * time_limit_s)
+    grace = None if time_limit_s is None else start + time_limit_s + fallback_grace_s(time_limit_s)
     routes: list[Route] = []
     for (g, kind), cap in zip(phases, pick.caps):
         try:

@@ -38,12 +38,27 @@ from typing import Any
 
 from synth._types import Collective, NodeId
 from synth.errors import ScheduleError, expect_type, short_repr
+from synth.schedule._windows import RingWindows, ring_windows
 from synth.schedule.decode import schedule_fields
 from synth.schedule.parts import SCHEDULE_FORMAT, CutLink, Hop, Route, RouteKind
 from synth.schedule.validate import validate_schedule
 from synth.topologies.model import Topology
 
 __all__ = ["CutLink", "Hop", "Route", "RouteKind", "Schedule", "SCHEDULE_FORMAT"]
+
+
+def _cover(marks: list[int], start: int, length: int, chunks: int) -> None:
+    """Add ``chunks`` to the cyclic positions ``start .. start + length - 1`` of a difference array
+    (``marks[k] - marks[k-1]`` style: its running sum over ``0..n-1`` is each position's load)."""
+    n = len(marks) - 1
+    end = start + length
+    marks[start] += chunks
+    if end <= n:
+        marks[end] -= chunks
+    else:
+        marks[n] -= chunks
+        marks[0] += chunks
+        marks[end - n] -= chunks
 
 
 def _freeze(meta: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -100,7 +115,11 @@ class Schedule:
 
     def with_meta(self, **updates: Any) -> Schedule:
         """A copy with ``meta`` keys added or replaced."""
-        return replace(self, meta=_freeze({**self.meta, **updates}))
+        out = replace(self, meta=_freeze({**self.meta, **updates}))
+        for cache in ("_windows_cache", "_phase_loads_cache"):  # same routes: what was found of them holds
+            if cache in self.__dict__:
+                object.__setattr__(out, cache, self.__dict__[cache])
+        return out
 
     # -- loads and timing ---------------------------------------------------------------------
     def link_loads(self) -> dict[tuple[NodeId, NodeId], int]:
@@ -117,21 +136,35 @@ class Schedule:
         if cached is not None:
             return cached
         kinds = (RouteKind.IN_TREE, RouteKind.OUT_TREE) if self.collective == "allreduce" else (None,)
+        windows = self._ring_windows()
         phases = []
         for kind in kinds:
             # Chunks per hop object (by id: routes share hop objects, and a dataclass hash per hop
             # costs more than the count at 2048 GPUs; equal copies are simply counted apart).
             per_hop: Counter[int] = Counter()
             hops: dict[int, Hop] = {}
-            for route in self.routes:
-                if kind is None or route.kind is kind:
-                    ids = list(map(id, route.hops))
-                    hops.update(zip(ids, route.hops))
-                    if route.chunks == 1:
-                        per_hop.update(ids)  # counted in C
-                    else:
-                        for i in ids:
-                            per_hop[i] += route.chunks
+            cover = [[0] * (self.nranks + 1) for _ in windows.cycles]  # per cycle: chunks starting/ending
+            for route, at in zip(self.routes, windows.where):
+                if kind is not None and route.kind is not kind:
+                    continue
+                if at is not None:  # a window of n - 1 hops from position p of cycle ci
+                    ci, p = at
+                    _cover(cover[ci], p, self.nranks - 1, route.chunks)
+                    continue
+                ids = list(map(id, route.hops))
+                hops.update(zip(ids, route.hops))
+                if route.chunks == 1:
+                    per_hop.update(ids)  # counted in C
+                else:
+                    for i in ids:
+                        per_hop[i] += route.chunks
+            for cycle, marks in zip(windows.cycles, cover):
+                total = 0
+                for hop, mark in zip(cycle, marks):
+                    total += mark
+                    if total:
+                        hops[id(hop)] = hop
+                        per_hop[id(hop)] += total
             loads: dict[tuple[NodeId, NodeId], int] = defaultdict(int)
             for key_id, n in per_hop.items():
                 for key in hops[key_id].links:
@@ -139,6 +172,14 @@ class Schedule:
             phases.append(dict(loads))
         object.__setattr__(self, "_phase_loads_cache", phases)
         return phases
+
+    def _ring_windows(self) -> RingWindows:
+        """The routes that are windows of hop cycles (:mod:`synth.schedule._windows`), found once."""
+        cached = self.__dict__.get("_windows_cache")
+        if cached is None:
+            cached = ring_windows(self.routes, self.nranks)
+            object.__setattr__(self, "_windows_cache", cached)
+        return cached
 
     def _max_ratio(self, topo: Topology) -> Fraction:
         """Sum over phases of ``max_a n_a / c_a`` (one phase except AllReduce: reduce, then broadcast)."""
@@ -151,11 +192,12 @@ class Schedule:
         return total
 
     def _phase_ratio(self, topo: Topology, loads: dict[tuple[NodeId, NodeId], int]) -> Fraction:
+        caps = topo.capacity_grid.caps  # exact capacities, looked up once (exact_capacity per link: µs each)
         worst = Fraction(0)
         for key, load in loads.items():
-            if not topo.has_link(*key):
+            gbps = caps.get(key)
+            if gbps is None:
                 raise ScheduleError(f"schedule uses link {key[0]}->{key[1]}, absent from topology {topo.name!r}")
-            gbps = topo.exact_capacity(*key)
             if gbps == 0:
                 raise ScheduleError(f"schedule uses link {key[0]}->{key[1]}, which is down (0 Gbit/s)")
             worst = max(worst, Fraction(load) * 8 / gbps)
@@ -215,7 +257,7 @@ class Schedule:
         ``nchunks`` chunks arrive.
         """
         expect_type(topo, Topology, "topo", ScheduleError)
-        validate_schedule(self.collective, self.nranks, self.nchunks, self.routes, topo)
+        validate_schedule(self.collective, self.nranks, self.nchunks, self.routes, topo, self._ring_windows())
 
     # -- JSON ---------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ True
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -109,13 +109,11 @@ class RailLayout:
         return self._where[rank][1]
 
 
-def _reach(topo: TopologyCore, src: NodeId, skip: set[NodeId]) -> tuple[set[NodeId], bool]:
-    """GPUs reachable from ``src`` over live links through switches not in ``skip``, and whether a
-    switch was crossed at all."""
-    seen = {src}
+def _switch_reach(topo: TopologyCore, switch: NodeId, skip: set[NodeId]) -> frozenset[NodeId]:
+    """GPUs reachable from ``switch`` over live links through switches not in ``skip``."""
+    seen = {switch}
     found: set[NodeId] = set()
-    crossed = False
-    queue = deque([src])
+    queue = deque([switch])
     while queue:
         u = queue.popleft()
         for lk in topo.out_links(u):
@@ -126,9 +124,34 @@ def _reach(topo: TopologyCore, src: NodeId, skip: set[NodeId]) -> tuple[set[Node
             if topo.node(v).is_gpu:
                 found.add(v)
             else:
-                crossed = True
                 queue.append(v)
-    return found, crossed
+    return frozenset(found)
+
+
+def _reaches(topo: TopologyCore, skip: set[NodeId]) -> Callable[[NodeId], tuple[set[NodeId], bool]]:
+    """GPUs a GPU reaches over live links through switches not in ``skip``, and whether it crossed
+    a switch; one search per first switch rather than per GPU (GPUs
+    are never passed through, so a GPU reaches what its switches reach, and its GPU neighbours)."""
+    memo: dict[NodeId, frozenset[NodeId]] = {}
+
+    def reach(src: NodeId) -> tuple[set[NodeId], bool]:
+        found: set[NodeId] = set()
+        crossed = False
+        for lk in topo.out_links(src):
+            v = lk.dst
+            if lk.gbps <= 0 or v == src or v in skip:
+                continue
+            if topo.node(v).is_gpu:
+                found.add(v)
+                continue
+            crossed = True
+            if v not in memo:
+                memo[v] = _switch_reach(topo, v, skip)
+            found |= memo[v]
+        found.discard(src)
+        return found, crossed
+
+    return reach
 
 
 def rail_layout(topo: TopologyCore) -> RailLayout | None:
@@ -150,8 +173,9 @@ def rail_layout(topo: TopologyCore) -> RailLayout | None:
         return None
     rail: dict[NodeId, frozenset[NodeId]] = {}
     canon: dict[frozenset[NodeId], frozenset[NodeId]] = {}
+    reach_rail = _reaches(topo, intra)
     for gpu in topo.gpus:
-        found, crossed = _reach(topo, gpu.id, intra)
+        found, crossed = reach_rail(gpu.id)
         if not crossed:
             return None
         group = frozenset(found | {gpu.id})
@@ -162,10 +186,11 @@ def rail_layout(topo: TopologyCore) -> RailLayout | None:
     host_of = {g.id: key for key, members in by_host.items() for g in members}
     if any(len(group) != nhosts or len({host_of[v] for v in group}) != nhosts for group in rail.values()):
         return None
+    reach_any = _reaches(topo, set())
     for members in by_host.values():
         ids = {g.id for g in members}
         for g in members:
-            found, _ = _reach(topo, g.id, set())
+            found, _ = reach_any(g.id)
             if not ids - {g.id} <= found:
                 return None
     hosts = sorted(by_host.values(), key=lambda members: min(g.rank or 0 for g in members))
