@@ -119,14 +119,17 @@ def assign_channels(
 
     def best_channel(seg: list[Op]) -> tuple[int, int] | None:
         best: tuple[int, int] | None = None
+        first = [0]  # the op that last ruled a channel out goes first: it likely rules out the next
         for chan in range(nchan + 1):
             if chan == max_channels:
                 break
             if chan == nchan and best is not None:
                 break
+            if best is not None and best[0] <= 1:
+                break  # every op takes at least one step: no channel can do better
             # a channel replaces the best only with a smaller worst size: stop once it cannot
             limit = max_steps if best is None else min(max_steps, best[0] - 1)
-            worst = _worst_fit(lanes, seg, chan, limit, max_peers)
+            worst = _worst_fit(lanes, seg, chan, limit, max_peers, first)
             if worst >= 0 and (best is None or worst < best[0]):
                 best = (worst, chan)
         return best
@@ -172,22 +175,31 @@ def assign_channels(
     return lanes
 
 
-def _worst_fit(lanes: dict[tuple[int, int], _Lane], seg: list[Op], chan: int, limit: int, max_peers: int) -> int:
+def _worst_fit(lanes: dict[tuple[int, int], _Lane], seg: list[Op], chan: int, limit: int, max_peers: int,
+               first: list[int]) -> int:
     """The largest tb size ``seg`` makes on channel ``chan``; ``-1`` if an op fits not or goes over ``limit``.
 
-    Lanes not yet opened are not created (``max_peers``: their limit)."""
+    Lanes not yet opened are not created (``max_peers``: their limit). The ops are tried from
+    index ``first[0]`` on (the answer does not depend on the order), and ``first[0]`` becomes the
+    one that ruled the channel out, if any."""
     worst = 0
-    for op in seg:
+    n = len(seg)
+    start = first[0]
+    for i in range(n):
+        j = start + i
+        if j >= n:
+            j -= n
+        op = seg[j]
         lane = lanes.get((op.gpu, chan))
         if lane is None:  # an unopened lane: a new tb of one step, unless no peer may be added
             if (op.send >= 0 or op.recv >= 0) and max_peers <= 0:
+                first[0] = j
                 return -1
             size = 1
         else:
             size = lane.size(op)
-            if size < 0:
-                return -1
-        if size > limit:
+        if size < 0 or size > limit:
+            first[0] = j
             return -1
         if size > worst:
             worst = size
@@ -216,9 +228,6 @@ def build_threadblocks(
         tbs = sorted(per_gpu.get(gpu, []), key=lambda t: (t.send, t.recv, t.chan))
         result[gpu] = _gpu_threadblocks(gpu, tbs, max_dep_tb)
     return result
-
-
-_NONE = np.zeros(0, np.int64)
 
 
 @dataclass(slots=True)
@@ -254,23 +263,25 @@ def _access_deps(tbs: list[_Tb], order: list[tuple[int, int]]) -> dict[tuple[int
         for m, a, e in reads + writes:
             lt = m.lw_t[a:e]
             keep = (lt >= 0) & (lt != t)
-            found_t.append(lt[keep])
-            found_p.append(m.lw_p[a:e][keep])
+            if keep.any():
+                found_t.append(lt[keep])
+                found_p.append(m.lw_p[a:e][keep])
         for m, a, e in writes:
             for _, active, rt, rp in m.readers.rows(a, e):
                 keep = active & (rt != t)
-                found_t.append(rt[keep])
-                found_p.append(rp[keep])
+                if keep.any():
+                    found_t.append(rt[keep])
+                    found_p.append(rp[keep])
             m.readers.clear(a, e)
             m.lw_t[a:e] = t
             m.lw_p[a:e] = pos
         for m, a, e in reads:
             m.readers.add(a, e, who=t, ordinal=pos)
-        needed: dict[int, int] = {}
-        keys = np.concatenate([(ft << 32) | fp for ft, fp in zip(found_t, found_p)]) if found_t else _NONE
-        if len(keys):
-            for key in np.unique(keys).tolist():  # (tb << 32 | position), positions ascending per tb
-                needed[key >> 32] = key & 0xFFFFFFFF
+        needed: dict[int, int] = {}  # per tb the latest position found
+        for ft, fp in zip(found_t, found_p):
+            for d, p in zip(ft.tolist(), fp.tolist()):
+                if needed.get(d, -1) < p:
+                    needed[d] = p
         deps[(t, pos)] = sorted(needed.items())
     return deps
 

@@ -16,7 +16,7 @@ program meeting its postcondition does); any other sum flags the run.
 
 >>> import numpy as np
 >>> m = FastMemory(Layout("allgather", False, 2, 1, 1, 2), {0: 0, 1: 0}, reduces=False)
->>> out = m.execute(0, 0, 0, 1, np.zeros(2, dtype=np.uint8), Step(0, StepType.SEND, BufferKind.INPUT, 0,
+>>> out = m.execute(0, 0, 0, 1, np.array([1, 0, 255], dtype=np.uint8), Step(0, StepType.SEND, BufferKind.INPUT, 0,
 ...                 BufferKind.OUTPUT, 0, 1, -1, -1, 0), None)
 >>> m.value(out, 0), m.flagged
 (((0, 0),), False)
@@ -57,9 +57,12 @@ class _Buffer:
                    np.zeros(size, np.int64), Readers.empty(size), np.zeros(size, bool))
 
 
-def _ordered(us: np.ndarray, ords: np.ndarray, u: int, clock: np.ndarray) -> np.ndarray:
-    """Whether each access ``(us, ords)`` (``us >= 0``) happens before a step of ``u`` at ``clock``."""
-    return (us == u) | (clock[np.maximum(us, 0)] >= ords)
+def _ordered(us: np.ndarray, ords: np.ndarray, clock: np.ndarray) -> bool:
+    """Whether every access ``(us, ords)`` happens before the step at ``clock`` (``us == -1``: none).
+
+    ``clock`` holds the running step's own ordinal at its own position (so its own accesses are
+    ordered) and ends with an entry at its type's maximum, which ``us == -1`` indexes (no access)."""
+    return bool((clock[us] >= ords).all())
 
 
 class FastMemory:
@@ -122,6 +125,8 @@ class FastMemory:
         (what a program that meets a postcondition adds: it never counts a rank twice or mixes chunks)."""
         n = min(len(a[0]), len(b[0]))
         ka, kb, ma, mb = a[0][:n], b[0][:n], a[1][:, :n], b[1][:, :n]
+        if not self.single and (ka == kb).all() and not (ma & mb).any():
+            return ka, ma | mb  # the common case, a subset of the general rule below (values are never mutated)
         none = (ka == _NONE) | (kb == _NONE)
         if self.single or not ((none | ((ka == kb) & ~(ma & mb).any(axis=0))).all()):
             self.flagged = True
@@ -130,7 +135,10 @@ class FastMemory:
     # -- steps -------------------------------------------------------------------------------
     def execute(self, rank: int, s_chunks: int, u: int, ordinal: int, clock: np.ndarray, step: Step,
                 received: Values | None) -> Values | None:
-        """Apply ``step`` (as :func:`msccl_xml._simulate._execute`); the values it sends, if any."""
+        """Apply ``step`` (as :func:`msccl_xml._simulate._execute`); the values it sends, if any.
+
+        ``clock`` is the step's vector clock with ``ordinal`` at position ``u`` and, last, an entry at
+        its type's maximum (see :func:`_ordered`)."""
         t, cnt = step.type, step.cnt
         if t is StepType.NOP:
             return None
@@ -175,8 +183,7 @@ class FastMemory:
             return self._blank(cnt)
         b, a = where
         e = a + cnt
-        lu = b.lw_u[a:e]
-        if not _ordered(lu, b.lw_ord[a:e], u, clock)[lu >= 0].all():
+        if not _ordered(b.lw_u[a:e], b.lw_ord[a:e], clock):
             self.flagged = True
         ks = b.vk[a:e]
         never = ks == _NEVER
@@ -196,15 +203,15 @@ class FastMemory:
             self.flagged = True
         b, a = where
         e = a + min(step.cnt, len(values[0]))
-        lu, lo, rn = b.lw_u[a:e], b.lw_ord[a:e], b.readers.count[a:e]
+        lu, lo = b.lw_u[a:e], b.lw_ord[a:e]
         has_last = lu >= 0
         if has_last.any():
-            if not _ordered(lu, lo, u, clock)[has_last].all():
+            if not _ordered(lu, lo, clock):
                 self.flagged = True
-            if (has_last & (rn == 0) & ~((lu == u) & (lo == ordinal))).any():
+            if (has_last & (b.readers.count[a:e] == 0) & ~((lu == u) & (lo == ordinal))).any():
                 self.flagged = True  # overwrites data nothing read
         for _, active, who, when in b.readers.rows(a, e):
-            if not _ordered(who, when, u, clock)[active].all():
+            if not _ordered(np.where(active, who, -1), when, clock):
                 self.flagged = True
         b.readers.clear(a, e)
         b.lw_u[a:e] = u
