@@ -253,10 +253,13 @@ def _access_deps(tbs: list[_Tb], order: list[tuple[int, int]]) -> dict[tuple[int
                 if ref is not None:
                     sizes[ref[0]] = max(sizes[ref[0]], ref[1] + op.cnt)
     mem = {kind: _Accesses.empty(size) for kind, size in sizes.items()}
+    # A buffer no op writes has no last writer, and its readers are never asked: skip its reads.
+    written = {op.dst[0] for tb in tbs for op in tb.ops if op.type.writes_dst and op.dst}
     deps: dict[tuple[int, int], list[tuple[int, int]]] = {}
     for t, pos in order:
         op = tbs[t].ops[pos]
-        reads = [(mem[op.src[0]], op.src[1], op.src[1] + op.cnt)] if op.type.reads_src and op.src else []
+        reads = [(mem[op.src[0]], op.src[1], op.src[1] + op.cnt)] \
+            if op.type.reads_src and op.src and op.src[0] in written else []
         writes = [(mem[op.dst[0]], op.dst[1], op.dst[1] + op.cnt)] if op.type.writes_dst and op.dst else []
         found_t: list[np.ndarray] = []
         found_p: list[np.ndarray] = []
