@@ -1,4 +1,4 @@
-"""The readers of each chunk since its last write, as numpy rows (the checker's first run, the lowering).
+"""The readers of each chunk since its last write, as numpy rows (the checker's first run).
 
 >>> r = Readers.empty(4)
 >>> r.add(1, 3, who=7, ordinal=2); r.add(2, 4, who=5, ordinal=1)

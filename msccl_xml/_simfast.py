@@ -14,6 +14,11 @@ it sums, as bit words; a program without reducing steps holds one contribution p
 word holds its rank. Sums are kept only while they add disjoint ranks of one chunk index (what a
 program meeting its postcondition does); any other sum flags the run.
 
+An ordering test is one gather: the step's clock holds its own ordinal at its own position and ends
+with an entry at its type's maximum, which "no access" (``-1``) indexes. Out of place with a
+postcondition, a write to the input and a read of a never-written chunk flag the run, so input reads
+keep no bookkeeping (they cannot race) and a chunk without a writer has no readers to test.
+
 >>> import numpy as np
 >>> m = FastMemory(Layout("allgather", False, 2, 1, 1, 2), {0: 0, 1: 0}, reduces=False)
 >>> out = m.execute(0, 0, 0, 1, np.array([1, 0, 255], dtype=np.uint8), Step(0, StepType.SEND, BufferKind.INPUT, 0,
