@@ -86,6 +86,7 @@ class FastMemory:
         self.single = not reduces
         self.words = 1 if self.single else max(1, (layout.nranks + 63) // 64)
         self._bufs: dict[tuple[int, str], _Buffer] = {}
+        self._where: dict[tuple[int, BufferKind, int], tuple[_Buffer, int, int]] = {}
         self._empty = self._blank(0)
         for rank, scratch in s_chunks.items():
             sizes: dict[str, int] = {}  # canonical buffer -> chunks (aliased buffers share one)
@@ -178,11 +179,16 @@ class FastMemory:
         return np.full(n, _NONE, np.int64), np.zeros((self.words, n), np.uint64)
 
     def _range(self, rank: int, s_chunks: int, buf: BufferKind, off: int, cnt: int) -> tuple[_Buffer, int] | None:
-        if off < 0 or off + cnt > self.layout.size(s_chunks, buf):
+        key = (rank, buf, s_chunks)
+        where = self._where.get(key)
+        if where is None:  # once per rank and buffer: the canonical buffer, its shift and the size
+            name, shift = self.layout.base(rank, buf)
+            where = self._where[key] = (self._bufs[(rank, name)], shift, self.layout.size(s_chunks, buf))
+        b, shift, size = where
+        if off < 0 or off + cnt > size:
             self.flagged = True
             return None
-        name, shift = self.layout.base(rank, buf)
-        return self._bufs[(rank, name)], off + shift
+        return b, off + shift
 
     def _read(self, rank: int, s_chunks: int, u: int, ordinal: int, clock: np.ndarray, buf: BufferKind,
               off: int, cnt: int) -> Values:

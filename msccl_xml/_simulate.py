@@ -175,13 +175,14 @@ def _run(program: Program, layout: Layout | None, fifo_depth: int | None, *, pro
         rank, u_pos, plan = gpu.id, pos[u], plans[u]
         in_key = (tb.recv, rank, tb.chan)
         out_key = (rank, tb.send, tb.chan)
+        wait_in, wait_out = ("msg", in_key), ("msg", out_key)
         while pcs[u] < len(plan):
             step, dep, receives, sends, publishes = plan[pcs[u]]
             if dep is not None and flag[dep] < step.deps:
                 waiters.setdefault(("flag", dep), set()).add(u)
                 break
             if receives and not queues.get(in_key):
-                waiters.setdefault(("msg", in_key), set()).add(u)
+                waiters.setdefault(wait_in, set()).add(u)
                 break
             if fifo_depth is not None and sends and tb.send >= 0 and len(queues.get(out_key, ())) >= fifo_depth:
                 waiters.setdefault(("space", out_key), set()).add(u)
@@ -216,7 +217,7 @@ def _run(program: Program, layout: Layout | None, fifo_depth: int | None, *, pro
             if out is not None and tb.send >= 0:
                 msg_out = _Msg(out, _NO_CLOCK if local else clock.copy(), place, st.out_via)
                 queues.setdefault(out_key, deque()).append(msg_out)
-                wake(("msg", out_key))
+                wake(wait_out)
             if publishes and step.s > flag[u]:
                 flag[u] = step.s
                 flag_log[u].append((step.s, clock.copy()))
