@@ -24,7 +24,6 @@ import numpy as np
 from synth.errors import RuntimeLimitError
 
 from ._lower_ops import RELAY_TYPES, Op
-from ._readers import Readers
 from .program import BufferKind, Step, Threadblock, nop
 
 __all__ = ["assign_channels", "build_threadblocks"]
@@ -46,10 +45,18 @@ class _Lane:
     send_owner: dict[int, _Tb] = field(default_factory=dict)
     recv_owner: dict[int, _Tb] = field(default_factory=dict)
     max_peers: int = 1 << 30  # tbs with a send peer (and, separately, a recv peer) per channel
+    sizes: dict[tuple[int, int], int] = field(default_factory=dict)  # size by (send, recv), until a place
 
     def size(self, op: Op) -> int:
         """Resulting tb size if ``op`` is placed here; ``-1`` if it fits not."""
-        send, recv = op.send, op.recv
+        key = (op.send, op.recv)
+        got = self.sizes.get(key)
+        if got is None:
+            got = self.sizes[key] = self._size(op.send, op.recv)
+        return got
+
+    def _size(self, send: int, recv: int) -> int:
+        """:meth:`size` of an op with peers ``send`` and ``recv`` (``-1``: none)."""
         a = self.send_owner.get(send) if send >= 0 else None
         b = self.recv_owner.get(recv) if recv >= 0 else None
         # A new send (recv) peer on this channel means one more tb with a send (recv) peer.
@@ -71,6 +78,7 @@ class _Lane:
 
     def place(self, op: Op, chan: int) -> None:
         assert self.size(op) >= 0
+        self.sizes.clear()
         a = self.send_owner.get(op.send) if op.send >= 0 else None
         b = self.recv_owner.get(op.recv) if op.recv >= 0 else None
         if a is None and b is None:
@@ -119,14 +127,17 @@ def assign_channels(
 
     def best_channel(seg: list[Op]) -> tuple[int, int] | None:
         best: tuple[int, int] | None = None
+        first = [0]  # the op that last ruled a channel out goes first: it likely rules out the next
         for chan in range(nchan + 1):
             if chan == max_channels:
                 break
             if chan == nchan and best is not None:
                 break
+            if best is not None and best[0] <= 1:
+                break  # every op takes at least one step: no channel can do better
             # a channel replaces the best only with a smaller worst size: stop once it cannot
             limit = max_steps if best is None else min(max_steps, best[0] - 1)
-            worst = _worst_fit(lanes, seg, chan, limit, max_peers)
+            worst = _worst_fit(lanes, seg, chan, limit, max_peers, first)
             if worst >= 0 and (best is None or worst < best[0]):
                 best = (worst, chan)
         return best
@@ -172,22 +183,31 @@ def assign_channels(
     return lanes
 
 
-def _worst_fit(lanes: dict[tuple[int, int], _Lane], seg: list[Op], chan: int, limit: int, max_peers: int) -> int:
+def _worst_fit(lanes: dict[tuple[int, int], _Lane], seg: list[Op], chan: int, limit: int, max_peers: int,
+               first: list[int]) -> int:
     """The largest tb size ``seg`` makes on channel ``chan``; ``-1`` if an op fits not or goes over ``limit``.
 
-    Lanes not yet opened are not created (``max_peers``: their limit)."""
+    Lanes not yet opened are not created (``max_peers``: their limit). The ops are tried from
+    index ``first[0]`` on (the answer does not depend on the order), and ``first[0]`` becomes the
+    one that ruled the channel out, if any."""
     worst = 0
-    for op in seg:
+    n = len(seg)
+    start = first[0]
+    for i in range(n):
+        j = start + i
+        if j >= n:
+            j -= n
+        op = seg[j]
         lane = lanes.get((op.gpu, chan))
         if lane is None:  # an unopened lane: a new tb of one step, unless no peer may be added
             if (op.send >= 0 or op.recv >= 0) and max_peers <= 0:
+                first[0] = j
                 return -1
             size = 1
         else:
             size = lane.size(op)
-            if size < 0:
-                return -1
-        if size > limit:
+        if size < 0 or size > limit:
+            first[0] = j
             return -1
         if size > worst:
             worst = size
@@ -218,60 +238,86 @@ def build_threadblocks(
     return result
 
 
-_NONE = np.zeros(0, np.int64)
-
-
-@dataclass(slots=True)
-class _Accesses:
-    """Per chunk of one buffer of one GPU: the last writer ``(tb, position)`` and the readers since."""
-
-    lw_t: np.ndarray
-    lw_p: np.ndarray
-    readers: Readers
-
-    @classmethod
-    def empty(cls, size: int) -> _Accesses:
-        return cls(np.full(size, -1, np.int64), np.zeros(size, np.int64), Readers.empty(size))
-
-
 def _access_deps(tbs: list[_Tb], order: list[tuple[int, int]]) -> dict[tuple[int, int], list[tuple[int, int]]]:
     """Per step ``(tb, position)``, in key order: the latest step of each other tb it must wait for
-    (read-after-write, write-after-write, write-after-read on a chunk), as sorted ``(tb, position)``."""
-    sizes: dict[BufferKind, int] = defaultdict(int)
-    for tb in tbs:
-        for op in tb.ops:
-            for ref in (op.src, op.dst):
-                if ref is not None:
-                    sizes[ref[0]] = max(sizes[ref[0]], ref[1] + op.cnt)
-    mem = {kind: _Accesses.empty(size) for kind, size in sizes.items()}
-    deps: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for t, pos in order:
+    (read-after-write, write-after-write, write-after-read on a chunk), as sorted ``(tb, position)``.
+
+    Every chunk access becomes one row; per (chunk, step) group, in key order, a group waits for the
+    last earlier group that writes the chunk, and a writing group also for every group that read the
+    chunk since that write (a step that writes and reads a chunk reads it after its own write). All
+    groups at once, with numpy: the pairs are each group's previous writer and each reading group's
+    next writer. Reads of a buffer no step writes are left out (they have no writer and no later write).
+    """
+    written = {op.dst[0] for tb in tbs for op in tb.ops if op.type.writes_dst and op.dst}
+    base: dict[BufferKind, int] = {}
+    top = 0
+    for kind in BufferKind:  # a slot id per (buffer, chunk)
+        size = max((ref[1] + op.cnt for tb in tbs for op in tb.ops for ref in (op.src, op.dst)
+                    if ref is not None and ref[0] is kind), default=0)
+        base[kind], top = top, top + size
+    starts: list[int] = []
+    counts: list[int] = []
+    steps: list[int] = []
+    kinds: list[int] = []  # 1: write, 0: read
+    for i, (t, pos) in enumerate(order):
         op = tbs[t].ops[pos]
-        reads = [(mem[op.src[0]], op.src[1], op.src[1] + op.cnt)] if op.type.reads_src and op.src else []
-        writes = [(mem[op.dst[0]], op.dst[1], op.dst[1] + op.cnt)] if op.type.writes_dst and op.dst else []
-        found_t: list[np.ndarray] = []
-        found_p: list[np.ndarray] = []
-        for m, a, e in reads + writes:
-            lt = m.lw_t[a:e]
-            keep = (lt >= 0) & (lt != t)
-            found_t.append(lt[keep])
-            found_p.append(m.lw_p[a:e][keep])
-        for m, a, e in writes:
-            for _, active, rt, rp in m.readers.rows(a, e):
-                keep = active & (rt != t)
-                found_t.append(rt[keep])
-                found_p.append(rp[keep])
-            m.readers.clear(a, e)
-            m.lw_t[a:e] = t
-            m.lw_p[a:e] = pos
-        for m, a, e in reads:
-            m.readers.add(a, e, who=t, ordinal=pos)
-        needed: dict[int, int] = {}
-        keys = np.concatenate([(ft << 32) | fp for ft, fp in zip(found_t, found_p)]) if found_t else _NONE
-        if len(keys):
-            for key in np.unique(keys).tolist():  # (tb << 32 | position), positions ascending per tb
-                needed[key >> 32] = key & 0xFFFFFFFF
-        deps[(t, pos)] = sorted(needed.items())
+        if op.type.writes_dst and op.dst:
+            starts.append(base[op.dst[0]] + op.dst[1])
+            counts.append(op.cnt)
+            steps.append(i)
+            kinds.append(1)
+        if op.type.reads_src and op.src and op.src[0] in written:
+            starts.append(base[op.src[0]] + op.src[1])
+            counts.append(op.cnt)
+            steps.append(i)
+            kinds.append(0)
+    deps: dict[tuple[int, int], list[tuple[int, int]]] = {tp: [] for tp in order}
+    if not starts:
+        return deps
+    cnt = np.array(counts, np.int64)
+    rep = np.repeat(np.arange(len(cnt)), cnt)
+    offsets = np.arange(len(rep)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
+    slot = np.array(starts, np.int64)[rep] + offsets
+    step = np.array(steps, np.int64)[rep]
+    is_w = np.array(kinds, np.int64)[rep]
+    # groups (slot, step): whether the step writes / reads the slot
+    gkey = slot * len(order) + step
+    uniq, inverse = np.unique(gkey, return_inverse=True)
+    g_w = np.zeros(len(uniq), bool)
+    g_r = np.zeros(len(uniq), bool)
+    g_w[inverse[is_w == 1]] = True
+    g_r[inverse[is_w == 0]] = True
+    g_slot, g_step = uniq // len(order), uniq % len(order)
+    idx = np.arange(len(uniq))
+    first = np.r_[True, g_slot[1:] != g_slot[:-1]]  # a slot's first group (groups sorted by slot, step)
+    seg_start = np.maximum.accumulate(np.where(first, idx, 0))
+    # previous writing group in the slot (strictly earlier), -1 if none
+    w_at = np.where(g_w, idx, -1)
+    prev_w = np.r_[-1, np.maximum.accumulate(w_at)[:-1]]
+    prev_w = np.where(prev_w >= seg_start, prev_w, -1)
+    # next writing group in the slot (strictly later), len(uniq) if none
+    last = np.r_[g_slot[1:] != g_slot[:-1], True]
+    seg_end = np.minimum.accumulate(np.where(last, idx, len(uniq))[::-1])[::-1]
+    w_at2 = np.where(g_w, idx, len(uniq))
+    next_w = np.r_[np.minimum.accumulate(w_at2[::-1])[::-1][1:], len(uniq)]
+    next_w = np.where(next_w <= seg_end, next_w, len(uniq))
+    has_prev = prev_w >= 0
+    has_next = g_r & (next_w < len(uniq))
+    later = np.concatenate([g_step[has_prev], g_step[next_w[has_next]]])
+    earlier = np.concatenate([g_step[prev_w[has_prev]], g_step[has_next]])
+    t_of = np.array([t for t, _ in order], np.int64)
+    p_of = np.array([p for _, p in order], np.int64)
+    keep = t_of[later] != t_of[earlier]
+    later, earlier = later[keep], earlier[keep]
+    if not len(later):
+        return deps
+    # per (later step, earlier tb): the latest position; ascending tb per step
+    et, ep = t_of[earlier], p_of[earlier]
+    ordr = np.lexsort((ep, et, later))
+    later, et, ep = later[ordr], et[ordr], ep[ordr]
+    tail = np.r_[(later[1:] != later[:-1]) | (et[1:] != et[:-1]), True]
+    for i, d, p in zip(later[tail].tolist(), et[tail].tolist(), ep[tail].tolist()):
+        deps[order[i]].append((d, p))
     return deps
 
 

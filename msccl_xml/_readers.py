@@ -1,4 +1,4 @@
-"""The readers of each chunk since its last write, as numpy rows (the checker's first run, the lowering).
+"""The readers of each chunk since its last write, as numpy rows (the checker's first run).
 
 >>> r = Readers.empty(4)
 >>> r.add(1, 3, who=7, ordinal=2); r.add(2, 4, who=5, ordinal=1)
@@ -24,11 +24,13 @@ class Readers:
     who: np.ndarray
     ordinal: np.ndarray
     count: np.ndarray
+    _cols: np.ndarray  # 0, 1, ..., size - 1 (column indices, sliced rather than made per read)
 
     @classmethod
     def empty(cls, size: int) -> Readers:
         """No reads yet, for ``size`` chunks."""
-        return cls(np.zeros((2, size), np.int64), np.zeros((2, size), np.int64), np.zeros(size, np.int64))
+        return cls(np.zeros((2, size), np.int64), np.zeros((2, size), np.int64), np.zeros(size, np.int64),
+                   np.arange(size, dtype=np.int64))
 
     def add(self, a: int, e: int, *, who: int, ordinal: int) -> None:
         """Record a read of chunks ``[a, e)``."""
@@ -38,9 +40,9 @@ class Readers:
         if int(n.max()) >= self.who.shape[0]:
             self.who = np.concatenate([self.who, np.zeros_like(self.who)])
             self.ordinal = np.concatenate([self.ordinal, np.zeros_like(self.ordinal)])
-        cols = np.arange(a, e)
-        self.who[n, cols] = who
-        self.ordinal[n, cols] = ordinal
+        flat = n * self.count.shape[0] + self._cols[a:e]  # row-major positions of (n[i], a + i)
+        np.put(self.who, flat, who)
+        np.put(self.ordinal, flat, ordinal)
         self.count[a:e] += 1
 
     def rows(self, a: int, e: int) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:

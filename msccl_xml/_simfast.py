@@ -14,9 +14,14 @@ it sums, as bit words; a program without reducing steps holds one contribution p
 word holds its rank. Sums are kept only while they add disjoint ranks of one chunk index (what a
 program meeting its postcondition does); any other sum flags the run.
 
+An ordering test is one gather: the step's clock holds its own ordinal at its own position and ends
+with an entry at its type's maximum, which "no access" (``-1``) indexes. Out of place with a
+postcondition, a write to the input and a read of a never-written chunk flag the run, so input reads
+keep no bookkeeping (they cannot race) and a chunk without a writer has no readers to test.
+
 >>> import numpy as np
 >>> m = FastMemory(Layout("allgather", False, 2, 1, 1, 2), {0: 0, 1: 0}, reduces=False)
->>> out = m.execute(0, 0, 0, 1, np.zeros(2, dtype=np.uint8), Step(0, StepType.SEND, BufferKind.INPUT, 0,
+>>> out = m.execute(0, 0, 0, 1, np.array([1, 0, 255], dtype=np.uint8), Step(0, StepType.SEND, BufferKind.INPUT, 0,
 ...                 BufferKind.OUTPUT, 0, 1, -1, -1, 0), None)
 >>> m.value(out, 0), m.flagged
 (((0, 0),), False)
@@ -57,9 +62,12 @@ class _Buffer:
                    np.zeros(size, np.int64), Readers.empty(size), np.zeros(size, bool))
 
 
-def _ordered(us: np.ndarray, ords: np.ndarray, u: int, clock: np.ndarray) -> np.ndarray:
-    """Whether each access ``(us, ords)`` (``us >= 0``) happens before a step of ``u`` at ``clock``."""
-    return (us == u) | (clock[np.maximum(us, 0)] >= ords)
+def _ordered(us: np.ndarray, ords: np.ndarray, clock: np.ndarray) -> bool:
+    """Whether every access ``(us, ords)`` happens before the step at ``clock`` (``us == -1``: none).
+
+    ``clock`` holds the running step's own ordinal at its own position (so its own accesses are
+    ordered) and ends with an entry at its type's maximum, which ``us == -1`` indexes (no access)."""
+    return bool((clock[us] >= ords).all())
 
 
 class FastMemory:
@@ -72,9 +80,13 @@ class FastMemory:
     def __init__(self, layout: Layout, s_chunks: dict[int, int], *, reduces: bool = True) -> None:
         self.layout = layout
         self.flagged = False
+        # Out of place with a postcondition, any write to the input and any read of a never-written
+        # chunk flag the run: input reads cannot race, and a chunk without a writer has no readers.
+        self.strict = layout.collective is not None and not layout.inplace
         self.single = not reduces
         self.words = 1 if self.single else max(1, (layout.nranks + 63) // 64)
         self._bufs: dict[tuple[int, str], _Buffer] = {}
+        self._where: dict[tuple[int, BufferKind, int], tuple[_Buffer, int, int]] = {}
         self._empty = self._blank(0)
         for rank, scratch in s_chunks.items():
             sizes: dict[str, int] = {}  # canonical buffer -> chunks (aliased buffers share one)
@@ -122,6 +134,8 @@ class FastMemory:
         (what a program that meets a postcondition adds: it never counts a rank twice or mixes chunks)."""
         n = min(len(a[0]), len(b[0]))
         ka, kb, ma, mb = a[0][:n], b[0][:n], a[1][:, :n], b[1][:, :n]
+        if not self.single and (ka == kb).all() and not (ma & mb).any():
+            return ka, ma | mb  # the common case, a subset of the general rule below (values are never mutated)
         none = (ka == _NONE) | (kb == _NONE)
         if self.single or not ((none | ((ka == kb) & ~(ma & mb).any(axis=0))).all()):
             self.flagged = True
@@ -130,7 +144,10 @@ class FastMemory:
     # -- steps -------------------------------------------------------------------------------
     def execute(self, rank: int, s_chunks: int, u: int, ordinal: int, clock: np.ndarray, step: Step,
                 received: Values | None) -> Values | None:
-        """Apply ``step`` (as :func:`msccl_xml._simulate._execute`); the values it sends, if any."""
+        """Apply ``step`` (as :func:`msccl_xml._simulate._execute`); the values it sends, if any.
+
+        ``clock`` is the step's vector clock with ``ordinal`` at position ``u`` and, last, an entry at
+        its type's maximum (see :func:`_ordered`)."""
         t, cnt = step.type, step.cnt
         if t is StepType.NOP:
             return None
@@ -162,11 +179,16 @@ class FastMemory:
         return np.full(n, _NONE, np.int64), np.zeros((self.words, n), np.uint64)
 
     def _range(self, rank: int, s_chunks: int, buf: BufferKind, off: int, cnt: int) -> tuple[_Buffer, int] | None:
-        if off < 0 or off + cnt > self.layout.size(s_chunks, buf):
+        key = (rank, buf, s_chunks)
+        where = self._where.get(key)
+        if where is None:  # once per rank and buffer: the canonical buffer, its shift and the size
+            name, shift = self.layout.base(rank, buf)
+            where = self._where[key] = (self._bufs[(rank, name)], shift, self.layout.size(s_chunks, buf))
+        b, shift, size = where
+        if off < 0 or off + cnt > size:
             self.flagged = True
             return None
-        name, shift = self.layout.base(rank, buf)
-        return self._bufs[(rank, name)], off + shift
+        return b, off + shift
 
     def _read(self, rank: int, s_chunks: int, u: int, ordinal: int, clock: np.ndarray, buf: BufferKind,
               off: int, cnt: int) -> Values:
@@ -175,8 +197,10 @@ class FastMemory:
             return self._blank(cnt)
         b, a = where
         e = a + cnt
-        lu = b.lw_u[a:e]
-        if not _ordered(lu, b.lw_ord[a:e], u, clock)[lu >= 0].all():
+        if self.strict and buf is BufferKind.INPUT:
+            # read-only and initialised (see __init__); values are never changed in place, so views do
+            return b.vk[a:e], b.vm[:, a:e]
+        if not _ordered(b.lw_u[a:e], b.lw_ord[a:e], clock):
             self.flagged = True
         ks = b.vk[a:e]
         never = ks == _NEVER
@@ -192,21 +216,23 @@ class FastMemory:
         where = self._range(rank, s_chunks, buf, step.dstoff, step.cnt)
         if where is None:
             return
-        if self.layout.collective is not None and not self.layout.inplace and buf is BufferKind.INPUT:
+        if self.strict and buf is BufferKind.INPUT:
             self.flagged = True
         b, a = where
         e = a + min(step.cnt, len(values[0]))
-        lu, lo, rn = b.lw_u[a:e], b.lw_ord[a:e], b.readers.count[a:e]
+        lu, lo = b.lw_u[a:e], b.lw_ord[a:e]
         has_last = lu >= 0
-        if has_last.any():
-            if not _ordered(lu, lo, u, clock)[has_last].all():
+        written = bool(has_last.any())
+        if written:
+            if not _ordered(lu, lo, clock):
                 self.flagged = True
-            if (has_last & (rn == 0) & ~((lu == u) & (lo == ordinal))).any():
+            if (has_last & (b.readers.count[a:e] == 0) & ~((lu == u) & (lo == ordinal))).any():
                 self.flagged = True  # overwrites data nothing read
-        for _, active, who, when in b.readers.rows(a, e):
-            if not _ordered(who, when, u, clock)[active].all():
-                self.flagged = True
-        b.readers.clear(a, e)
+        if written or not self.strict:  # strict: no writer, no readers (see __init__)
+            for _, active, who, when in b.readers.rows(a, e):
+                if not _ordered(np.where(active, who, -1), when, clock):
+                    self.flagged = True
+            b.readers.clear(a, e)
         b.lw_u[a:e] = u
         b.lw_ord[a:e] = ordinal
         if buf is BufferKind.SCRATCH and step.type in _STORE_ONLY:

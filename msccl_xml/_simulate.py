@@ -140,10 +140,14 @@ def _run(program: Program, layout: Layout | None, fifo_depth: int | None, *, pro
     local = n * n > FULL_CLOCK_ENTRIES
     # clock position of each threadblock: global id, or its index among its GPU's threadblocks
     pos = [tb_i for gpu in program.gpus for tb_i in range(len(gpu.threadblocks))] if local else list(range(n))
-    clocks = [np.zeros(len(tbs[u][0].threadblocks) if local else n, dtype=ctype) for u in range(n)]
+    # A last entry at the type's maximum: the vectorised run indexes it for "no access" (position -1).
+    clocks = [np.zeros((len(tbs[u][0].threadblocks) if local else n) + 1, dtype=ctype) for u in range(n)]
+    for c in clocks:
+        c[-1] = np.iinfo(ctype).max
     pcs = [0] * n
     flag = [-1] * n
     flag_log: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(n)]
+    flag_steps: list[list[int]] = [[] for _ in range(n)]  # the published flags of flag_log, for bisect
     queues: dict[tuple[int, int, int], deque[_Msg]] = {}
     waiters: dict[object, set[int]] = {}
     st = _State(layout, local_clocks=local, provenance=provenance)
@@ -163,61 +167,61 @@ def _run(program: Program, layout: Layout | None, fifo_depth: int | None, *, pro
                 queued.add(w)
                 ready.append(w)
 
+    plans = [_plan(gpu, tb, index) for gpu, tb in tbs]
     while ready:
         u = ready.popleft()
         queued.discard(u)
         gpu, tb = tbs[u]
-        while pcs[u] < len(tb.steps):
-            step = tb.steps[pcs[u]]
-            # deps < 0 with a depid is a structural error, reported already; it waits on nothing.
-            dep = index.get((gpu.id, step.depid)) if step.depid >= 0 and step.deps >= 0 else None
+        rank, u_pos, plan = gpu.id, pos[u], plans[u]
+        in_key = (tb.recv, rank, tb.chan)
+        out_key = (rank, tb.send, tb.chan)
+        wait_in, wait_out = ("msg", in_key), ("msg", out_key)
+        while pcs[u] < len(plan):
+            step, dep, receives, sends, publishes = plan[pcs[u]]
             if dep is not None and flag[dep] < step.deps:
                 waiters.setdefault(("flag", dep), set()).add(u)
                 break
-            in_key = (tb.recv, gpu.id, tb.chan)
-            out_key = (gpu.id, tb.send, tb.chan)
-            if step.type.receives and tb.recv >= 0 and not queues.get(in_key):
-                waiters.setdefault(("msg", in_key), set()).add(u)
+            if receives and not queues.get(in_key):
+                waiters.setdefault(wait_in, set()).add(u)
                 break
-            if (
-                fifo_depth is not None
-                and step.type.sends
-                and tb.send >= 0
-                and len(queues.get(out_key, ())) >= fifo_depth
-            ):
+            if fifo_depth is not None and sends and tb.send >= 0 and len(queues.get(out_key, ())) >= fifo_depth:
                 waiters.setdefault(("space", out_key), set()).add(u)
                 break
             clock = clocks[u]
             if dep is not None:
                 log = flag_log[dep]
-                j = bisect.bisect_left([s for s, _ in log], step.deps)
+                j = bisect.bisect_left(flag_steps[dep], step.deps)
                 np.maximum(clock, log[j][1], out=clock)
             msg = None
-            if step.type.receives and tb.recv >= 0:
+            if receives:
                 msg = queues[in_key].popleft()
                 if not local:
                     np.maximum(clock, msg.clock, out=clock)
                 if fm is None:
                     sent = tuple((msg.values + [None] * step.cnt)[: step.cnt])
-                    st.transfers.append(Transfer(tb.recv, gpu.id, tb.chan, sent))
-                wake(("space", in_key))
+                    st.transfers.append(Transfer(tb.recv, rank, tb.chan, sent))
+                if fifo_depth is not None:
+                    wake(("space", in_key))
             out: Any
+            ordinal = pcs[u] + 1
+            # The step's own position holds its ordinal while it runs: its own accesses are ordered.
+            clock[u_pos] = ordinal
             if fm is not None:
                 place = ""
-                out = fm.execute(gpu.id, s_chunks[gpu.id], pos[u], pcs[u] + 1, clock, step,
+                out = fm.execute(rank, s_chunks[rank], u_pos, ordinal, clock, step,
                                  None if msg is None else msg.values)
             else:
-                place = f"gpu {gpu.id} tb {tb.id} step {step.s}"
-                out = _execute(st, gpu.id, s_chunks[gpu.id], pos[u], pcs[u] + 1, clock, step, msg, place)
-            pcs[u] += 1
-            clock[pos[u]] = pcs[u]
+                place = f"gpu {rank} tb {tb.id} step {step.s}"
+                out = _execute(st, rank, s_chunks[rank], u_pos, ordinal, clock, step, msg, place)
+            pcs[u] = ordinal
             if out is not None and tb.send >= 0:
                 msg_out = _Msg(out, _NO_CLOCK if local else clock.copy(), place, st.out_via)
                 queues.setdefault(out_key, deque()).append(msg_out)
-                wake(("msg", out_key))
-            if step.hasdep == 1 and step.type is not StepType.NOP and step.s > flag[u]:
+                wake(wait_out)
+            if publishes and step.s > flag[u]:
                 flag[u] = step.s
                 flag_log[u].append((step.s, clock.copy()))
+                flag_steps[u].append(step.s)
                 wake(("flag", u))
     stuck = [u for u in range(n) if pcs[u] < len(tbs[u][1].steps)]
     if fm is not None:
@@ -233,6 +237,20 @@ def _run(program: Program, layout: Layout | None, fifo_depth: int | None, *, pro
         if layout is not None and layout.collective is not None:
             st.errors.extend(_postcondition(program, st, layout))
     return st
+
+
+def _plan(
+    gpu: Gpu, tb: Threadblock, index: dict[tuple[int, int], int]
+) -> list[tuple[Step, int | None, bool, bool, bool]]:
+    """Per step of ``tb``: (step, the threadblock index it waits on, receives from ``tb.recv``,
+    sends, publishes a flag), computed once rather than per scheduling attempt."""
+    out = []
+    for step in tb.steps:
+        # deps < 0 with a depid is a structural error, reported already; it waits on nothing.
+        dep = index.get((gpu.id, step.depid)) if step.depid >= 0 and step.deps >= 0 else None
+        t = step.type
+        out.append((step, dep, t.receives and tb.recv >= 0, t.sends, step.hasdep == 1 and t is not StepType.NOP))
+    return out
 
 
 def _deadlock_messages(

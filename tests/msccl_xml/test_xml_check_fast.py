@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as hst
 from msccl_xml import check, lower
 from msccl_xml._layout import layout_for
 from msccl_xml._simulate import _run
-from msccl_xml.program import Program, Step
+from msccl_xml.program import BufferKind, Program, Step
 from synth import load_topology, synthesize
 
 COLLECTIVES = ("allgather", "reducescatter", "alltoall", "allreduce")
@@ -84,3 +84,47 @@ def test_corrupted_lowered_programs_fail_the_check_and_name_the_step() -> None:
         verdict = check(bad)
         assert not verdict.valid, coll
         assert any(f"gpu {g.id} tb {tb.id} step {s}" in e for e in verdict.errors + verdict.warnings), verdict.errors[:3]
+
+
+def _first_step(p: Program, pred: object) -> tuple[int, int, int]:
+    """(gpu index, tb index, step) of the first step ``pred`` accepts."""
+    for gi, g in enumerate(p.gpus):
+        for ti, tb in enumerate(g.threadblocks):
+            for st in tb.steps:
+                if pred(st):  # type: ignore[operator]
+                    return gi, ti, st.s
+    raise AssertionError("no such step")
+
+
+def _replaced(p: Program, g: int, t: int, s: int, **changes: object) -> Program:
+    gpu = p.gpus[g]
+    tb = gpu.threadblocks[t]
+    steps = tuple(dataclasses.replace(st, **changes) if st.s == s else st for st in tb.steps)  # type: ignore[arg-type]
+    tbs = tuple(dataclasses.replace(x, steps=steps) if x is tb else x for x in gpu.threadblocks)
+    return dataclasses.replace(p, gpus=tuple(dataclasses.replace(x, threadblocks=tbs) if x is gpu else x
+                                             for x in p.gpus))
+
+
+def test_out_of_place_write_to_the_read_only_input_is_rejected_by_name() -> None:
+    # Out of place the fast run keeps no bookkeeping for input reads: a write there must still flag.
+    p = _program("allgather", "fail2")
+    g, t, s = _first_step(p, lambda st: st.type.name == "LOCAL_COPY")
+    tb = p.gpus[g].threadblocks[t]
+    bad = _replaced(p, g, t, s, dstbuf=BufferKind.INPUT, dstoff=tb.steps[s].srcoff)
+    assert _run(bad, layout_for(bad, False)[0], None, fast=True).errors
+    verdict = check(bad)
+    assert not verdict.valid
+    assert any(f"gpu {p.gpus[g].id} tb {tb.id} step {s}: writes i[" in e for e in verdict.errors), verdict.errors[:3]
+
+
+def test_read_of_an_output_chunk_before_its_write_is_rejected_by_name() -> None:
+    # A chunk without a writer has no readers in the fast run: the read itself must flag.
+    p = _program("reducescatter", "")
+    g, t, s = _first_step(p, lambda st: st.type.reads_src and st.srcbuf is BufferKind.INPUT)
+    tb = p.gpus[g].threadblocks[t]
+    bad = _replaced(p, g, t, s, srcbuf=BufferKind.OUTPUT, srcoff=0)
+    assert _run(bad, layout_for(bad, False)[0], None, fast=True).errors
+    verdict = check(bad)
+    assert not verdict.valid
+    assert f"gpu {p.gpus[g].id} tb {tb.id} step {s}: reads o[0], which holds no data yet" in verdict.errors, \
+        verdict.errors[:3]
