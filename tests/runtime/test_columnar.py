@@ -1,0 +1,201 @@
+"""Columnar aggregate batches (``loopcoll.telemetry/2`` kind ``aggcols``, docs/telemetry.md §6): records ↔ batch
+round trips, strict rejection of hostile batches, and the controller folding a batch exactly as the same records."""
+
+from __future__ import annotations
+
+import base64
+import json
+import tempfile
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runtime import Client, Controller, ControllerConfig, profile_from_dict, serve
+from runtime.errors import TelemetryError
+from runtime.formats.aggregate import AggRecord, parse_record
+from runtime.formats.columnar import (MAX_BATCH_ROWS, AggBatch, batches_from_records, merge_batches, parse_batch,
+                                      validate_telemetry)
+from runtime.loop.bootstrap import fallback_schedule
+from runtime.scenarios.loadgen import flow_table, window_batch
+from runtime.service.daemon import DaemonConfig
+from synth import load_topology
+
+_pos = st.floats(min_value=1e-9, max_value=1e12, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def records(draw: st.DrawFn) -> AggRecord:
+    src = draw(st.integers(0, 63))
+    inject = draw(st.booleans())
+    dst = None if inject else draw(st.integers(0, 63).filter(lambda d: d != src))
+    q = sorted(draw(st.lists(st.floats(0.0, 1e12, allow_nan=False), min_size=3, max_size=3)))
+    seq_first = draw(st.integers(0, 1 << 40))
+    t_first = draw(st.floats(-1e9, 1e9, allow_nan=False))
+    return AggRecord(t_first + draw(st.floats(0.0, 1e3)), t_first, "world", "alltoall", draw(st.integers(1, 5)),
+                     "inject" if inject else "pair", src, dst, seq_first, seq_first + draw(st.integers(0, 64)),
+                     draw(st.integers(1, 64)), draw(st.integers(0, 1 << 50)), draw(_pos), q[0], q[1], q[2],
+                     "executor", draw(st.sampled_from([None, "inc-a"])))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(records(), max_size=40))
+def test_records_to_batches_and_back_are_the_same_records(recs: list[AggRecord]) -> None:
+    batches = batches_from_records(recs)
+    wire = [json.loads(json.dumps(b.to_dict())) for b in batches]  # through JSON text, as on the wire
+    back = [r for w in wire for r in parse_batch(w, comms={"world": range(64)}, nranks=64).records()]
+    key = (lambda r: (r.version, r.incarnation or ""))
+    assert sorted(back, key=key) == sorted(recs, key=key)  # each stream's rows in input order (sort is stable)
+    assert all(parse_record(r.to_dict()) == r for r in back)  # every row is a valid /2 record
+    assert sum(len(b) for b in merge_batches(batches)) == len(recs)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(records(), min_size=1, max_size=20), st.lists(records(), min_size=1, max_size=20))
+def test_merging_keeps_every_row_of_each_stream_in_order(a: list[AggRecord], b: list[AggRecord]) -> None:
+    merged = merge_batches(batches_from_records(a) + batches_from_records(b))
+    rows = [r for m in merged for r in m.records()]
+    for key in {(r.version, r.incarnation) for r in a + b}:
+        want = [r for r in a + b if (r.version, r.incarnation) == key]
+        assert [r for r in rows if (r.version, r.incarnation) == key] == want
+    assert len({m.key for m in merged}) == len(merged)
+
+
+def test_batches_split_at_the_row_bound_and_fit_one_wire_message() -> None:
+    r = AggRecord(1.0, 0.5, "world", "alltoall", 1, "pair", 0, 1, 0, 7, 8, 8 << 20, 0.01, 1e8, 1e9, 1.1e9,
+                  "executor")
+    batches = batches_from_records([r] * (MAX_BATCH_ROWS + 5))
+    assert [len(b) for b in batches] == [MAX_BATCH_ROWS, 5]
+    assert len(json.dumps(batches[0].to_dict())) < (1 << 20) - 4096
+    assert not batches[0].cols["src"].flags.writeable
+
+
+def _good() -> dict:
+    recs = [AggRecord(2.0, 1.0, "world", "allgather", 1, "pair", s, (s + 1) % 4, 0, 7, 8, 800, 0.008, 9e4, 1e5,
+                      1.1e5, "executor") for s in range(4)]
+    recs.append(AggRecord(2.0, 1.0, "world", "allgather", 1, "inject", 2, None, 0, 7, 8, 800, 0.008, 9e4, 1e5,
+                          1.1e5, "executor"))
+    (b,) = batches_from_records(recs)
+    return b.to_dict()
+
+
+def _with(col: str, values: list) -> dict:
+    d = _good()
+    d["columns"] = {**d["columns"], col: values}
+    return d
+
+
+def _b64(values: list, dtype: str) -> str:
+    return base64.b64encode(np.asarray(values, dtype=dtype).tobytes()).decode()
+
+
+@pytest.mark.parametrize("doc, reason, names", [
+    (_with("busy_s", [0.008, 0.008, float("nan"), 0.008, 0.008]), "range", "'busy_s'"),
+    (_with("busy_s", _b64([0.008, 0.008, float("inf"), 0.008, 0.008], "<f8")), "range", "'busy_s'"),
+    (_with("bytes", [800, -1, 800, 800, 800]), "negative_bytes", "'bytes'"),
+    (_with("busy_s", [0.008, 0.0, 0.008, 0.008, 0.008]), "nonpositive_busy", "'busy_s'"),
+    (_with("count", [8, 8, 0, 8, 8]), "count", "'count'"),
+    (_with("seq_first", [0, 0, 0, 0, 9]), "seq_range", "'seq_last'"),
+    (_with("rate_p90_Bps", [1.1e5, 1.1e5, 1.1e5, 1.1e5, 9.9e4]), "quantiles", "'rate_p90_Bps'"),
+    (_with("dst", [1, 2, 2, 0, -1]), "dst", "'dst'"),
+    (_with("dst", [1, 2, 3, 0, -2]), "dst", "'dst'"),
+    (_with("dst", [1, 2, 3, 9, -1]), "unknown_rank", "'dst'"),
+    (_with("src", [0, 1, 2, -3, 2]), "unknown_rank", "'src'"),
+    (_with("src", [0, 1, 2, 3]), "length", "'src'"),
+    (_with("src", _b64([0, 1, 2, 3], "<i8")), "length", "'src'"),
+    (_with("src", "not*base64"), "type", "'src'"),
+    (_with("src", [0, 1, 2.5, 3, 2]), "type", "'src'"),
+    (_with("src", [0, 1, True, 3, 2]), "type", "'src'"),
+    (_with("src", [0, 1, 1 << 70, 3, 2]), "type", "'src'"),
+    (_with("busy_s", [0.008, "x", 0.008, 0.008, 0.008]), "type", "'busy_s'"),
+    (_with("extra", [1, 2, 3, 4, 5]), "type", "'extra'"),
+    ({**_good(), "n": MAX_BATCH_ROWS + 1}, "length", "n must be"),
+    ({**_good(), "n": -1}, "type", "n must be"),
+    ({**_good(), "comm": "other"}, "unknown_comm", "communicator"),
+    ({**_good(), "phase": "allgather"}, "type", "phase"),
+    ({k: v for k, v in _good().items() if k != "version"}, "missing_field", "'version'"),
+    ({**_good(), "columns": {k: v for k, v in _good()["columns"].items() if k != "rate_p50_Bps"}},
+     "missing_field", "'rate_p50_Bps'"),
+])
+def test_hostile_batches_are_rejected_whole_naming_the_field(doc: dict, reason: str, names: str) -> None:
+    with pytest.raises(TelemetryError) as exc:
+        parse_batch(doc, comms={"world": range(4)}, nranks=4)
+    assert exc.value.reason == reason and names in str(exc.value)
+    recs, batches, rep = validate_telemetry([doc, _good()], comms={"world": range(4)}, nranks=4)
+    assert recs == [] and len(batches) == 1 and rep.accepted == 5 and sum(rep.rejected.values()) >= 1
+    assert rep.first_error is not None and rep.first_error.startswith("batch 0:")
+
+
+def test_mixed_streams_of_samples_records_and_batches_are_validated_together() -> None:
+    good = _good()
+    rec = parse_batch(good).records()[0]
+    recs, batches, rep = validate_telemetry([json.dumps(good), rec.to_dict(), "{broken", AggBatch(**{
+        f: getattr(parse_batch(good), f) for f in ("comm", "collective", "version", "origin", "incarnation", "phase",
+                                                   "cols")})])
+    assert recs == [rec] and [len(b) for b in batches] == [5, 5]
+    assert rep.accepted == 11 and dict(rep.rejected) == {"bad_json": 1}
+
+
+SPEC = "hpn:1x2x8"
+
+
+def _controller(store: str, coll: str = "alltoall") -> tuple[Controller, object]:
+    topo = load_topology(SPEC)
+    prof = profile_from_dict({"format": "loopcoll.profile/1", "topology": SPEC, "communicators": [
+        {"name": "world", "ranks": list(range(topo.nranks)), "collectives": [{"collective": coll,
+                                                                              "sizes": [1 << 24]}]}]})
+    ctl = Controller(topo, prof, store, config=ControllerConfig(export_xml=False))
+    sched = fallback_schedule(coll, topo)
+    ctl.deploy("world", coll, sched, reason="test: version 1")
+    return ctl, sched
+
+
+@pytest.mark.parametrize("coll", ["alltoall", "allgather"])
+def test_a_batch_folds_into_the_estimator_exactly_as_its_records(coll: str) -> None:
+    """Noisy (5 % lognormal + 1 % outliers at 3x) healthy windows, then fail2 from mid-window: the columnar and the
+    per-record paths give the same link estimates, flags and counters."""
+    topo = load_topology(SPEC)
+    figures = []
+    for columnar in (False, True):
+        with tempfile.TemporaryDirectory() as store:
+            ctl, sched = _controller(store, coll)
+            healthy = flow_table(sched, topo, comm="world", version=1, size_bytes=1 << 24)
+            fail = flow_table(sched, topo, comm="world", version=1, size_bytes=1 << 24,
+                              true=topo.with_failure("fail2"))
+            rng = np.random.default_rng(7)
+            t = 100.0
+            for k in range(10):
+                then_from = min(max(36 - 8 * k, 0), 8)
+                out = rng.random(len(healthy)) < 0.01  # 1 % of flows slowed 3x in this window's draw
+                slow = healthy.__class__(healthy.comm, healthy.collective, healthy.version, healthy.src, healthy.dst,
+                                         healthy.bytes, np.where(out, 3 * healthy.busy_s, healthy.busy_s))
+                batches = window_batch(slow, seq_first=8 * k, count=8, t_s=t, period_s=0.1, sigma=0.05, rng=rng,
+                                       then=fail if then_from < 8 else None, then_from=then_from)
+                docs = [b.to_dict() for b in batches] if columnar else [r.to_dict() for b in batches
+                                                                        for r in b.records()]
+                rep = ctl.ingest(docs)
+                assert rep.accepted == len(healthy) and not rep.rejected
+                ctl.poll(now_s=t)
+                t += 0.8
+            st = ctl.status()
+            figures.append(([(e["link"], e["estimate_gbps"], e["observations"]) for e in st["links"]],
+                            st["counters"]["groups"], st["counters"]["samples_skipped"], ctl.samples_since_publish))
+    assert figures[0] == figures[1]
+    assert figures[0][1] == 10
+
+
+def test_a_daemon_takes_batches_and_a_hostile_one_leaves_the_connection_up() -> None:
+    with tempfile.TemporaryDirectory() as store:
+        ctl, sched = _controller(store)
+        table = flow_table(sched, load_topology(SPEC), comm="world", version=1, size_bytes=1 << 24)
+        with serve(ctl, token="t", store_dir=store, config=DaemonConfig(bootstrap=False), log=lambda r: None) as d, \
+                Client(d.address, token="t") as client:
+            (batch,) = window_batch(table, seq_first=0, count=8, t_s=5.0, period_s=0.1, sigma=0.05,
+                                    rng=np.random.default_rng(0))
+            bad = batch.to_dict()
+            bad["columns"] = {**bad["columns"], "rate_p50_Bps": _b64([float("nan")] * len(batch), "<f8")}  # NaN in base64
+            assert client.push_samples([bad]) == {"accepted": 0, "rejected": {"range": len(batch)}}
+            assert client.push_samples([batch.to_dict()]) == {"accepted": len(batch), "rejected": {}}
+            counters = client.status()["controller"]["counters"]
+    assert counters["samples_accepted"] == len(batch) and counters["samples_rejected"] == {"range": len(batch)}
