@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -89,6 +90,10 @@ class AggBatch:
         if self.phase is not None:
             d["phase"] = self.phase
         return d
+
+    def to_json(self) -> str:
+        """One compact JSON line (keys sorted): a JSONL line of a telemetry file."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
     def records(self) -> list[AggRecord]:
         """The batch as :class:`AggRecord` (row order); the inverse of :func:`batches_from_records`."""

@@ -199,3 +199,23 @@ def test_a_daemon_takes_batches_and_a_hostile_one_leaves_the_connection_up() -> 
             assert client.push_samples([batch.to_dict()]) == {"accepted": len(batch), "rejected": {}}
             counters = client.status()["controller"]["counters"]
     assert counters["samples_accepted"] == len(batch) and counters["samples_rejected"] == {"range": len(batch)}
+
+
+def test_the_executors_sink_sends_one_batch_per_window_holding_its_records() -> None:
+    from runtime.executor.sinks import AggregatingSink, MemorySink
+    from runtime.formats.telemetry import Sample
+
+    plain, cols = MemorySink(), MemorySink()
+    sinks = [AggregatingSink(plain, window=4), AggregatingSink(cols, window=4, columnar=True)]
+    rng = np.random.default_rng(3)
+    for seq in range(8):
+        samples = [Sample(seq / 10, "world", seq, 1, "pair", 0, d, 4096, float(1e-5 * rng.lognormal(0, 0.05)),
+                          "alltoall", "executor") for d in (1, 2, 3)]
+        samples.append(Sample(seq / 10, "world", seq, 1, "coll", 0, None, 4096, 1e-4, "alltoall", "executor"))
+        for sink in sinks:
+            sink(samples)
+    batches = [b for b in cols.samples if isinstance(b, AggBatch)]
+    assert [len(b) for b in batches] == [3, 3]  # one batch per window, a row per flow
+    assert [r for b in batches for r in b.records()] == [r for r in plain.samples if isinstance(r, AggRecord)]
+    assert sum(1 for s in cols.samples if isinstance(s, Sample)) == 8  # coll samples pass through
+    assert json.loads(batches[0].to_json())["kind"] == "aggcols"
