@@ -91,7 +91,7 @@ def window_columns(cols: dict[str, np.ndarray]) -> tuple[list[Measurement], int]
     if n and int(stepped.sum()) >= STEP_FRACTION * n:
         busy = np.where(stepped, low, busy)
         least = max(1, least // 2)
-    nbytes = np.array([float(round(x)) for x in per.tolist()])  # Python's round: WindowSample's int(round(per))
+    nbytes = np.rint(per)  # half to even, as WindowSample's int(round(per))
     src, dst = cols["src"].tolist(), cols["dst"].tolist()
     meas = [("pair", s, d, b, t) if d >= 0 else ("inject", s, None, b, t)
             for s, d, b, t in zip(src, dst, nbytes.tolist(), busy.tolist())]

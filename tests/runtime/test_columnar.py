@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -219,3 +220,14 @@ def test_the_executors_sink_sends_one_batch_per_window_holding_its_records() -> 
     assert [r for b in batches for r in b.records()] == [r for r in plain.samples if isinstance(r, AggRecord)]
     assert sum(1 for s in cols.samples if isinstance(s, Sample)) == 8  # coll samples pass through
     assert json.loads(batches[0].to_json())["kind"] == "aggcols"
+
+
+def test_the_documented_example_batch_validates() -> None:
+    import re
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "telemetry.md").read_text(encoding="utf-8")
+    block = re.search(r"## 6\..*?```json\n(.*?)```", text, re.S)
+    assert block is not None
+    batch = parse_batch(json.loads(block.group(1)), comms={"world": range(8)}, nranks=8)
+    flows = [(r.flow, r.src, r.dst, r.count) for r in batch.records()]
+    assert flows == [("pair", 0, 1, 8), ("inject", 0, None, 8)]
