@@ -231,3 +231,31 @@ def test_the_documented_example_batch_validates() -> None:
     batch = parse_batch(json.loads(block.group(1)), comms={"world": range(8)}, nranks=8)
     flows = [(r.flow, r.src, r.dst, r.count) for r in batch.records()]
     assert flows == [("pair", 0, 1, 8), ("inject", 0, None, 8)]
+
+
+def test_incomplete_and_duplicate_windows_are_grouped_as_their_records() -> None:
+    """Window 0 lacks rank 3 (closed when rank 3 reports window 1), window 1 arrives twice (duplicates skipped),
+    window 2 lacks rank 5 and stays held: the same groups, skips and estimates on both paths."""
+    topo = load_topology(SPEC)
+    figures = []
+    for columnar in (False, True):
+        with tempfile.TemporaryDirectory() as store:
+            ctl, sched = _controller(store)
+            table = flow_table(sched, topo, comm="world", version=1, size_bytes=1 << 24)
+            rng = np.random.default_rng(11)
+            sends = [(0, table.of_ranks([r for r in range(16) if r != 3])), (1, table),
+                     (2, table.of_ranks([r for r in range(16) if r != 5]))]
+            for k, part in sends:
+                batches = window_batch(part, seq_first=8 * k, count=8, t_s=50.0 + k, period_s=0.1, sigma=0.05,
+                                       rng=rng)
+                batches = batches * 2 if k == 1 else batches  # window 1 sent twice before a poll
+                ctl.ingest([b.to_dict() for b in batches] if columnar else
+                           [r.to_dict() for b in batches for r in b.records()])
+                ctl.poll(now_s=50.0 + k)
+            st = ctl.status()
+            figures.append(([(e["link"], e["estimate_gbps"], e["observations"]) for e in st["links"]],
+                            st["counters"]["groups"], st["counters"]["samples_skipped"],
+                            st["counters"]["samples_pending"]))
+    assert figures[0] == figures[1]
+    assert figures[1][1] == 2 and figures[1][2].get("duplicate_sample") == len(table)
+    assert figures[1][3] == len(table.of_ranks([r for r in range(16) if r != 5]))
