@@ -190,8 +190,8 @@ def _daemon(ctl: Controller, store: str, table: FlowTable, args: argparse.Namesp
         conns, rss = _connections(d.address, n_ranks) if args.connections else (None, _rss_mib())
     recs = sum(g[1] for g in got)
     held = f"; {conns} held" if conns is not None else ""
-    return {"daemon acked/s": recs / max(g[2] for g in got), "daemon 1-core/s": recs / max(ing, 1e-9),
-            "daemon+poll 1-core/s": recs / max(cpu, 1e-9), "RSS MiB": rss, "_wall": wall,
+    return {"daemon acked/s": recs / max(g[2] for g in got), "daemon 1-core/s": recs / max(ing, 0.01),
+            "daemon+poll 1-core/s": recs / max(cpu, 0.01), "RSS MiB": rss, "_wall": wall,  # CPU clocks tick at 10 ms
             "conns": f"{n_ranks} direct, {hosts} via relays{held}" + (" (relayed)" if args.relay else "")}
 
 
