@@ -5,7 +5,7 @@ grouped per ``(comm, collective, version, incarnation, seq_last, phase)``; a gro
 flow its schedule version produces, when every rank it lacks has reported a later window of the same
 incarnation (at most :data:`~runtime.loop.grouping.SEQ_WINDOW` ahead), after
 :data:`~runtime.loop.grouping.GROUP_TIMEOUT_S`, or past :data:`~runtime.loop.grouping.MAX_HELD_GROUPS` (oldest
-first). A duplicate flow in a group is skipped (the first row kept). A ready group becomes the estimator's
+first) or past :data:`MAX_HELD_ROWS` rows. A duplicate flow in a group is skipped (the first row kept). A ready group becomes the estimator's
 measurements exactly as :func:`runtime.formats.aggregate.window_measurements` makes them from the same records
 (the windows' median rates; a window that straddles a change at its stepped flows' p10 and half its count),
 computed with numpy; only the final ``(kind, src, dst, bytes, busy_s)`` list handed to
@@ -38,7 +38,11 @@ from runtime.formats.columnar import AggBatch
 from runtime.loop.estimator import ScheduleRouting
 from runtime.loop.grouping import GROUP_TIMEOUT_S, MAX_HELD_GROUPS, MAX_TRACKED_RANKS, SEQ_WINDOW, RoutingLookup
 
-__all__ = ["ColumnGroups", "ReadyGroup", "window_columns"]
+__all__ = ["MAX_HELD_ROWS", "ColumnGroups", "ReadyGroup", "window_columns"]
+
+#: Rows held in incomplete groups at most (about 72 bytes each: ~290 MiB); past it the oldest groups are folded
+#: as they are, like past ``MAX_HELD_GROUPS`` (a 2048-rank AllToAll window is ~537 000 rows: 7 windows).
+MAX_HELD_ROWS = 4_000_000
 
 _KEY_SHIFT = np.int64(1 << 32)
 _GroupKey = tuple[str, str, int, str | None, int, str | None]
@@ -174,7 +178,11 @@ class ColumnGroups:
             del self._held[gkey]
             ready.append(((comm, coll, seq, version, inc or "", phase or ""), routing, cols))
         waiting.sort(key=lambda k: self._held[k].serial)
-        for gkey in waiting[:max(0, len(waiting) - MAX_HELD_GROUPS)]:
+        over, rows = max(0, len(waiting) - MAX_HELD_GROUPS), sum(self._held[k].rows for k in waiting)
+        while over < len(waiting) and rows > MAX_HELD_ROWS:  # the row bound: the oldest fold first
+            rows -= self._held[waiting[over]].rows
+            over += 1
+        for gkey in waiting[:over]:
             comm, coll, version, inc, seq, phase = gkey
             routing = routing_for(comm, coll, version, phase)
             assert routing is not None

@@ -259,3 +259,20 @@ def test_incomplete_and_duplicate_windows_are_grouped_as_their_records() -> None
     assert figures[0] == figures[1]
     assert figures[1][1] == 2 and figures[1][2].get("duplicate_sample") == len(table)
     assert figures[1][3] == len(table.of_ranks([r for r in range(16) if r != 5]))
+
+
+def test_held_rows_are_bounded_oldest_folded_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    import runtime.loop.colgroups as colgroups
+
+    topo = load_topology(SPEC)
+    with tempfile.TemporaryDirectory() as store:
+        ctl, sched = _controller(store)
+        part = flow_table(sched, topo, comm="world", version=1, size_bytes=1 << 24).of_ranks(range(15))  # 15 never reports
+        monkeypatch.setattr(colgroups, "MAX_HELD_ROWS", len(part) + 1)
+        rng = np.random.default_rng(5)
+        for k in range(3):
+            ctl.ingest([b.to_dict() for b in window_batch(part, seq_first=8 * k, count=8, t_s=9.0 + k, period_s=0.1,
+                                                           sigma=0.05, rng=rng)])
+            ctl.poll(now_s=9.0 + k)
+        counters = ctl.status()["counters"]
+    assert counters["groups"] == 2 and counters["samples_pending"] == len(part)  # only the newest window held
