@@ -4,7 +4,7 @@ One :class:`AggBatch` carries many :class:`~runtime.formats.aggregate.AggRecord`
 ``(comm, collective, version, incarnation, origin, phase)`` as aligned numpy columns, so that a window of an
 executor (or a host relay's merged window) is one JSON object whose columns are base64 strings of
 little-endian int64/float64 arrays: decoding and validation are a few numpy operations per batch, not
-Python work per record. :func:`batches_from_records` writes batches, :meth:`AggBatch.records` reads them
+Python work per record (a column every row shares is one JSON number). :func:`batches_from_records` writes batches, :meth:`AggBatch.records` reads them
 back (the same records), :func:`parse_batch` validates one (strict: the first bad field fails the whole
 batch, with a :class:`~runtime.errors.TelemetryError` naming the column and row), :func:`merge_batches`
 joins batches of one stream (what a relay does).
@@ -43,14 +43,18 @@ from runtime.errors import TelemetryError
 from runtime.formats.aggregate import AGG_FORMAT, AggRecord, validate_records
 from runtime.formats.telemetry import COLLECTIVE_NAMES, ORIGINS, PHASES, IngestReport, Sample, _fail, _name, _parsed
 
-__all__ = ["BATCH_KIND", "FLOAT_COLUMNS", "INT_COLUMNS", "MAX_BATCH_ROWS", "AggBatch", "batches_from_columns", "batches_from_records",
+__all__ = ["BATCH_KIND", "FLOAT_COLUMNS", "INT32_COLUMNS", "INT_COLUMNS", "MAX_BATCH_ROWS", "AggBatch", "batches_from_columns", "batches_from_records",
            "is_batch", "merge_batches", "parse_batch", "validate_telemetry"]
 
 BATCH_KIND = "aggcols"
-#: Integer columns (int64, little-endian); ``dst`` is -1 for an ``inject`` row.
+#: Integer columns (held as int64; on the wire int32 for :data:`INT32_COLUMNS`, else int64, little-endian);
+#: ``dst`` is -1 for an ``inject`` row.
 INT_COLUMNS = ("src", "dst", "seq_first", "seq_last", "count", "bytes")
 #: Number columns (float64, little-endian).
 FLOAT_COLUMNS = ("t_s", "t_first_s", "busy_s", "rate_p10_Bps", "rate_p50_Bps", "rate_p90_Bps")
+#: The integer columns sent as int32 on the wire (ranks and counts fit); the others as int64.
+INT32_COLUMNS = ("src", "dst", "count")
+_I32 = 1 << 31
 #: Rows per batch at most: 4096 rows of 12 base64 columns are ~0.5 MiB, under the wire's 1 MiB message.
 MAX_BATCH_ROWS = 4096
 _HEADER = ("format", "kind", "comm", "collective", "version", "origin", "n", "columns")
@@ -84,7 +88,7 @@ class AggBatch:
         """The wire/JSONL object (columns base64 of little-endian arrays; ``incarnation``, ``phase`` when set)."""
         d: dict[str, Any] = {"format": AGG_FORMAT, "kind": BATCH_KIND, "comm": self.comm,
                              "collective": self.collective, "version": self.version, "origin": self.origin,
-                             "n": len(self), "columns": {k: _b64(self.cols[k]) for k in INT_COLUMNS + FLOAT_COLUMNS}}
+                             "n": len(self), "columns": {k: _encode(k, self.cols[k]) for k in INT_COLUMNS + FLOAT_COLUMNS}}
         if self.incarnation is not None:
             d["incarnation"] = self.incarnation
         if self.phase is not None:
@@ -105,8 +109,15 @@ class AggBatch:
                           self.incarnation, self.phase) for i in range(len(self))]
 
 
-def _b64(a: np.ndarray) -> str:
-    return base64.b64encode(np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()).decode("ascii")
+def _wire_dtype(name: str) -> np.dtype[Any]:
+    return np.dtype("<i4" if name in INT32_COLUMNS else "<i8" if name in INT_COLUMNS else "<f8")
+
+
+def _encode(name: str, a: np.ndarray) -> Any:
+    """A column on the wire: one JSON number when every row holds it (and it is finite), else base64."""
+    if a.size and bool((a == a[0]).all()) and (name in INT_COLUMNS or np.isfinite(a[0])):
+        return a[0].item()
+    return base64.b64encode(np.ascontiguousarray(a, dtype=_wire_dtype(name)).tobytes()).decode("ascii")
 
 
 def _frozen(cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -121,6 +132,9 @@ def _frozen(cols: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 def _split(key: _StreamKey, cols: Mapping[str, np.ndarray]) -> list[AggBatch]:
     comm, collective, version, incarnation, origin, phase = key
     n = int(cols["src"].size)
+    for name in INT32_COLUMNS:
+        if n and not -_I32 <= int(cols[name].min()) <= int(cols[name].max()) < _I32:
+            raise TelemetryError(f"aggcols: column {name!r} does not fit int32", reason="range")
     return [AggBatch(comm, collective, version, origin, incarnation, phase,
                      _frozen({k: v[i:i + MAX_BATCH_ROWS] for k, v in cols.items()}))
             for i in range(0, max(n, 1), MAX_BATCH_ROWS)] if n else []
@@ -186,20 +200,26 @@ def merge_batches(batches: Sequence[AggBatch]) -> list[AggBatch]:
 
 
 def _column(raw: Any, name: str, n: int) -> np.ndarray:
-    """One column decoded: a base64 string of ``n`` little-endian values, or a JSON list of ``n`` numbers."""
+    """One column decoded: a base64 string of ``n`` little-endian values of its wire type, one JSON number (every
+    row's value), or a JSON list of ``n`` numbers."""
     is_int = name in INT_COLUMNS
-    dtype = np.dtype("<i8" if is_int else "<f8")
+    dtype = _wire_dtype(name)
     if isinstance(raw, str):
         try:
             data = base64.b64decode(raw, validate=True)
         except (binascii.Error, ValueError):
             raise _fail("type", f"aggcols: column {name!r} is not valid base64") from None
-        if len(data) != n * 8:
-            raise _fail("length", f"aggcols: column {name!r} holds {len(data) // 8} values (of {len(data)} "
-                        f"bytes), n is {n}")
-        return np.frombuffer(data, dtype=dtype).astype(dtype.newbyteorder("="))
+        if len(data) != n * dtype.itemsize:
+            raise _fail("length", f"aggcols: column {name!r} holds {len(data) / dtype.itemsize:g} values (of "
+                        f"{len(data)} bytes, {dtype.name}), n is {n}")
+        return np.frombuffer(data, dtype=dtype).astype(np.int64 if is_int else np.float64)
+    if type(raw) is int or (type(raw) is float and not is_int):
+        if is_int and not -_MAX_INT <= raw <= _MAX_INT:
+            raise _fail("type", f"aggcols: column {name!r} holds an integer out of the int64 range")
+        return np.full(n, raw, dtype=np.int64 if is_int else np.float64)
     if not isinstance(raw, list):
-        raise _fail("type", f"aggcols: column {name!r} must be a base64 string or a list of numbers")
+        raise _fail("type", f"aggcols: column {name!r} must be a base64 string, a number or a list of "
+                    f"{'integers' if is_int else 'numbers'}")
     if len(raw) != n:
         raise _fail("length", f"aggcols: column {name!r} holds {len(raw)} values, n is {n}")
     types = (int,) if is_int else (int, float)

@@ -63,6 +63,18 @@ def test_merging_keeps_every_row_of_each_stream_in_order(a: list[AggRecord], b: 
     assert len({m.key for m in merged}) == len(merged)
 
 
+def test_shared_columns_travel_as_one_number_and_ranks_as_int32() -> None:
+    recs = [AggRecord(2.0, 1.0, "world", "allgather", 1, "pair", s, s + 1, 0, 7, 8, 800 + s, 0.008, 9e4, 1e5, 1.1e5,
+                      "executor") for s in range(3)]
+    cols = batches_from_records(recs)[0].to_dict()["columns"]
+    assert cols["seq_last"] == 7 and cols["t_s"] == 2.0 and cols["count"] == 8 and isinstance(cols["bytes"], str)
+    assert len(base64.b64decode(cols["src"])) == 3 * 4 and len(base64.b64decode(cols["bytes"])) == 3 * 8
+    big = AggRecord(2.0, 1.0, "world", "allgather", 1, "pair", 0, 1 << 31, 0, 7, 8, 8, 0.008, 9e4, 1e5, 1.1e5,
+                    "executor")
+    with pytest.raises(TelemetryError, match="'dst' does not fit int32"):
+        batches_from_records([big])
+
+
 def test_batches_split_at_the_row_bound_and_fit_one_wire_message() -> None:
     r = AggRecord(1.0, 0.5, "world", "alltoall", 1, "pair", 0, 1, 0, 7, 8, 8 << 20, 0.01, 1e8, 1e9, 1.1e9,
                   "executor")
@@ -111,6 +123,13 @@ def _b64(values: list, dtype: str) -> str:
     (_with("src", [0, 1, 1 << 70, 3, 2]), "type", "'src'"),
     (_with("busy_s", [0.008, "x", 0.008, 0.008, 0.008]), "type", "'busy_s'"),
     (_with("extra", [1, 2, 3, 4, 5]), "type", "'extra'"),
+    (_with("src", True), "type", "'src'"),
+    (_with("count", 1.5), "type", "'count'"),
+    (_with("bytes", 1 << 70), "type", "'bytes'"),
+    (_with("busy_s", float("nan")), "range", "'busy_s'"),
+    (_with("count", 0), "count", "'count'"),
+    (_with("src", _b64([0, 1, 2, 3, 2], "<i4")[:-4]), "length", "'src'"),
+    (_with("src", _b64([0, 1, 2, 3, 2], "<i4")[:-1]), "type", "'src'"),
     ({**_good(), "n": MAX_BATCH_ROWS + 1}, "length", "n must be"),
     ({**_good(), "n": -1}, "type", "n must be"),
     ({**_good(), "comm": "other"}, "unknown_comm", "communicator"),
