@@ -92,7 +92,8 @@ def test_two_relays_carry_four_executors_windows_versions_and_files(procs, tmp_p
                 with pytest.raises(WireError):
                     Client(relays[0], token="wrong", role="tool")
                 deadline = time.monotonic() + 20
-                while ctl.status()["counters"]["samples_accepted"] < 3 * len(table) and time.monotonic() < deadline:
+                while time.monotonic() < deadline and (ctl.status()["counters"]["samples_accepted"] < 3 * len(table)
+                                                       or ctl.status()["counters"]["groups"] < 3):  # the poll thread folds
                     time.sleep(0.05)
                 counters = ctl.status()["counters"]
                 daemon = d.status()
