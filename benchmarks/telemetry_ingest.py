@@ -11,8 +11,10 @@ peers spread over the job, with 5 % lognormal timing noise, built by
 flows per collective (about 537 000, ``benchmarks/loop_scale.py``), so the figure is the ingest side of its
 row; ``needed/s`` = flows × 10 / 8 (10 collectives/s, windows of 8).
 
-Per writer (``agg``: one JSON object per record; ``aggcols``: columnar batches, docs/telemetry.md §6; ``aggcols
-+ relay``: each sender through its own ``runtime.service.relay`` process): **ingest 1-core/s** = records per CPU
+Per writer (``agg``: one JSON object per record; ``aggcols``: columnar batches of up to 4096 rows, as a relay
+forwards them, docs/telemetry.md §6; ``aggcols per rank``: one batch per rank and window, each its own message,
+as executors send them without a relay; ``+ relay``: each sender through its own ``runtime.service.relay``
+process, which merges them): **ingest 1-core/s** = records per CPU
 second of the daemon's event-loop and ingest threads (read, decode, validate, queue), **process 1-core/s** of
 the whole daemon process, **headroom** = ingest 1-core/s ÷ needed/s (none when the threads used under 0.2 CPU s: too short to time),
 **daemon conns** the connections the daemon accepted, **RSS MiB** of the daemon's process (this one) after the run. Figures depend on the machine's load.
@@ -58,9 +60,10 @@ def synthetic_table(ranks: int, flows: int) -> FlowTable:
                      np.full(n, 16 << 20, dtype=np.int64), np.full(n, 1e-3))
 
 
-def _sender(address: str, table: FlowTable, windows: int, seed: int, columnar: bool, out: Any) -> None:
+def _sender(address: str, table: FlowTable, windows: int, seed: int, writer: str, out: Any) -> None:
     with Client(address, token=TOKEN, timeout_s=300) as client:
-        rep = push_windows(client, table, windows=windows, window=8, seed=seed, columnar=columnar)
+        rep = push_windows(client, table, windows=windows, window=8, seed=seed, columnar=writer != "agg",
+                           per_rank=writer.startswith("aggcols per rank"))
     out.put((rep.records, rep.accepted, rep.wall_s))
 
 
@@ -83,7 +86,7 @@ def measure(table: FlowTable, ranks: int, windows: int, senders: int, writer: st
                 relays, targets = _relays(d.address, senders, tmp)
             try:
                 ing0, c0 = _thread_cpu_s(_INGEST_THREADS), time.process_time()
-                procs = [ctx.Process(target=_sender, args=(a, p, windows, i, writer != "agg", q))
+                procs = [ctx.Process(target=_sender, args=(a, p, windows, i, writer, q))
                          for i, (a, p) in enumerate(zip(targets, parts))]
                 for p in procs:
                     p.start()

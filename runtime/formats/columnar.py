@@ -285,22 +285,27 @@ def parse_batch(obj: Mapping[str, Any], *, comms: Mapping[str, Iterable[int]] | 
         if name not in raw:
             raise _fail("missing_field", f"aggcols: missing column {name!r}")
         cols[name] = _column(raw[name], name, n)
-    for name in FLOAT_COLUMNS:
-        _bad(name, "finite", ~np.isfinite(cols[name]), cols[name], "range")
     src, dst = cols["src"], cols["dst"]
-    _bad("bytes", ">= 0", cols["bytes"] < 0, cols["bytes"], "negative_bytes")
-    _bad("busy_s", "> 0", cols["busy_s"] <= 0, cols["busy_s"], "nonpositive_busy")
-    _bad("count", ">= 1", cols["count"] < 1, cols["count"], "count")
-    _bad("seq_last", ">= seq_first", cols["seq_last"] < cols["seq_first"], cols["seq_last"], "seq_range")
-    _bad("t_s", ">= t_first_s", cols["t_s"] < cols["t_first_s"], cols["t_s"], "seq_range")
     p10, p50, p90 = cols["rate_p10_Bps"], cols["rate_p50_Bps"], cols["rate_p90_Bps"]
-    _bad("rate_p10_Bps", ">= 0", p10 < 0, p10, "quantiles")
-    _bad("rate_p50_Bps", ">= rate_p10_Bps", p50 < p10, p50, "quantiles")
-    _bad("rate_p90_Bps", ">= rate_p50_Bps", p90 < p50, p90, "quantiles")
-    _bad("dst", ">= -1 (-1: an inject row)", dst < -1, dst, "dst")
-    _bad("dst", "!= src", dst == src, dst, "dst")
+    checks = [(name, "finite", ~np.isfinite(cols[name]), cols[name], "range") for name in FLOAT_COLUMNS] + [
+        ("bytes", ">= 0", cols["bytes"] < 0, cols["bytes"], "negative_bytes"),
+        ("busy_s", "> 0", cols["busy_s"] <= 0, cols["busy_s"], "nonpositive_busy"),
+        ("count", ">= 1", cols["count"] < 1, cols["count"], "count"),
+        ("seq_last", ">= seq_first", cols["seq_last"] < cols["seq_first"], cols["seq_last"], "seq_range"),
+        ("t_s", ">= t_first_s", cols["t_s"] < cols["t_first_s"], cols["t_s"], "seq_range"),
+        ("rate_p10_Bps", ">= 0", p10 < 0, p10, "quantiles"),
+        ("rate_p50_Bps", ">= rate_p10_Bps", p50 < p10, p50, "quantiles"),
+        ("rate_p90_Bps", ">= rate_p50_Bps", p90 < p50, p90, "quantiles"),
+        ("dst", ">= -1 (-1: an inject row)", dst < -1, dst, "dst"),
+        ("dst", "!= src", dst == src, dst, "dst"),
+    ]
+    if n and np.logical_or.reduce([c[2] for c in checks]).any():  # one test; on failure the first rule, in order
+        for check in checks:
+            _bad(*check)
     _check_members(comm, src, dst, comms, nranks)
-    return AggBatch(comm, collective, version, origin, incarnation, phase, _frozen(cols))
+    for v in cols.values():  # fresh arrays (decoded, filled or converted): frozen without a copy
+        v.setflags(write=False)
+    return AggBatch(comm, collective, version, origin, incarnation, phase, cols)
 
 
 def _check_members(comm: str, src: np.ndarray, dst: np.ndarray, comms: Mapping[str, Iterable[int]] | None,
@@ -311,11 +316,14 @@ def _check_members(comm: str, src: np.ndarray, dst: np.ndarray, comms: Mapping[s
         if comm not in comms:
             raise _fail("unknown_comm", f"aggcols: unknown communicator {comm[:60]!r}")
         members = _members(comms[comm])
+    dense = members is not None and members.size and int(members[-1]) - int(members[0]) == members.size - 1
     for role, ranks in (("src", src), ("dst", dst[dst >= 0])):
         bad = ranks < 0
         if nranks is not None:
             bad |= ranks >= nranks
-        if members is not None and members.size:
+        if members is not None and dense:  # ranks lo..hi, all of them: a range test
+            bad |= (ranks < members[0]) | (ranks > members[-1])
+        elif members is not None and members.size:
             at = np.minimum(np.searchsorted(members, ranks), members.size - 1)
             bad |= members[at] != ranks
         elif members is not None:
@@ -364,7 +372,8 @@ def validate_telemetry(objs: Iterable[Any], *, comms: Mapping[str, Iterable[int]
     rejected: Counter[str] = Counter()
     first: str | None = None
     rows = 0
-    comm_sets = None if comms is None else {k: frozenset(v) for k, v in comms.items()}
+    comm_sets = None if comms is None else {  # frozensets given are kept: their hash is cached (the hot path)
+        k: v if isinstance(v, frozenset) else frozenset(v) for k, v in comms.items()}
     for i, obj in enumerate(objs):
         doc = obj
         if isinstance(obj, (str, bytes)):
@@ -387,6 +396,8 @@ def validate_telemetry(objs: Iterable[Any], *, comms: Mapping[str, Iterable[int]
             continue
         batches.append(batch)
         rows += len(batch)
-    records, report = validate_records(rest, comms=comm_sets, nranks=nranks)
     mine = IngestReport(rows, MappingProxyType(dict(sorted(rejected.items()))), first)
-    return records, batches, report.merged(mine) if rest else mine
+    if not rest:
+        return [], batches, mine
+    records, report = validate_records(rest, comms=comm_sets, nranks=nranks)
+    return records, batches, report.merged(mine)

@@ -187,6 +187,7 @@ class Controller:
         self._lock = threading.RLock()
         self._poll_lock = threading.Lock()
         self._comms = profile.comm_ranks()
+        self._comm_sets = {k: frozenset(v) for k, v in self._comms.items()}  # built once: ingest checks ranks
         self._pending: deque[Sample] = deque()
         self.samples = SampleStore(max_per_comm=config.max_samples_per_comm)
         self._report = IngestReport(0)
@@ -253,7 +254,7 @@ class Controller:
                 items = list(samples)
             except TypeError:
                 items = [samples]
-        records, batches, report = validate_telemetry(items, comms=self._comms, nranks=self.topology.nranks)
+        records, batches, report = validate_telemetry(items, comms=self._comm_sets, nranks=self.topology.nranks)
         ok = [r.window_sample() if isinstance(r, AggRecord) else r for r in records]
         with self._lock:
             self._report = self._report.merged(report)

@@ -164,11 +164,14 @@ class PushReport:
 
 
 def push_windows(client: Any, table: FlowTable, *, windows: int, window: int = 8, seq0: int = 0,
-                 sigma: float = 0.05, rate_hz: float | None = None, seed: int = 0, columnar: bool = True) -> PushReport:
+                 sigma: float = 0.05, rate_hz: float | None = None, seed: int = 0, columnar: bool = True,
+                 per_rank: bool = False) -> PushReport:
     """Send ``windows`` windows of ``table``'s flows through ``client`` (``push_samples``: each batch waits for
     the controller's ingestion); ``rate_hz`` paces them as a job of that many collectives per second (None:
     as fast as the daemon takes them); ``window`` 1 sends ``/1`` samples, ``columnar`` False ``agg`` records
-    instead of ``aggcols`` batches. Counts are records (rows)."""
+    instead of ``aggcols`` batches; ``per_rank``: one batch per rank and window, each its own message (as the
+    executors of a job without relays send them; else one process's flows are batched together). Counts are
+    records (rows)."""
     rng = np.random.default_rng(seed)
     t0, c0 = time.perf_counter(), time.process_time()
     sent = accepted = rejected = 0
@@ -183,9 +186,11 @@ def push_windows(client: Any, table: FlowTable, *, windows: int, window: int = 8
         else:
             batches = window_batch(table, seq_first=seq, count=window, t_s=t_s, period_s=period, sigma=sigma,
                                    rng=rng)
+            if per_rank:
+                batches = [c for b in batches for c in _by_rank(b)]
             sent += sum(len(b) for b in batches)
             docs = [b.to_dict() for b in batches] if columnar else [r.to_dict() for b in batches for r in b.records()]
-        reply = client.push_samples(docs)
+        reply = client.push_samples(docs, batch_samples=1 if per_rank else None)
         accepted += reply["accepted"]
         rejected += sum(reply["rejected"].values())
         if rate_hz:
@@ -193,3 +198,15 @@ def push_windows(client: Any, table: FlowTable, *, windows: int, window: int = 8
             if wait > 0:
                 time.sleep(wait)
     return PushReport(sent, accepted, rejected, time.perf_counter() - t0, time.process_time() - c0)
+
+
+def _by_rank(batch: AggBatch) -> list[AggBatch]:
+    """``batch``'s rows as one batch per ``src`` rank (rank order)."""
+    src = batch.cols["src"]
+    out = []
+    for r in np.unique(src).tolist():
+        keep = src == r
+        out += batches_from_columns(batch.comm, batch.collective, batch.version,
+                                    {k: v[keep] for k, v in batch.cols.items()}, origin=batch.origin,
+                                    incarnation=batch.incarnation, phase=batch.phase)
+    return out

@@ -295,3 +295,12 @@ def test_held_rows_are_bounded_oldest_folded_first(monkeypatch: pytest.MonkeyPat
             ctl.poll(now_s=9.0 + k)
         counters = ctl.status()["counters"]
     assert counters["groups"] == 2 and counters["samples_pending"] == len(part)  # only the newest window held
+
+
+def test_ranks_are_checked_against_a_communicator_with_gaps() -> None:
+    sparse = {"world": [0, 1, 2, 3, 7]}
+    assert len(parse_batch(_good(), comms=sparse)) == 5
+    with pytest.raises(TelemetryError, match="column 'dst' must be a rank of communicator 'world' \\(row 3: 5\\)"):
+        parse_batch(_with("dst", [1, 2, 3, 5, -1]), comms=sparse)
+    with pytest.raises(TelemetryError, match="column 'src'"):
+        parse_batch(_with("src", [0, 1, 2, 4, 2]), comms=sparse)
