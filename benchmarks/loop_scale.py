@@ -15,11 +15,15 @@ Per hpn fabric (1x16x8 = 128, 4x16x8 = 512, 8x16x8 = 1024, 16x16x8 = 2048 ranks)
   that sees its telemetry); **ctl in-proc/s**: records per CPU second of ``Controller.ingest`` + ``poll``
   (grouping, estimator, detector) in this process, one core, after that; **ctl ms/window**: CPU per window.
 * **daemon acked/s**: a real daemon (``runtime.serve``) on loopback, fed by ``--senders`` load-generator
-  processes (``runtime.scenarios.loadgen.push_windows``, acknowledged batches, 5 % noise);
-  **daemon 1-core/s**: records per CPU second of the daemon process (its threads share one GIL);
-  **headroom** = daemon 1-core/s ÷ agg/s (target ≥ 2); **conns**: connections a job needs (one per rank:
-  there is no host relay yet) and how many the daemon answered when that many executors connected at once
-  (raw sockets: ``hello``, then idle).
+  processes (``runtime.scenarios.loadgen.push_windows``: columnar ``aggcols`` batches, docs/telemetry.md §6,
+  acknowledged, 5 % noise; ``--relay``: each sender through its own host relay process,
+  ``runtime.service.relay``); **daemon 1-core/s**: records per CPU second of the daemon's ingest path (its
+  event-loop thread, which reads and decodes the messages, plus its ingest thread, which runs
+  ``Controller.ingest``: validation and queueing); **headroom** = daemon 1-core/s ÷ agg/s (target ≥ 2);
+  **daemon+poll 1-core/s** and **headroom w/ poll**: the same per CPU second of the whole daemon process,
+  its poll thread (grouping, estimator, detector) included (the threads share one GIL); **conns**: connections
+  a job needs, one per rank direct or one per host through relays, and how many the daemon answered when one
+  per rank connected at once (raw sockets: ``hello``, then idle).
 * **RSS**: this process (the daemon and its controller, plus the benchmark's own tables) with every connection
   open, MiB (target ≤ 2048 for the daemon).
 * **detect**: collectives from fail2's onset (placed mid-window) to the first flag, aggregated telemetry
@@ -37,9 +41,12 @@ import argparse
 import json
 import multiprocessing as mp
 import resource
+import os
 import socket
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -62,7 +69,8 @@ RATE_HZ = 10.0
 WINDOW = 8
 TOKEN = "loop-scale"
 COLUMNS = ("spec", "ranks", "collective", "schedule", "flows/coll", "raw/s", "agg/s", "routing s", "ctl in-proc/s",
-           "ctl ms/window", "daemon acked/s", "daemon 1-core/s", "headroom", "conns", "RSS MiB", "detect",
+           "ctl ms/window", "daemon acked/s", "daemon 1-core/s", "headroom", "daemon+poll 1-core/s",
+           "headroom w/ poll", "conns", "RSS MiB", "detect",
            "flagged by", "outcome", "synth s", "publish s", "reaction s")
 
 
@@ -105,13 +113,47 @@ def _in_process(ctl: Controller, table: FlowTable, windows: int) -> tuple[float,
 
 
 def _sender(address: str, table: FlowTable, windows: int, seed: int, out: Any) -> None:
+    """One load-generator process: ``windows`` windows of its ranks' flows as columnar batches (``aggcols``)."""
     with Client(address, token=TOKEN, timeout_s=120) as client:
         rep = push_windows(client, table, windows=windows, window=WINDOW, seq0=10_000 * WINDOW, seed=seed)
     out.put((rep.records, rep.accepted, rep.wall_s))
 
 
-def _daemon(ctl: Controller, store: str, table: FlowTable, args: argparse.Namespace) -> dict[str, Any]:
-    """Acked records/s through a real daemon from ``--senders`` processes, its CPU per record and RSS."""
+def _thread_cpu_s(names: tuple[str, ...]) -> float:
+    """CPU seconds (user + system) of this process's threads named ``names`` (/proc/self/task/*/stat)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for t in threading.enumerate():
+        if t.name in names and t.native_id is not None:
+            fields = Path(f"/proc/self/task/{t.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def _relays(address: str, n: int, tmp: str) -> tuple[list[subprocess.Popen[bytes]], list[str]]:
+    """``n`` host relays (``python -m runtime.service.relay``, real processes on loopback) in front of the daemon."""
+    token = Path(tmp) / "token"
+    token.write_text(TOKEN + "\n")
+    procs, addrs = [], []
+    root = Path(__file__).resolve().parent.parent
+    for i in range(n):
+        port_file = Path(tmp) / f"relay{i}.addr"
+        procs.append(subprocess.Popen([sys.executable, "-m", "runtime.service.relay", "--upstream", address,
+                                       "--token-file", str(token), "--comms", "world", "--port-file", str(port_file)],
+                                      cwd=root, env={**os.environ, "PYTHONPATH": str(root)}))
+        deadline = time.monotonic() + 60
+        while not port_file.exists() and time.monotonic() < deadline and procs[-1].poll() is None:
+            time.sleep(0.05)
+        addrs.append(port_file.read_text().strip())
+    return procs, addrs
+
+
+def _daemon(ctl: Controller, store: str, table: FlowTable, args: argparse.Namespace, hosts: int) -> dict[str, Any]:
+    """Records/s through a real daemon from ``--senders`` load-generator processes (columnar batches; through one
+    host relay process per sender with ``--relay``): acked records per wall second, records per CPU second of
+    the daemon's ingest path (its event-loop thread, which decodes messages, and its ingest thread, which runs
+    ``Controller.ingest``; one core) and of the whole daemon process (with the poll thread: grouping, estimator,
+    detector), RSS, and the connections a job needs with and without relays."""
     ranks = np.unique(table.src)
     parts = [table.of_ranks(chunk.tolist()) for chunk in np.array_split(ranks, args.senders)]
     per = max(2, args.daemon_records * args.senders // max(len(table), 1))  # windows per sender
@@ -119,20 +161,42 @@ def _daemon(ctl: Controller, store: str, table: FlowTable, args: argparse.Namesp
     cfg = DaemonConfig(max_clients=max(64, n_ranks + args.senders + 4), bootstrap=False)
     ctx = mp.get_context("fork")
     q = ctx.Queue()
-    with serve(ctl, token=TOKEN, store_dir=store, config=cfg, log=lambda r: None) as d:
-        c0, t0 = time.process_time(), time.perf_counter()
-        procs = [ctx.Process(target=_sender, args=(d.address, p, per, i, q)) for i, p in enumerate(parts)]
-        for p in procs:
-            p.start()
-        got = [q.get(timeout=900) for _ in procs]
-        for p in procs:
-            p.join()
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    relays: list[subprocess.Popen[bytes]] = []
+    with serve(ctl, token=TOKEN, store_dir=store, config=cfg, log=lambda r: None) as d, \
+            tempfile.TemporaryDirectory() as tmp:
+        try:
+            targets = [d.address] * args.senders
+            if args.relay:
+                relays, targets = _relays(d.address, args.senders, tmp)
+            base = ctl.status()["counters"]["samples_accepted"]
+            ing0, c0, t0 = _thread_cpu_s(_INGEST_THREADS), time.process_time(), time.perf_counter()
+            procs = [ctx.Process(target=_sender, args=(a, p, per, i, q)) for i, (a, p) in enumerate(zip(targets, parts))]
+            for p in procs:
+                p.start()
+            got = [q.get(timeout=900) for _ in procs]
+            for p in procs:
+                p.join()
+            if args.relay:  # the relays acknowledge on receipt: wait until the daemon has ingested what they sent
+                want = sum(g[1] for g in got)
+                deadline = time.monotonic() + 120
+                while ctl.status()["counters"]["samples_accepted"] < base + want and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            ing = _thread_cpu_s(_INGEST_THREADS) - ing0
+        finally:
+            for r in relays:
+                r.terminate()
+                r.wait(timeout=30)
         conns, rss = _connections(d.address, n_ranks) if args.connections else (None, _rss_mib())
     recs = sum(g[1] for g in got)
-    return {"daemon acked/s": recs / max(g[2] for g in got), "daemon 1-core/s": recs / max(cpu, 1e-9),
-            "RSS MiB": rss, "_wall": wall, "conns": f"{n_ranks} needed; {conns} held" if conns is not None
-            else f"{n_ranks} needed; {args.senders} used"}
+    held = f"; {conns} held" if conns is not None else ""
+    return {"daemon acked/s": recs / max(g[2] for g in got), "daemon 1-core/s": recs / max(ing, 0.01),
+            "daemon+poll 1-core/s": recs / max(cpu, 0.01), "RSS MiB": rss, "_wall": wall,  # CPU clocks tick at 10 ms
+            "conns": f"{n_ranks} direct, {hosts} via relays{held}" + (" (relayed)" if args.relay else "")}
+
+
+#: The daemon threads on its ingest path (decode on the event loop, ``Controller.ingest`` on the ingest thread).
+_INGEST_THREADS = ("loopcoll-daemon-loop", "loopcoll-daemon-ingest")
 
 
 def _connections(address: str, n: int) -> tuple[int, float]:
@@ -222,8 +286,10 @@ def run_case(spec: str, coll: str, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as store:
         ctl = _controller(topo, f"hpn:{spec}", coll, store, sched, export=False)
         row["ctl in-proc/s"], row["ctl ms/window"] = _in_process(ctl, table, args.windows)
-        row.update({k: v for k, v in _daemon(ctl, store, table, args).items() if not k.startswith("_")})
+        hosts = len(set(routing.host_of.values())) or topo.nranks
+        row.update({k: v for k, v in _daemon(ctl, store, table, args, hosts).items() if not k.startswith("_")})
     row["headroom"] = row["daemon 1-core/s"] / row["agg/s"]
+    row["headroom w/ poll"] = row["daemon+poll 1-core/s"] / row["agg/s"]
     if not args.no_detect:
         row.update(_detect(topo, f"hpn:{spec}", coll, sched, routing, table, args))
     print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
@@ -236,6 +302,7 @@ def main() -> None:
     ap.add_argument("--sizes", nargs="+", default=["1x16x8", "4x16x8", "8x16x8", "16x16x8"])
     ap.add_argument("--collectives", nargs="+", default=["allgather", "reducescatter", "alltoall"])
     ap.add_argument("--senders", type=int, default=3, help="load-generator processes")
+    ap.add_argument("--relay", action="store_true", help="send through one host relay process per sender")
     ap.add_argument("--windows", type=int, default=6, help="windows of records for the in-process figure")
     ap.add_argument("--daemon-records", type=int, default=200_000, help="records each sender pushes (about)")
     ap.add_argument("--synth-max-ranks", type=int, default=128)
@@ -252,8 +319,8 @@ def main() -> None:
     rows = [run_case(spec, coll, args) for spec in args.sizes for coll in args.collectives]
     cmd = "python benchmarks/loop_scale.py " + " ".join(sys.argv[1:])
     print(write_results(args.out, COLUMNS, rows, cmd.strip(), notes=(
-        "Rates in records (samples or aggregates) per second; 10 collectives/s, window 8; one connection per "
-        "rank is what a job needs today (no host relay). Measured under load unless the lead re-ran it alone.")))
+        "Rates in records (samples or aggregates) per second; 10 collectives/s, window 8; daemon figures with "
+        "columnar batches (aggcols). Measured under load unless the lead re-ran it alone.")))
 
 
 if __name__ == "__main__":

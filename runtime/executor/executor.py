@@ -160,14 +160,14 @@ class Executor:
             self.staging_split[version] = {"load_s": t1 - t0, **split}
         return StagedVersion(version, staged, dt)
 
-    def follow(self, client: Any, *, telemetry: bool = True, window: int = 1) -> None:
+    def follow(self, client: Any, *, telemetry: bool = True, window: int = 1, columnar: bool = False) -> None:
         """Take versions pushed by the loopcoll daemon through ``client`` (a ``runtime.Client``) and send it samples
-        (``window`` > 1: aggregated over that many collectives or 1 s, :class:`~runtime.executor.sinks.AggregatingSink`).
-        Each pushed manifest entry of this communicator is fetched (its bands' MSCCL XML, or the schedule JSON when a
-        band has no XML) and staged on a background thread; the next agreement (:meth:`sync_versions` or every
-        ``sync_every`` collectives) switches to it once every rank has it."""
+        (``window`` > 1: aggregated over that many collectives or 1 s, ``columnar``: a batch per window; see ``sinks``).
+        Each pushed manifest entry of this communicator is fetched (its bands' XML, or the schedule JSON) and staged on
+        a background thread; the next agreement (:meth:`sync_versions`) switches to it once every rank has it."""
         if telemetry and self.sink is None:
-            self.sink = client.send_samples if window == 1 else AggregatingSink(client.send_samples, window=window)
+            send = client.send_samples
+            self.sink = AggregatingSink(send, window=window, columnar=columnar) if window > 1 else send
             self._followed = client
 
         def on_version(entry: VersionEntry) -> None:

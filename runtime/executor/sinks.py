@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.formats.aggregate import AggRecord, WindowAggregator
+from runtime.formats.columnar import batches_from_records
 from runtime.formats.telemetry import Sample
 
 __all__ = ["AggregatingSink", "JsonlSink", "MemorySink", "client_sink"]
@@ -37,7 +38,9 @@ class AggregatingSink:
     """Folds each collective's ``pair``/``inject`` samples over a window of collectives into
     ``loopcoll.telemetry/2`` aggregates (:class:`runtime.formats.aggregate.WindowAggregator`, docs/telemetry.md §5)
     and hands them, with the samples it does not fold, to ``inner``; :meth:`flush` closes the open windows
-    (:meth:`runtime.executor.Executor.flush` and ``close`` call it).
+    (:meth:`runtime.executor.Executor.flush` and ``close`` call it). ``columnar``: the windows closed together
+    go out as :class:`~runtime.formats.columnar.AggBatch` (kind ``aggcols``, docs/telemetry.md §6), one per
+    stream, instead of one record per flow.
 
     >>> mem = MemorySink()
     >>> sink = AggregatingSink(mem, window=2)
@@ -47,23 +50,30 @@ class AggregatingSink:
     [(2, 128)]
     """
 
-    def __init__(self, inner: Any, *, window: int = 8, max_window_s: float = 1.0) -> None:
+    def __init__(self, inner: Any, *, window: int = 8, max_window_s: float = 1.0, columnar: bool = False) -> None:
         self.inner = inner
         self.aggregator = WindowAggregator(window, max_window_s)
+        self.columnar = columnar
         self._lock = threading.Lock()
 
     def __call__(self, samples: Sequence[Sample]) -> None:
         with self._lock:
             out = self.aggregator.add(samples)
         if out:
-            self.inner(out)
+            self.inner(self._shaped(out))
+
+    def _shaped(self, out: Sequence[Sample | AggRecord]) -> list[Any]:
+        if not self.columnar:
+            return list(out)
+        recs = [r for r in out if isinstance(r, AggRecord)]
+        return [s for s in out if not isinstance(s, AggRecord)] + list(batches_from_records(recs))
 
     def flush(self) -> None:
         """Send every open window now (a partial window carries the collectives it holds)."""
         with self._lock:
             out: list[Sample | AggRecord] = list(self.aggregator.flush())
         if out:
-            self.inner(out)
+            self.inner(self._shaped(out))
 
 
 class JsonlSink:

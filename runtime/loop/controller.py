@@ -40,11 +40,13 @@ from runtime.contention.gate import GateConfig
 from runtime.errors import ProfileError, StoreError
 from runtime.formats.profile import JobProfile
 from runtime.formats.store import VersionEntry, VersionStore
-from runtime.formats.aggregate import AggRecord, sample_count, validate_records, window_measurements
+from runtime.formats.aggregate import AggRecord, sample_count, window_measurements
+from runtime.formats.columnar import AggBatch, validate_telemetry
 from runtime.formats.telemetry import IngestReport, Sample, SampleStore
 from runtime.loop.demand import AllToAllvPlanner, DemandEstimator
 from runtime.loop.detector import Verdict
 from runtime.loop.estimator import LinkEstimator, ScheduleRouting
+from runtime.loop.colgroups import ColumnGroups
 from runtime.loop.grouping import SampleGroups
 from runtime.loop.manager import ManagerConfig, ScheduleManager
 from synth import Schedule, Topology
@@ -185,6 +187,7 @@ class Controller:
         self._lock = threading.RLock()
         self._poll_lock = threading.Lock()
         self._comms = profile.comm_ranks()
+        self._comm_sets = {k: frozenset(v) for k, v in self._comms.items()}  # built once: ingest checks ranks
         self._pending: deque[Sample] = deque()
         self.samples = SampleStore(max_per_comm=config.max_samples_per_comm)
         self._report = IngestReport(0)
@@ -194,6 +197,9 @@ class Controller:
         self._events: deque[dict[str, Any]] = deque(maxlen=256)
         self._routing: dict[tuple[str, str, int, str | None], ScheduleRouting | None] = {}
         self._groups = SampleGroups(clock=self._now, skipped=self._skipped)
+        self._pending_cols: deque[AggBatch] = deque()  # columnar batches (docs/telemetry.md §6) not grouped yet
+        self._pending_rows = 0
+        self._col_groups = ColumnGroups(clock=self._now, skipped=self._skipped)
         self.samples_since_publish = 0
         self.estimator = LinkEstimator(topology, alpha=config.alpha, tau_s=config.tau_s,
                                        slow_tolerance=config.slow_tolerance, pace_tolerance=config.pace_tolerance,
@@ -237,7 +243,10 @@ class Controller:
 
     # -- ingest -----------------------------------------------------------------------------
     def ingest(self, samples: Iterable[Mapping[str, Any] | Sample | str]) -> IngestReport:
-        """Validate and queue samples; bad ones are counted by reason, never raised."""
+        """Validate and queue samples; bad ones are counted by reason, never raised.
+
+        Columnar batches (``aggcols``, docs/telemetry.md §6) are validated and queued whole, as arrays: they do
+        not enter the recent-sample store :attr:`samples` (its bound is per record object)."""
         if isinstance(samples, (str, bytes, Mapping, Sample)):
             items: list[Any] = [samples]  # one sample given bare
         else:
@@ -245,7 +254,7 @@ class Controller:
                 items = list(samples)
             except TypeError:
                 items = [samples]
-        records, report = validate_records(items, comms=self._comms, nranks=self.topology.nranks)
+        records, batches, report = validate_telemetry(items, comms=self._comm_sets, nranks=self.topology.nranks)
         ok = [r.window_sample() if isinstance(r, AggRecord) else r for r in records]
         with self._lock:
             self._report = self._report.merged(report)
@@ -254,6 +263,12 @@ class Controller:
             while len(self._pending) > self.config.max_pending_samples:
                 self._pending.popleft()
                 self._skipped["pending_overflow"] += 1
+            self._pending_cols.extend(batches)
+            self._pending_rows += sum(len(b) for b in batches)
+            while self._pending_rows > self.config.max_pending_samples:
+                dropped = len(self._pending_cols.popleft())
+                self._pending_rows -= dropped
+                self._skipped["pending_overflow"] += dropped
         self.demand.observe(ok)
         if report.rejected_total:
             self._log({"event": "samples_rejected", "rejected": dict(report.rejected),
@@ -284,6 +299,13 @@ class Controller:
                 meas, count = window_measurements(samples)  # count > 1: aggregated windows (docs/telemetry.md §5)
                 self.estimator.observe_group(routing, meas, t_s=max(s.t_s for s in samples), count=count)
                 self.samples_since_publish += sum(sample_count(s) for s in samples)
+                done += 1
+            self._col_groups.add(self._pending_cols)  # columnar batches (docs/telemetry.md §6), as arrays
+            self._pending_cols.clear()
+            self._pending_rows = 0
+            for g in self._col_groups.collect(self._routing_for):
+                self.estimator.observe_group(g.routing, g.measurements, t_s=g.t_s, count=g.count)
+                self.samples_since_publish += g.collectives
                 done += 1
             return done
 
@@ -352,7 +374,8 @@ class Controller:
             counters = {
                 "samples_accepted": rep.accepted, "samples_rejected": dict(rep.rejected),
                 "samples_skipped": dict(sorted(self._skipped.items())), "samples_dropped": self.samples.dropped,
-                "samples_pending": len(self._pending) + self._groups.pending_samples,
+                "samples_pending": (len(self._pending) + self._groups.pending_samples + self._pending_rows
+                                    + self._col_groups.pending_rows),
                 "groups": self.estimator.groups, **asdict(self.manager.counters),
             }
             return {

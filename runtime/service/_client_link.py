@@ -24,6 +24,7 @@ from typing import Any
 from runtime.errors import StoreError, WireError
 from runtime.formats.store import VersionEntry
 from runtime.formats.aggregate import AggRecord
+from runtime.formats.columnar import AggBatch
 from runtime.formats.telemetry import Sample
 from runtime.service.wire import DAEMON_TO_CLIENT, MAX_MESSAGE_BYTES, LineFramer, decode, encode
 
@@ -120,6 +121,6 @@ def sample_lines(batch: list[dict[str, Any]]) -> list[tuple[bytes, int]]:
     return sample_lines(batch[:mid]) + sample_lines(batch[mid:])
 
 
-def sample_doc(sample: Sample | AggRecord | Mapping[str, Any]) -> dict[str, Any]:
+def sample_doc(sample: Sample | AggRecord | AggBatch | Mapping[str, Any]) -> dict[str, Any]:
     """A sample as its wire document (a :class:`~runtime.formats.telemetry.Sample` or a mapping already)."""
-    return sample.to_dict() if isinstance(sample, (Sample, AggRecord)) else dict(sample)
+    return sample.to_dict() if isinstance(sample, (Sample, AggRecord, AggBatch)) else dict(sample)

@@ -226,7 +226,9 @@ class _Daemon:
         with self.q_lock:
             self.q_bytes += nbytes
             over = self.q_bytes > self.config.ingest_queue_bytes
-        self.counters["samples_received"] += len(msg["samples"])
+        self.counters["samples_received"] += sum(
+            d["n"] if isinstance(d, dict) and d.get("kind") == "aggcols" and type(d.get("n")) is int else 1
+            for d in msg["samples"])  # records: a columnar batch counts its rows
         self.ingest_q.put((conn, msg, nbytes))
         if over:
             self.counters["ingest_pauses"] += 1

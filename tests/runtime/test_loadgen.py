@@ -66,3 +66,26 @@ def test_a_real_daemon_takes_the_load_and_detects_fail2_through_it(table) -> Non
             while not any(e["event"] == "flag" for e in events) and time.monotonic() < deadline:
                 time.sleep(0.05)
     assert any(e["event"] == "flag" for e in events)
+
+
+def test_allreduce_windows_carry_their_phase_through_the_one_writer() -> None:
+    from runtime.formats.columnar import parse_batch
+    from runtime.scenarios.loadgen import window_batch
+
+    topo = load_topology(SPEC)
+    sched = fallback_schedule("allreduce", topo)
+    prof = profile_from_dict({"format": "loopcoll.profile/1", "topology": SPEC, "communicators": [
+        {"name": "world", "ranks": list(range(8)), "collectives": [{"collective": "allreduce", "sizes": [1 << 24]}]}]})
+    with tempfile.TemporaryDirectory() as store:
+        ctl = Controller(topo, prof, store, config=ControllerConfig(export_xml=False))
+        ctl.deploy("world", "allreduce", sched, reason="test: version 1")
+        for phase in ("reducescatter", "allgather"):
+            table = flow_table(sched, topo, comm="world", version=1, size_bytes=1 << 24, phase=phase)
+            (batch,) = window_batch(table, seq_first=0, count=8, t_s=2.0, period_s=0.1, sigma=0.05,
+                                    rng=np.random.default_rng(0))
+            doc = batch.to_dict()
+            assert doc["phase"] == phase and {r.phase for r in parse_batch(doc).records()} == {phase}
+            assert ctl.ingest([doc]).accepted == len(table)
+            assert {s["extra"]["phase"] for s in collective_samples(table, 3, 1.0)} == {phase}
+        ctl.poll(now_s=3.0)
+        assert ctl.status()["counters"]["groups"] == 2  # each phase's window folded on its own routing
