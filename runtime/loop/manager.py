@@ -38,7 +38,7 @@ from runtime.errors import ProfileError, RuntimeStateError
 from runtime.formats.profile import JobProfile
 from runtime.formats.store import VersionEntry, VersionStore
 from runtime.loop.bootstrap import BUDGET_REASON, FALLBACK_REASON, budget_bound, fallback_schedule
-from runtime.loop.detector import Verdict, detect
+from runtime.loop.detector import Verdict, detect, watched_cut
 from runtime.loop.estimator import LinkEstimator
 from runtime.loop.reasons import flag_reason
 from synth import COLLECTIVES, Collective, CutLink, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
@@ -137,6 +137,8 @@ class ScheduleManager:
         self.counters = ManagerCounters()
         #: opt-in contention gate on 1 / x_min per (comm, collective), once per step
         self.gate = ContentionGate(config.gate) if config.gate is not None else None
+        #: called with (comm, collective, version, schedule) whenever a version becomes the deployed one
+        self.on_deployed: Callable[[str, str, int, Schedule], None] | None = None
         #: simulated time charged per synthesis instead of its measured duration (timeline tests)
         self.charged_synth_s: float | None = None
         self.sizes: dict[tuple[str, str], tuple[int, ...]] = {}
@@ -159,7 +161,8 @@ class ScheduleManager:
             sched = store.load_schedule(entry)
             self.schedules[(entry.comm, entry.collective, entry.version)] = sched
             # a reloaded version starts no cool-down: the store's clock may not be this one's
-            self.deployed[key] = Deployed(entry, sched, None, entry.cut, -math.inf)
+            cut = watched_cut(entry.cut, sched, self.comm_topology(entry.comm, nominal))
+            self.deployed[key] = Deployed(entry, sched, None, cut, -math.inf)
 
     # -- lookups ----------------------------------------------------------------------------
     def schedule_of(self, comm: str, collective: str, version: int) -> Schedule | None:
@@ -220,8 +223,9 @@ class ScheduleManager:
                        "chunks": version.capped_chunks, "message": version.note})
         kept = version.result or (None if isinstance(result, Schedule) else result)
         self.schedules[(comm, coll, entry.version)] = version.schedule
-        self.deployed[key] = Deployed(entry, version.schedule, kept, entry.cut, now)
+        self.deployed[key] = Deployed(entry, version.schedule, kept, watched_cut(entry.cut, version.schedule, comm_topo), now)
         self.counters.publications += 1
+        self._deployed_hook(key, entry, version.schedule)
         if self.gate is not None:
             self.gate.reconfigured(f"{comm}/{coll}")
         self._log({"event": "publish", "t_s": now, "comm": comm, "collective": coll, "version": entry.version,
@@ -229,6 +233,10 @@ class ScheduleManager:
                    "synth_time_s": entry.synth_time_s,
                    "xml": [b.xml for b in entry.bands], "xml_error": entry.bands[0].xml_error})
         return entry
+
+    def _deployed_hook(self, key: tuple[str, str], entry: VersionEntry, schedule: Schedule) -> None:
+        if self.on_deployed is not None:
+            self.on_deployed(key[0], key[1], entry.version, schedule)
 
     def deploy(self, key: tuple[str, str], schedule: Schedule, *, reason: str, now: float,
                extra: Mapping[str, Any] | None = None) -> VersionEntry:
@@ -254,9 +262,10 @@ class ScheduleManager:
                                    nominal=self.comm_topology(comm, self.nominal), created_t_s=now,
                                    export_xml=self.config.export_xml, extra=extra)
         self.schedules[(comm, coll, entry.version)] = schedule
-        self.deployed[key] = Deployed(entry, schedule, None, entry.cut, now)
+        self.deployed[key] = Deployed(entry, schedule, None, watched_cut(entry.cut, schedule, comm_topo), now)
         self.jobs.pop(key, None)  # a pending re-synthesis was made for the version this one replaces
         self.counters.publications += 1
+        self._deployed_hook(key, entry, schedule)
         if self.gate is not None:
             self.gate.reconfigured(f"{comm}/{coll}")
         self._log({"event": "publish", "t_s": now, "comm": comm, "collective": coll, "version": entry.version,
