@@ -69,6 +69,10 @@ class ControllerConfig:
     time_limit_s, solver
         Passed to :func:`synth.synthesize` (``time_limit_s`` bounds every re-synthesis, and the optimum made
         after a provisional version 1).
+    reaction_time_limit_s
+        Bounds the warm re-synthesis a flag (or the recovery check) starts; when it binds, the time-limited
+        incumbent is published (if it beats the current version) and the optimum under ``time_limit_s``
+        follows at the next ``poll``, like after a provisional version 1. ``None``: ``time_limit_s``.
     bootstrap_time_limit_s
         Bounds version 1's synthesis; when it binds, version 1 is the time-capped incumbent or the NCCL-like
         baseline and the optimum follows at the next ``poll`` (:mod:`runtime.loop.bootstrap`). ``None``: no bound.
@@ -103,6 +107,7 @@ class ControllerConfig:
     cooldown_s: float = 1.0
     time_limit_s: float | None = 30.0
     bootstrap_time_limit_s: float | None = 10.0
+    reaction_time_limit_s: float | None = None
     chunks: int | None = 16
     alltoall_chunks: int | None = None
     solver: str = "highs"
@@ -141,7 +146,7 @@ def _check_config(cfg: ControllerConfig) -> None:
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise bad(name, "a finite number >= 0")
-    for name in ("time_limit_s", "bootstrap_time_limit_s"):
+    for name in ("time_limit_s", "bootstrap_time_limit_s", "reaction_time_limit_s"):
         v = getattr(cfg, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
             raise bad(name, "a number > 0 or None")

@@ -77,6 +77,7 @@ class ManagerConfig:
     recovery_check_s: float | None = 5.0
     export_xml: bool = True
     bootstrap_time_limit_s: float | None = 10.0  # bounds version 1's synthesis (runtime.loop.bootstrap)
+    reaction_time_limit_s: float | None = None  # bounds a flag's re-synthesis; the optimum follows (None: time_limit_s)
     gate: GateConfig | None = None  # contention gate (runtime.contention.gate): act on SUSTAINED verdicts only
 
 
@@ -107,6 +108,7 @@ class Job:
     started_t_s: float
     ready_t_s: float
     trigger_samples: int
+    provisional: bool = False  # cut short by the reaction budget: the optimum is due once it is published
 
 
 @dataclass
@@ -331,8 +333,9 @@ class ScheduleManager:
             reason = None
             allowed = self._gate_allows(key, v, now)
             if d.provisional:
-                d.provisional = False  # one try: a failure or no gain keeps version 1
-                reason = "bootstrap: optimum (version 1 was made within the bootstrap budget)"
+                reason = "bootstrap: optimum (version 1 was made within the bootstrap budget)" if \
+                    d.entry.reason.startswith("bootstrap") else \
+                    f"reaction: optimum (version {d.entry.version} was made within the reaction budget)"
             elif v.flagged and not allowed:
                 self.counters.gated += 1
             elif v.flagged:
@@ -350,6 +353,7 @@ class ScheduleManager:
                            "version": d.entry.version, "left_s": self.config.cooldown_s - (now - d.swapped_t_s),
                            "verdict": v.to_dict()})
                 continue
+            d.provisional = False  # one try: a failure or no gain keeps the version (after its cool-down)
             topo = self.estimator.measured_topology(recent=True)
             self._log({"event": "flag", "t_s": now, "comm": key[0], "collective": key[1],
                        "version": d.entry.version, "reason": reason, "verdict": v.to_dict(),
@@ -357,7 +361,10 @@ class ScheduleManager:
             t0 = time.perf_counter()
             try:
                 warm = None if reason.startswith("bootstrap") else d.result if d.result is not None else d.schedule
-                res = self._synthesize(key, topo, warm)
+                budget = None if reason.startswith(("bootstrap", "reaction")) else self.config.reaction_time_limit_s
+                res = self._synthesize(key, topo, warm, limit_s="config" if budget is None else budget)
+                if budget is not None and res.schedule is None:  # nothing within the reaction budget
+                    res, budget = self._synthesize(key, topo, warm), None
             except LoopcollError as exc:
                 self.counters.failures += 1
                 d.swapped_t_s = now  # back off for a cool-down before trying again
@@ -372,7 +379,8 @@ class ScheduleManager:
                        "algbw_GBps": res.algbw_GBps})
             charged = took if self.charged_synth_s is None else self.charged_synth_s
             ready = now + charged if clock is None else max(now + took, clock())
-            self.jobs[key] = Job(key, reason, v if v.flagged else None, res, topo, now, ready, trigger_samples)
+            self.jobs[key] = Job(key, reason, v if v.flagged else None, res, topo, now, ready, trigger_samples,
+                                 budget is not None and budget_bound(res, budget, self.config.time_limit_s))
             if clock is not None:
                 if refresh is not None:
                     refresh()
@@ -441,6 +449,7 @@ class ScheduleManager:
                        "message": "kept the current version; its cut re-based on the measured topology"})
             return None
         entry = self._publish(key, res, job.topology, job.reason, job.verdict, trigger_samples, now)
+        self.deployed[key].provisional = job.provisional
         self._rebase(job.topology, now)
         return entry
 
