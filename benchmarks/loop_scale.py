@@ -205,6 +205,9 @@ def _detect(topo: Topology, spec: str, coll: str, sched: Schedule, routing: Sche
             if pub:
                 publish_s = wall
                 break
+            if flagged_at is not None and any(e.get("event") in ("abort", "no_gain", "synthesis_failed")
+                                              for e in events):
+                break  # decided without a publication: the row's outcome says which
             if flagged_at is not None and k > 30:
                 break
         provisional = ctl.manager.deployed[("world", coll)].provisional
