@@ -11,8 +11,8 @@ Per hpn fabric (1x16x8 = 128, 4x16x8 = 512, 8x16x8 = 1024, 16x16x8 = 2048 ranks)
 * **flows/coll**: samples one collective makes the executors emit (``pair`` + ``inject``,
   :mod:`runtime.scenarios.loadgen`); **raw/s** at 10 collectives/s; **agg/s** with source aggregation over
   8 collectives (``loopcoll.telemetry/2``, docs/telemetry.md §5).
-* **routing s**: ``ScheduleRouting.build`` of the version (once per version, inside the controller's first poll
-  that sees its telemetry); **ctl in-proc/s**: records per CPU second of ``Controller.ingest`` + ``poll``
+* **routing s**: ``ScheduleRouting.build`` of the version (once per version, in a background thread the
+  controller starts when the version is deployed or published); **ctl in-proc/s**: records per CPU second of ``Controller.ingest`` + ``poll``
   (grouping, estimator, detector) in this process, one core, after that; **ctl ms/window**: CPU per window.
 * **daemon acked/s**: a real daemon (``runtime.serve``) on loopback, fed by ``--senders`` load-generator
   processes (``runtime.scenarios.loadgen.push_windows``: columnar ``aggcols`` batches, docs/telemetry.md §6,
@@ -29,8 +29,13 @@ Per hpn fabric (1x16x8 = 128, 4x16x8 = 512, 8x16x8 = 1024, 16x16x8 = 2048 ranks)
 * **detect**: collectives from fail2's onset (placed mid-window) to the first flag, aggregated telemetry
   with 5 % noise; **flagged by**: the detector (Algorithm 1) or the periodic recovery check
   (``recovery_check_s``, docs/controller.md §4); **outcome**: ``publish``, ``no_gain``, ``abort`` or
-  ``synthesis_failed``; **synth s**, **publish s**: the warm re-synthesis and the publication (XML export + store)
-  it starts; **reaction s** = their sum (``--no-reaction`` skips it; ``--no-export`` publishes without XML).
+  ``synthesis_failed`` (``publish (budget bound …)``: the re-synthesis ran into ``--reaction-limit-s``,
+  ``ControllerConfig.reaction_time_limit_s``, default 3 s, and its incumbent was published; the optimum under
+  ``time_limit_s`` follows, not timed here); **synth s**, **publish s**: the wall time of the poll that flagged
+  (the warm re-synthesis) and of the poll that published (XML export + store); **reaction s** = their sum
+  (``--no-reaction`` skips it; ``--no-export`` publishes without XML).
+
+Progress (each phase of a row and its wall time) goes to stderr.
 
 Measured figures depend on the machine's load: the lead re-runs them alone.
 """
@@ -236,7 +241,8 @@ def _detect(topo: Topology, spec: str, coll: str, sched: Schedule, routing: Sche
         prof = profile_from_dict({"format": "loopcoll.profile/1", "topology": spec, "communicators": [
             {"name": "world", "ranks": list(range(topo.nranks)),
              "collectives": [{"collective": coll, "sizes": [SIZE]}]}]})
-        ctl = Controller(topo, prof, store, config=ControllerConfig(export_xml=not args.no_export), log=events.append)
+        cfg = ControllerConfig(export_xml=not args.no_export, reaction_time_limit_s=args.reaction_limit_s)
+        ctl = Controller(topo, prof, store, config=cfg, log=events.append)
         ctl.deploy("world", coll, sched, reason="loop_scale: version 1")
         rng = np.random.default_rng(2)
         t, onset_seq, flagged_at = time.time() + 10.0, 4 * WINDOW + WINDOW // 2, None
@@ -263,35 +269,54 @@ def _detect(topo: Topology, spec: str, coll: str, sched: Schedule, routing: Sche
             if pub:
                 publish_s = wall
                 break
+            if flagged_at is not None and any(e.get("event") in ("abort", "no_gain", "synthesis_failed")
+                                              for e in events):
+                break  # decided without a publication: the row's outcome says which
             if flagged_at is not None and k > 30:
                 break
+        provisional = ctl.manager.deployed[("world", coll)].provisional
     react = None if synth_s is None or publish_s is None else synth_s + publish_s
     outcome = next((e["event"] for e in events if e.get("event") in ("abort", "no_gain", "synthesis_failed")
                     or (e.get("event") == "publish" and e.get("version", 1) > 1)), None)
+    if outcome == "publish" and provisional:
+        outcome = "publish (budget bound: the optimum follows)"
     return {"detect": flagged_at, "flagged by": by, "outcome": outcome, "synth s": synth_s, "publish s": publish_s,
             "reaction s": react}
 
 
+def _phase(what: str, t0: float) -> float:
+    """Progress on stderr: each phase of a row and its wall time (where a large row spends it)."""
+    now = time.perf_counter()
+    print(f"  {what}: {now - t0:.1f} s", file=sys.stderr, flush=True)
+    return now
+
+
 def run_case(spec: str, coll: str, args: argparse.Namespace) -> dict[str, Any]:
+    t = time.perf_counter()
     topo = load_topology(f"hpn:{spec}")
     sched, kind = _schedule(coll, topo, args)
-    t0 = time.perf_counter()
+    t0 = t = _phase(f"hpn:{spec} {coll}: schedule ({kind})", t)
     routing = ScheduleRouting.build(sched, topo)
     routing_s = time.perf_counter() - t0
     table = flow_table(sched, topo, comm="world", version=1, size_bytes=SIZE, routing=routing)
+    t = _phase("routing + flow table", t)
     flows = len(table)
     row: dict[str, Any] = {"spec": f"hpn:{spec}", "ranks": topo.nranks, "collective": coll, "schedule": kind,
                            "flows/coll": flows, "raw/s": flows * RATE_HZ,
                            "agg/s": flows * max(RATE_HZ / WINDOW, 1.0), "routing s": routing_s}
     with tempfile.TemporaryDirectory() as store:
         ctl = _controller(topo, f"hpn:{spec}", coll, store, sched, export=False)
+        t = _phase("controller deploy", t)
         row["ctl in-proc/s"], row["ctl ms/window"] = _in_process(ctl, table, args.windows)
+        t = _phase("in-process ingest + poll", t)
         hosts = len(set(routing.host_of.values())) or topo.nranks
         row.update({k: v for k, v in _daemon(ctl, store, table, args, hosts).items() if not k.startswith("_")})
+        t = _phase("daemon + connections", t)
     row["headroom"] = row["daemon 1-core/s"] / row["agg/s"]
     row["headroom w/ poll"] = row["daemon+poll 1-core/s"] / row["agg/s"]
     if not args.no_detect:
         row.update(_detect(topo, f"hpn:{spec}", coll, sched, routing, table, args))
+        _phase("detection + reaction", t)
     print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
     return row
 
@@ -312,6 +337,8 @@ def main() -> None:
     ap.add_argument("--no-detect", action="store_true")
     ap.add_argument("--no-reaction", action="store_true")
     ap.add_argument("--no-export", action="store_true")
+    ap.add_argument("--reaction-limit-s", type=float, default=3.0,
+                    help="ControllerConfig.reaction_time_limit_s of the detection run (the flag's re-synthesis)")
     ap.add_argument("--out", default="loop_scale")
     args = ap.parse_args()
     if args.quick:

@@ -443,8 +443,9 @@ class VersionStore:
                 bands.append(Band(lo, hi, same.schedule, same.xml, same.xml_error))
                 continue
             rel = f"{rel_dir}/b{i}.schedule.json"
-            try:
-                write_text_atomic(self.path(rel), b.schedule.to_json())
+            try:  # the torch target's program is the schedule JSON: written as rendered, not serialised again
+                write_bytes_atomic(self.path(rel), b.program if not xml and b.program is not None
+                                   else b.schedule.to_json().encode("utf-8"))
             except LoopcollError as exc:
                 raise StoreError(f"store {str(self.directory)!r}: cannot write {rel}: {exc}") from exc
             xml_rel: str | None = None

@@ -71,6 +71,10 @@ class ControllerConfig:
     time_limit_s, solver
         Passed to :func:`synth.synthesize` (``time_limit_s`` bounds every re-synthesis, and the optimum made
         after a provisional version 1).
+    reaction_time_limit_s
+        Bounds the warm re-synthesis a flag (or the recovery check) starts; when it binds, the time-limited
+        incumbent is published (if it beats the current version) and the optimum under ``time_limit_s``
+        follows at the next ``poll``, like after a provisional version 1. ``None``: ``time_limit_s``.
     bootstrap_time_limit_s
         Bounds version 1's synthesis; when it binds, version 1 is the time-capped incumbent or the NCCL-like
         baseline and the optimum follows at the next ``poll`` (:mod:`runtime.loop.bootstrap`). ``None``: no bound.
@@ -105,6 +109,7 @@ class ControllerConfig:
     cooldown_s: float = 1.0
     time_limit_s: float | None = 30.0
     bootstrap_time_limit_s: float | None = 10.0
+    reaction_time_limit_s: float | None = None
     chunks: int | None = 16
     alltoall_chunks: int | None = None
     solver: str = "highs"
@@ -143,7 +148,7 @@ def _check_config(cfg: ControllerConfig) -> None:
         v = getattr(cfg, name)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise bad(name, "a finite number >= 0")
-    for name in ("time_limit_s", "bootstrap_time_limit_s"):
+    for name in ("time_limit_s", "bootstrap_time_limit_s", "reaction_time_limit_s"):
         v = getattr(cfg, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
             raise bad(name, "a number > 0 or None")
@@ -196,6 +201,8 @@ class Controller:
         self._last_verdict: dict[tuple[str, str], Verdict] = {}
         self._events: deque[dict[str, Any]] = deque(maxlen=256)
         self._routing: dict[tuple[str, str, int, str | None], ScheduleRouting | None] = {}
+        #: routings being built in the background since their version was published (docs/controller.md §1)
+        self._building: dict[tuple[str, str, int, str | None], _RoutingBuild] = {}
         self._groups = SampleGroups(clock=self._now, skipped=self._skipped)
         self._pending_cols: deque[AggBatch] = deque()  # columnar batches (docs/telemetry.md §6) not grouped yet
         self._pending_rows = 0
@@ -206,6 +213,9 @@ class Controller:
                                        snap=config.snap)
         self.manager = ScheduleManager(topology, profile, self.store, self.estimator, config.manager_config(),
                                        self._log)
+        self.manager.on_deployed = self._start_routing
+        for key, d in sorted(self.manager.deployed.items()):  # versions reloaded from the store
+            self._start_routing(key[0], key[1], d.entry.version, d.schedule)
         self._seed_estimates_from_store()
         # AllToAllv: demand samples -> traffic matrix -> versions per (comm, alltoallv) (runtime.loop.demand)
         a2av = {c.name: c.ranks for c in profile.communicators if c.collective("alltoallv") is not None}
@@ -276,10 +286,24 @@ class Controller:
         return report
 
     # -- sample groups → estimator --------------------------------------------------------------
+    def _start_routing(self, comm: str, collective: str, version: int, schedule: Schedule) -> None:
+        """Build the routing of a version just deployed in a background thread (its telemetry will need it):
+        at 2048 ranks a build takes seconds, which a poll would otherwise spend before folding anything in."""
+        phases: tuple[str | None, ...] = ("reducescatter", "allgather") if collective == "allreduce" else (None,)
+        with self._lock:
+            for phase in phases:
+                key = (comm, collective, version, phase)
+                if key not in self._routing and key not in self._building:
+                    self._building[key] = _RoutingBuild(schedule, self.topology, phase)
+
     def _routing_for(self, comm: str, collective: str, version: int,
                      phase: str | None = None) -> ScheduleRouting | None:
         key = (comm, collective, version, phase)
         if key not in self._routing:
+            build = self._building.pop(key, None)
+            if build is not None:
+                self._routing[key] = build.result()  # started at publish: usually done by now
+                return self._routing[key]
             sched: Schedule | None = None
             try:
                 sched = self.manager.schedule_of(comm, collective, version)
@@ -428,6 +452,31 @@ class Controller:
         metric("loopcoll_detector_flagged", "gauge", "Latest detector verdict (1 = flagged).",
                [({"comm": k[0], "collective": k[1]}, 1.0 if v.flagged else 0.0) for k, v in last])
         return "\n".join(lines) + "\n"
+
+
+class _RoutingBuild:
+    """``ScheduleRouting.build(schedule, topology, phase)`` in a daemon thread; :meth:`result` waits for it
+    (and raises what the build raised, in the caller's thread)."""
+
+    def __init__(self, schedule: Schedule, topology: Topology, phase: str | None) -> None:
+        self._args = (schedule, topology, phase)
+        self._value: ScheduleRouting | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="loopcoll-routing", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = ScheduleRouting.build(*self._args)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by result() in the thread that needs it
+            self._error = exc
+
+    def result(self) -> ScheduleRouting:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
 
 
 def _esc(v: str) -> str:

@@ -34,9 +34,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from synth import CutLink, Schedule
+from synth import CutLink, LoopcollError, Schedule, Topology
 
-__all__ = ["CutDeviation", "Verdict", "detect", "verdict_for_schedule"]
+__all__ = ["CutDeviation", "Verdict", "detect", "verdict_for_schedule", "watched_cut"]
 
 LinkKey = tuple[str, str]
 
@@ -140,3 +140,26 @@ def verdict_for_schedule(schedule: Schedule, capacities_gbps: Mapping[LinkKey, f
     True
     """
     return detect(schedule.link_loads(), schedule.bottleneck, capacities_gbps, gamma=gamma)
+
+
+def watched_cut(cut: Sequence[CutLink], schedule: Schedule, topology: Topology) -> tuple[CutLink, ...]:
+    """The cut ``K_s`` to watch for a deployed schedule: ``cut`` (the version's), else the links ``schedule``
+    saturates on ``topology`` (:meth:`synth.Schedule.bottleneck_for`).
+
+    A schedule the synthesizer did not make (the NCCL-like baseline, a deployed transform) carries no cut;
+    with an empty cut Algorithm 1 has no slack to watch and never flags, so a degradation would be seen only
+    by the periodic recovery check (docs/controller.md §4).
+
+    >>> from synth import load_topology
+    >>> from runtime.loop.bootstrap import fallback_schedule
+    >>> topo = load_topology("hpn:1x2x4")
+    >>> ring = fallback_schedule("allgather", topo)
+    >>> ring.bottleneck, len(watched_cut((), ring, topo)) > 0
+    ((), True)
+    """
+    if cut:
+        return tuple(cut)
+    try:
+        return schedule.bottleneck_for(topology)
+    except LoopcollError:
+        return ()

@@ -51,11 +51,11 @@ from types import MappingProxyType
 from typing import Any
 
 from synth import Link, Schedule, Topology
-from synth.schedule import Route
 from synth.errors import LoopcollError
 from synth.routing import pair_route
 
 from runtime.loop.pacing import Pacing
+from runtime.loop.routeflows import route_flows
 
 __all__ = ["LinkEstimate", "LinkEstimator", "Measurement", "ScheduleRouting"]
 
@@ -80,31 +80,6 @@ def _route_path(topo: Topology, sched_paths: Mapping[tuple[int, int], set[tuple[
         if paths is not None and len(paths) == 1:
             return next(iter(paths))
     return path
-
-
-_Pair = tuple[int, int]
-
-
-def _route_flows(routes: Iterable[Route], g: Sequence[int]) -> tuple[
-        dict[_Pair, int], dict[_Pair, set[tuple[str, ...]]], dict[_Pair, set[_Pair]], dict[int, set[_Pair]]]:
-    """Per pair of global ranks: the chunks ``routes`` send, the paths their hops name and the pairs feeding
-    each (a relay's input, every child of a reduction); per in-tree root, the pairs reduced into it."""
-    chunks: dict[_Pair, int] = defaultdict(int)
-    paths: dict[_Pair, set[tuple[str, ...]]] = defaultdict(set)
-    upstream: dict[_Pair, set[_Pair]] = defaultdict(set)
-    reduced_into: dict[int, set[_Pair]] = defaultdict(set)
-    for route in routes:
-        into: dict[int, set[_Pair]] = defaultdict(set)
-        for hop in route.hops:
-            pair = (g[hop.src], g[hop.dst])
-            chunks[pair] += route.chunks
-            paths[pair].add(hop.path)
-            into[g[hop.dst]].add(pair)
-        for hop in route.hops:
-            upstream[(g[hop.src], g[hop.dst])].update(into.get(g[hop.src], ()))
-        if route.kind.value == "in_tree":
-            reduced_into[g[route.root]].update(into.get(g[route.root], ()))
-    return chunks, paths, upstream, reduced_into
 
 
 @dataclass(frozen=True)
@@ -143,10 +118,13 @@ class ScheduleRouting:
         g = list(schedule.meta.get("global_ranks") or range(schedule.nranks))
         routes = schedule.routes if phase is None else \
             tuple(r for r in schedule.routes if r.kind.value == _PHASE_ROUTES[phase])
-        chunks, paths, upstream, _reduced = _route_flows(routes, g)
+        flows = route_flows(routes, g)
+        chunks, paths, upstream = flows.chunks, flows.paths, defaultdict(set, flows.upstream)
         # AllReduce: an out-tree's root broadcasts what the in-tree into it reduced (the phase before it)
         before: dict[tuple[int, int], set[tuple[int, int]]] = defaultdict(set)
-        reduced = _route_flows(schedule.routes, g)[3] if phase != "reducescatter" else {}
+        reduced: Mapping[int, set[tuple[int, int]]] = {}
+        if phase != "reducescatter" and any(r.kind.value == "in_tree" for r in schedule.routes):
+            reduced = flows.reduced_into if phase is None else route_flows(schedule.routes, g).reduced_into
         for route in routes if reduced else ():
             for hop in route.hops:
                 if route.kind.value == "out_tree" and g[hop.src] == g[route.root]:

@@ -38,7 +38,7 @@ from runtime.errors import ProfileError, RuntimeStateError
 from runtime.formats.profile import JobProfile
 from runtime.formats.store import VersionEntry, VersionStore
 from runtime.loop.bootstrap import BUDGET_REASON, FALLBACK_REASON, budget_bound, fallback_schedule
-from runtime.loop.detector import Verdict, detect
+from runtime.loop.detector import Verdict, detect, watched_cut
 from runtime.loop.estimator import LinkEstimator
 from runtime.loop.reasons import flag_reason
 from synth import COLLECTIVES, Collective, CutLink, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
@@ -77,6 +77,7 @@ class ManagerConfig:
     recovery_check_s: float | None = 5.0
     export_xml: bool = True
     bootstrap_time_limit_s: float | None = 10.0  # bounds version 1's synthesis (runtime.loop.bootstrap)
+    reaction_time_limit_s: float | None = None  # bounds a flag's re-synthesis; the optimum follows (None: time_limit_s)
     gate: GateConfig | None = None  # contention gate (runtime.contention.gate): act on SUSTAINED verdicts only
 
 
@@ -107,6 +108,7 @@ class Job:
     started_t_s: float
     ready_t_s: float
     trigger_samples: int
+    provisional: bool = False  # cut short by the reaction budget: the optimum is due once it is published
 
 
 @dataclass
@@ -137,6 +139,8 @@ class ScheduleManager:
         self.counters = ManagerCounters()
         #: opt-in contention gate on 1 / x_min per (comm, collective), once per step
         self.gate = ContentionGate(config.gate) if config.gate is not None else None
+        #: called with (comm, collective, version, schedule) whenever a version becomes the deployed one
+        self.on_deployed: Callable[[str, str, int, Schedule], None] | None = None
         #: simulated time charged per synthesis instead of its measured duration (timeline tests)
         self.charged_synth_s: float | None = None
         self.sizes: dict[tuple[str, str], tuple[int, ...]] = {}
@@ -159,7 +163,8 @@ class ScheduleManager:
             sched = store.load_schedule(entry)
             self.schedules[(entry.comm, entry.collective, entry.version)] = sched
             # a reloaded version starts no cool-down: the store's clock may not be this one's
-            self.deployed[key] = Deployed(entry, sched, None, entry.cut, -math.inf)
+            cut = watched_cut(entry.cut, sched, self.comm_topology(entry.comm, nominal))
+            self.deployed[key] = Deployed(entry, sched, None, cut, -math.inf)
 
     # -- lookups ----------------------------------------------------------------------------
     def schedule_of(self, comm: str, collective: str, version: int) -> Schedule | None:
@@ -220,8 +225,9 @@ class ScheduleManager:
                        "chunks": version.capped_chunks, "message": version.note})
         kept = version.result or (None if isinstance(result, Schedule) else result)
         self.schedules[(comm, coll, entry.version)] = version.schedule
-        self.deployed[key] = Deployed(entry, version.schedule, kept, entry.cut, now)
+        self.deployed[key] = Deployed(entry, version.schedule, kept, watched_cut(entry.cut, version.schedule, comm_topo), now)
         self.counters.publications += 1
+        self._deployed_hook(key, entry, version.schedule)
         if self.gate is not None:
             self.gate.reconfigured(f"{comm}/{coll}")
         self._log({"event": "publish", "t_s": now, "comm": comm, "collective": coll, "version": entry.version,
@@ -229,6 +235,10 @@ class ScheduleManager:
                    "synth_time_s": entry.synth_time_s,
                    "xml": [b.xml for b in entry.bands], "xml_error": entry.bands[0].xml_error})
         return entry
+
+    def _deployed_hook(self, key: tuple[str, str], entry: VersionEntry, schedule: Schedule) -> None:
+        if self.on_deployed is not None:
+            self.on_deployed(key[0], key[1], entry.version, schedule)
 
     def deploy(self, key: tuple[str, str], schedule: Schedule, *, reason: str, now: float,
                extra: Mapping[str, Any] | None = None) -> VersionEntry:
@@ -254,9 +264,10 @@ class ScheduleManager:
                                    nominal=self.comm_topology(comm, self.nominal), created_t_s=now,
                                    export_xml=self.config.export_xml, extra=extra)
         self.schedules[(comm, coll, entry.version)] = schedule
-        self.deployed[key] = Deployed(entry, schedule, None, entry.cut, now)
+        self.deployed[key] = Deployed(entry, schedule, None, watched_cut(entry.cut, schedule, comm_topo), now)
         self.jobs.pop(key, None)  # a pending re-synthesis was made for the version this one replaces
         self.counters.publications += 1
+        self._deployed_hook(key, entry, schedule)
         if self.gate is not None:
             self.gate.reconfigured(f"{comm}/{coll}")
         self._log({"event": "publish", "t_s": now, "comm": comm, "collective": coll, "version": entry.version,
@@ -322,8 +333,9 @@ class ScheduleManager:
             reason = None
             allowed = self._gate_allows(key, v, now)
             if d.provisional:
-                d.provisional = False  # one try: a failure or no gain keeps version 1
-                reason = "bootstrap: optimum (version 1 was made within the bootstrap budget)"
+                reason = "bootstrap: optimum (version 1 was made within the bootstrap budget)" if \
+                    d.entry.reason.startswith("bootstrap") else \
+                    f"reaction: optimum (version {d.entry.version} was made within the reaction budget)"
             elif v.flagged and not allowed:
                 self.counters.gated += 1
             elif v.flagged:
@@ -341,6 +353,7 @@ class ScheduleManager:
                            "version": d.entry.version, "left_s": self.config.cooldown_s - (now - d.swapped_t_s),
                            "verdict": v.to_dict()})
                 continue
+            d.provisional = False  # one try: a failure or no gain keeps the version (after its cool-down)
             topo = self.estimator.measured_topology(recent=True)
             self._log({"event": "flag", "t_s": now, "comm": key[0], "collective": key[1],
                        "version": d.entry.version, "reason": reason, "verdict": v.to_dict(),
@@ -348,7 +361,10 @@ class ScheduleManager:
             t0 = time.perf_counter()
             try:
                 warm = None if reason.startswith("bootstrap") else d.result if d.result is not None else d.schedule
-                res = self._synthesize(key, topo, warm)
+                budget = None if reason.startswith(("bootstrap", "reaction")) else self.config.reaction_time_limit_s
+                res = self._synthesize(key, topo, warm, limit_s="config" if budget is None else budget)
+                if budget is not None and res.schedule is None:  # nothing within the reaction budget
+                    res, budget = self._synthesize(key, topo, warm), None
             except LoopcollError as exc:
                 self.counters.failures += 1
                 d.swapped_t_s = now  # back off for a cool-down before trying again
@@ -363,7 +379,8 @@ class ScheduleManager:
                        "algbw_GBps": res.algbw_GBps})
             charged = took if self.charged_synth_s is None else self.charged_synth_s
             ready = now + charged if clock is None else max(now + took, clock())
-            self.jobs[key] = Job(key, reason, v if v.flagged else None, res, topo, now, ready, trigger_samples)
+            self.jobs[key] = Job(key, reason, v if v.flagged else None, res, topo, now, ready, trigger_samples,
+                                 budget is not None and budget_bound(res, budget, self.config.time_limit_s))
             if clock is not None:
                 if refresh is not None:
                     refresh()
@@ -432,6 +449,7 @@ class ScheduleManager:
                        "message": "kept the current version; its cut re-based on the measured topology"})
             return None
         entry = self._publish(key, res, job.topology, job.reason, job.verdict, trigger_samples, now)
+        self.deployed[key].provisional = job.provisional
         self._rebase(job.topology, now)
         return entry
 

@@ -120,8 +120,9 @@ class Pacing:
 
     @staticmethod
     def _before(routing: Any, kind: str, src: int, dst: int | None) -> set[tuple[int, int]]:
-        """The pairs of the phase before that feed a measurement (``routing.before``; none when it has none)."""
-        before = getattr(routing, "before", None) or {}
+        """The pairs of the phase before that feed a measurement (``routing.before``, empty but for an AllReduce's
+        AllGather phase)."""
+        before = routing.before
         if kind == "pair" and dst is not None:
             return set(before.get((src, dst), ()))
         return {f for (u, _v), ups in before.items() if u == src for f in ups}

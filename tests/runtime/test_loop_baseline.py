@@ -1,0 +1,104 @@
+"""The loop on the NCCL-like baseline deployed as is: detection without a synthesized cut, the reaction budget.
+
+The baseline carries no ``bottleneck``; with an empty cut Algorithm 1 never flagged and fail2 was seen only by
+the periodic recovery check (28 collectives late at 512 ranks). The manager now watches the links the
+schedule saturates (:func:`runtime.loop.detector.watched_cut`). Telemetry: one sample per flow per
+collective, lognormal busy-time noise and 1 % outliers at 3×; the recovery check is off, so only the
+detector can flag.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import pytest
+
+from runtime import Controller, ControllerConfig, profile_from_dict
+from runtime.loop.bootstrap import fallback_schedule
+from runtime.loop.estimator import ScheduleRouting
+from runtime.scenarios.loadgen import collective_samples, flow_table
+from synth import load_topology
+from synth.result import Status
+
+SPEC, SIZE = "hpn:1x2x8", 64 << 20
+
+
+def _noisy(table, seq, t, sigma, rng):
+    out = collective_samples(table, seq, t, sigma=sigma, rng=rng)
+    for s in out:
+        if rng.random() < 0.01:
+            s["busy_s"] *= 3.0
+    return out
+
+
+def _setup(tmp_path, **config):
+    topo = load_topology(SPEC)
+    ring = fallback_schedule("allgather", topo)
+    assert ring.bottleneck == ()
+    routing = ScheduleRouting.build(ring, topo)
+    healthy = flow_table(ring, topo, comm="world", version=1, size_bytes=SIZE, routing=routing)
+    fail = flow_table(ring, topo, comm="world", version=1, size_bytes=SIZE, routing=routing,
+                      true=topo.with_failure("fail2"))
+    prof = profile_from_dict({"format": "loopcoll.profile/1", "topology": SPEC, "communicators": [
+        {"name": "world", "ranks": list(range(topo.nranks)), "collectives": [{"collective": "allgather",
+                                                                              "sizes": [SIZE]}]}]})
+    events: list[dict] = []
+    ctl = Controller(topo, prof, tmp_path, config=ControllerConfig(export_xml=False, recovery_check_s=None,
+                                                                   **config), log=events.append)
+    ctl.deploy("world", "allgather", ring, reason="test: the baseline as version 1")
+    return ctl, events, healthy, fail
+
+
+@pytest.mark.parametrize("sigma", [0.05, 0.10])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_fail2_on_the_ring_baseline_is_flagged_by_the_detector(tmp_path, sigma, seed):
+    ctl, events, healthy, fail = _setup(tmp_path)
+    assert len(ctl.manager.deployed[("world", "allgather")].cut) > 0
+    rng = np.random.default_rng(seed)
+    t = time.time() + 10.0
+    for k in range(60):
+        ctl.ingest(_noisy(healthy, k, t, sigma, rng))
+        t += 0.1
+        ctl.poll(now_s=t)
+    assert [e for e in events if e["event"] == "flag"] == []
+    flagged_after = None
+    for k in range(60, 80):
+        ctl.ingest(_noisy(fail, k, t, sigma, rng))
+        t += 0.1
+        ctl.poll(now_s=t)
+        flags = [e for e in events if e["event"] == "flag"]
+        if flags:
+            flagged_after = k - 59
+            assert flags[0]["reason"].startswith("detector")
+            break
+    assert flagged_after is not None and flagged_after <= 13
+
+
+def test_a_reaction_cut_short_by_its_budget_is_published_then_the_optimum_follows(tmp_path):
+    ctl, events, _healthy, fail = _setup(tmp_path, reaction_time_limit_s=0.5, time_limit_s=20.0)
+    mgr = ctl.manager
+    limits: list[object] = []
+    real = mgr._synthesize
+
+    def synthesize(key, topo, warm, chunks=None, limit_s="config"):
+        limits.append(limit_s)
+        res = real(key, topo, warm, chunks=chunks, limit_s=limit_s)
+        # the budget binds: the incumbent is what a time-limited solve returns (a schedule, status time_limit)
+        return dataclasses.replace(res, status=Status.TIME_LIMIT) if limit_s == 0.5 else res
+
+    mgr._synthesize = synthesize
+    rng = np.random.default_rng(3)
+    t = time.time() + 10.0
+    for k in range(60):
+        ctl.ingest(_noisy(fail, k, t, 0.05, rng))
+        t += 0.1
+        ctl.poll(now_s=t)
+    flags = [e["reason"] for e in events if e["event"] == "flag"]
+    pubs = [e for e in events if e["event"] == "publish"]
+    assert flags[0].startswith("detector") and limits[0] == 0.5
+    assert pubs[1]["version"] == 2 and pubs[1]["reason"].startswith("detector")
+    assert flags[1] == "reaction: optimum (version 2 was made within the reaction budget)"
+    assert limits[1] == "config"  # the optimum runs under time_limit_s
+    assert not mgr.deployed[("world", "allgather")].provisional
