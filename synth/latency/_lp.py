@@ -124,9 +124,7 @@ class _Trees:
         for u, v in edges:
             depth[v] = depth[u] + 1
             if (u, v) not in self.paths:
-                links = g.path_links(self.pc, u, v)
-                self.paths[(u, v)] = (np.array(links, dtype=np.int64),
-                                      (g.links[links[0]].src, *(g.links[i].dst for i in links)))
+                self.paths[(u, v)] = g.path_entry(self.pc, u, v)
         return _column(root, edges, self.paths, max(depth.values()))
 
     def build(self, max_depth: int, mode: str) -> list[Column | None]:

@@ -68,18 +68,15 @@ def greedy_trees(cost: FloatArray, roots: IntArray, max_depth: int, mode: str) -
         best[rows, v] = np.inf
         grow = (depth[rows, v] < max_depth) & ~bad
         if grow.any():
-            g = rows[grow]
-            cand = cost[v[grow]]
+            # Every row at once, masked (cheaper than gathering and scattering the growing rows).
+            cand = cost[v]
             if mode == "spt":
-                cand = cand + dist[g, v[grow]][:, None]
-            cand = np.where(in_tree[g], np.inf, cand)
-            better = cand < best[g]
-            bg = best[g]
-            ag = arg[g]
-            bg[better] = cand[better]
-            ag[better] = np.broadcast_to(v[grow][:, None], ag.shape)[better]
-            best[g] = bg
-            arg[g] = ag
+                cand = cand + dist[rows, v][:, None]
+            better = cand < best
+            better &= ~in_tree
+            better &= grow[:, None]
+            np.copyto(best, cand, where=better)
+            np.copyto(arg, v[:, None], where=better)
     return parent, order, ok
 
 

@@ -21,6 +21,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from synth import optimal_bound, synthesize
+from synth.errors import SolverError
 from synth.result import Status, gap_pct
 from synth.routed import routed_bound
 from synth.routed._arborescence import functional_cycles
@@ -128,3 +129,12 @@ def test_mi250_like_speed_path_keeps_its_optimum() -> None:
 def test_any_limit_gives_a_valid_schedule_and_a_true_bound(seed: int, n: int, coll: str, limit_s: float) -> None:
     topo = random_fabric(seed, n)
     _assert_bounded_and_honest(topo, coll, limit_s, routed_bound(coll, topo))
+
+
+def test_routed_alltoall_refuses_max_steps() -> None:
+    topo = random_fabric(3, 8)  # a fabric with a route choice: "auto" takes the routed synthesizer
+    with pytest.raises(SolverError, match="max_steps=2 does not apply to routed alltoall"):
+        synthesize("alltoall", topo, routing="routed", max_steps=2)
+    with pytest.raises(SolverError, match="max_steps"):
+        synthesize("alltoall", topo, max_steps=2)
+    assert synthesize("alltoall", topo, routing="free", max_steps=4).schedule is not None
