@@ -138,3 +138,25 @@ def test_routed_alltoall_refuses_max_steps() -> None:
     with pytest.raises(SolverError, match="max_steps"):
         synthesize("alltoall", topo, max_steps=2)
     assert synthesize("alltoall", topo, routing="free", max_steps=4).schedule is not None
+
+
+@PROPS
+@given(seed=st.integers(0, 10**6), n=st.integers(3, 12), zeros=st.floats(0.0, 0.9))
+def test_separation_without_zero_arcs_keeps_every_flow_and_minimal_cut(seed: int, n: int, zeros: float) -> None:
+    # cut_lp's rounds and integral_capacities leave arcs of capacity 0 out of their networks: the
+    # max-flow values and the minimal minimum cuts (what the cutting planes are made of) stay those
+    # of the network with every routed arc.
+    from synth.maxflow import FlowNetwork
+    from synth.routed._cutlp import _SCALE, _separation_network
+
+    lg = Logical.build(random_fabric(seed, n))
+    rng = np.random.default_rng(seed)
+    caps = np.where(rng.random(len(lg.pairs)) < zeros, 0, rng.integers(1, 3 * _SCALE, len(lg.pairs)))
+    full = FlowNetwork(n + 1)
+    full.add_arcs(lg.tails, lg.heads, caps)
+    full.add_arcs(np.full(n, n), np.arange(n), np.full(n, _SCALE))
+    pruned = _separation_network(lg, caps.astype(np.int64))
+    assert pruned.n_arcs == int((caps > 0).sum()) + n
+    for v in range(n):
+        assert pruned.max_flow(n, v) == full.max_flow(n, v)
+        assert (pruned.source_mask(n, v) == full.source_mask(n, v)).all()
