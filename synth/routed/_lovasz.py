@@ -109,6 +109,7 @@ def may_reach(lg: Logical, t_phase: float, k: int, *, slack: float = 1e-6) -> bo
 
 def pack_trees(lg: Logical, g: IntArray, k: int) -> list[TreeClass]:
     """``k`` spanning out-trees per root within capacities ``g`` (ForestColl's exact packing)."""
-    arcs = {(int(u), int(v)): int(c) for (u, v), c in zip(lg.pairs, g) if c > 0}
+    pos = np.flatnonzero(np.asarray(g) > 0)  # arc order kept: the packing's choices follow it
+    arcs = {(u, v): c for (u, v), c in zip(lg.pairs[pos].tolist(), np.asarray(g)[pos].tolist())}
     classes, _ = pack_with_figures(arcs, lg.n, k)
     return classes
