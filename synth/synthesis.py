@@ -182,6 +182,9 @@ def _checked_args(topo: Topology, chunks: int | None, time_limit_s: float | None
 
 def _check_applies(collective: Collective, routed: bool, max_steps: int | None, solver: str) -> None:
     """Refuse an option that the collective's synthesizer would not use (rather than ignore it)."""
+    if collective is Collective.ALLTOALL and routed and max_steps is not None:
+        raise SolverError(f"max_steps={max_steps!r} does not apply to routed alltoall: its relay paths are priced "
+                          "on the logical graph of routed GPU pairs without a step bound (routing='free' takes it)")
     if not collective.is_tree:
         return
     if max_steps is not None:

@@ -70,6 +70,7 @@ class LinkGraph:
         self.link_of = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(src.tolist(), dst.tolist()))}
         self.key_index = {lk.key: i for i, lk in enumerate(links)}
         self._fixed: dict[tuple[int, int], list[int]] = {}
+        self._entries: dict[tuple[int, int], tuple[npt.NDArray[np.int64], tuple[NodeId, ...]]] = {}
         self._incidence: csr_matrix | None = None
         if routing == "fixed":
             self._build_fixed(gpu_ids)
@@ -120,6 +121,17 @@ class LinkGraph:
             node = p
         out.reverse()
         return out
+
+    def path_entry(self, pc: PairCosts, u: int, v: int) -> tuple[npt.NDArray[np.int64], tuple[NodeId, ...]]:
+        """``(link indices, node ids)`` of the switch path ``u -> v`` in ``pc``; with fixed routing the
+        path does not depend on the weights, so each pair's entry is built once and shared."""
+        hit = self._entries.get((u, v)) if self._incidence is not None else None
+        if hit is None:
+            links = self.path_links(pc, u, v)
+            hit = (np.array(links, dtype=np.int64), (self.links[links[0]].src, *(self.links[i].dst for i in links)))
+            if self._incidence is not None:
+                self._entries[(u, v)] = hit
+        return hit
 
     def path(self, pc: PairCosts, u: int, v: int) -> tuple[NodeId, ...]:
         """Node ids of the switch path ``u -> v`` in ``pc``."""

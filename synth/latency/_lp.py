@@ -30,7 +30,7 @@ from synth import _deadline
 from synth._types import NodeId
 from synth.errors import SolverError
 from synth.latency._graph import LinkGraph
-from synth.latency._pricing import greedy_trees, tree_lower_bounds
+from synth.latency._pricing import greedy_trees, reparent_leaves, tree_lower_bounds
 from synth.result import Status
 from synth.solvers import LpBackend, lp_backend
 
@@ -113,6 +113,7 @@ class _Trees:
         n = self.graph.n
         roots = np.arange(n)
         parent, order, ok = greedy_trees(self.pc.cost, roots, max_depth, mode)
+        parent, order = reparent_leaves(self.pc.cost, parent, order, ok, max_depth)
         par = np.where(parent < 0, 0, parent)
         edge_cost = np.where(parent < 0, 0.0, self.pc.cost[par, np.arange(n)[None, :]])
         return parent, order, ok, edge_cost.sum(axis=1)
@@ -124,9 +125,7 @@ class _Trees:
         for u, v in edges:
             depth[v] = depth[u] + 1
             if (u, v) not in self.paths:
-                links = g.path_links(self.pc, u, v)
-                self.paths[(u, v)] = (np.array(links, dtype=np.int64),
-                                      (g.links[links[0]].src, *(g.links[i].dst for i in links)))
+                self.paths[(u, v)] = g.path_entry(self.pc, u, v)
         return _column(root, edges, self.paths, max(depth.values()))
 
     def build(self, max_depth: int, mode: str) -> list[Column | None]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from synth._deadline import check_time_limit
 from synth.collective import TREE_COLLECTIVES, Collective
 from synth.bounds import optimal_bound
 from synth.errors import ScheduleError, SolverError, short_repr
@@ -37,7 +38,7 @@ from synth.synthesis import synthesize
 from synth.topologies.communicator import communicator_meta
 from synth.topologies.model import Topology
 
-__all__ = ["DEFAULT_CHUNKS", "synthesize_depth_bounded"]
+__all__ = ["DEFAULT_CHUNKS", "MIN_SHARE_S", "synthesize_depth_bounded", "time_share"]
 
 DEFAULT_CHUNKS = 8
 
@@ -150,12 +151,31 @@ def _warm_columns(graph: LinkGraph, warm: Schedule | None, kind: RouteKind) -> l
 
 
 def _side(topo: Topology, max_depth: int, kind: RouteKind, warm: Schedule | None, gap_tol: float,
-          time_limit_s: float | None, solver: str) -> tuple[LinkGraph, LpOutcome, float]:
+          deadline: float | None, parts: int, solver: str) -> tuple[LinkGraph, LpOutcome, float]:
+    """One side's graph, LP and unbounded optimum; the LP gets its share of the time left to
+    ``deadline`` with ``parts`` sides to go (:func:`time_share`), taken once the graph is built."""
     g = LinkGraph(topo)
     opt = optimal_bound("allgather", topo).algbw_GBps  # the out-tree side of ``topo`` (reversed for RS)
     out = solve_depth_lp(g, max_depth, u_inf=topo.nranks / opt, warm_columns=_warm_columns(g, warm, kind),
-                         gap_tol=gap_tol, time_limit_s=time_limit_s, solver=solver)
+                         gap_tol=gap_tol, time_limit_s=time_share(deadline, parts), solver=solver)
     return g, out, opt
+
+
+#: The least time a share of a limit gets (a column generation always solves its first master).
+MIN_SHARE_S = 1e-3
+
+
+def time_share(deadline: float | None, parts: int) -> float | None:
+    """An equal share of the time left to ``deadline`` (``time.perf_counter()``) for the first of
+    ``parts`` solves run one after another (time one leaves unused goes to the next); None without
+    a deadline.
+
+    >>> time_share(None, 3) is None, time_share(time.perf_counter() - 1.0, 2) == MIN_SHARE_S
+    (True, True)
+    """
+    if deadline is None:
+        return None
+    return max(MIN_SHARE_S, (deadline - time.perf_counter()) / max(1, parts))
 
 
 def _check(collective: str, max_depth: int | None, chunks: int | None, gap_tol: float) -> None:
@@ -192,20 +212,26 @@ def synthesize_depth_bounded(
     ``OPTIMAL`` only when the schedule reaches that bound, else ``FEASIBLE``); ``figures`` is a
     :class:`~synth.figures.DepthFigures` (``depth``, ``lp_algbw_GBps``, ``depth_bound_algbw_GBps``,
     ``unbounded_optimal_algbw_GBps``, ``lp_gap_pct``, the LP's figures in ``lp``).
+
+    ``time_limit_s`` bounds the whole call: AllReduce's two sides share it (:func:`time_share`); a
+    side's column generation stopped by its share makes the result ``TIME_LIMIT``, with the gap to
+    the certified bound (rounding and the re-check run after the limit).
     """
     _check(collective, max_depth, chunks, gap_tol)
+    time_limit_s = check_time_limit(time_limit_s)
     start = time.perf_counter()
     if max_depth is None:
         return _unbounded(collective, topo, chunks, warm_from, time_limit_s, solver)
     warm = warm_from.schedule if isinstance(warm_from, SynthResult) else warm_from
     n = topo.nranks
+    deadline = None if time_limit_s is None else start + time_limit_s
+    coll = Collective(collective)
+    kinds = ([RouteKind.IN_TREE] if coll.in_trees else []) + ([RouteKind.OUT_TREE] if coll.out_trees else [])
     sides: list[tuple[RouteKind, LinkGraph, LpOutcome, float]] = []
-    if Collective(collective).in_trees:
-        g, out, opt = _side(topo.reversed(), max_depth, RouteKind.IN_TREE, warm, gap_tol, time_limit_s, solver)
-        sides.append((RouteKind.IN_TREE, g, out, opt))
-    if Collective(collective).out_trees:
-        g, out, opt = _side(topo, max_depth, RouteKind.OUT_TREE, warm, gap_tol, time_limit_s, solver)
-        sides.append((RouteKind.OUT_TREE, g, out, opt))
+    for i, kind in enumerate(kinds):
+        side_topo = topo.reversed() if kind is RouteKind.IN_TREE else topo
+        g, out, opt = _side(side_topo, max_depth, kind, warm, gap_tol, deadline, len(kinds) - i, solver)
+        sides.append((kind, g, out, opt))
     rounded = _rounded(sides, n, DEFAULT_CHUNKS if chunks is None else chunks)
     sched = Schedule(collective, n, rounded.k, tuple(rounded.routes))
     try:

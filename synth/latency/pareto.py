@@ -18,10 +18,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from synth._deadline import check_time_limit
 from synth._types import Collective
 from synth.errors import SolverError, short_repr
 from synth.figures import DepthFigures
-from synth.latency.bounded import synthesize_depth_bounded
+from synth.latency.bounded import synthesize_depth_bounded, time_share
 from synth.latency.depth import schedule_depth
 from synth.result import SynthResult
 from synth.schedule import Schedule
@@ -86,18 +87,25 @@ def pareto_set(
     ``chunks`` caps the depth-bounded schedules' chunks per source; ``unbounded_chunks`` is
     ForestColl's ``max_chunks`` for ``None`` (default: uncapped, the exact optimum). A finite bound
     with no tree at all (switch paths need more hops) is skipped.
+
+    ``time_limit_s`` bounds the whole set: the bounds are solved in turn, each with an equal share
+    of the time left (:func:`~synth.latency.bounded.time_share`); a point whose solve the limit
+    stopped has status ``TIME_LIMIT`` and its certified gap.
     """
+    time_limit_s = check_time_limit(time_limit_s)
+    deadline = None if time_limit_s is None else time.perf_counter() + time_limit_s
     if collective == "alltoall":
-        return _alltoall_set(topo, _check_depths(depths), chunks, time_limit_s)
+        return _alltoall_set(topo, _check_depths(depths), chunks, deadline)
     points: list[ParetoPoint] = []
     reached = False
-    for d in _check_depths(depths):
+    bounds = _check_depths(depths)
+    for i, d in enumerate(bounds):
         if d is not None and reached:
             continue
         start = time.perf_counter()
         try:
             res = synthesize_depth_bounded(collective, topo, d, chunks=unbounded_chunks if d is None else chunks,
-                                           time_limit_s=time_limit_s)
+                                           time_limit_s=time_share(deadline, len(bounds) - i))
         except SolverError as exc:
             if d is not None and "no spanning tree" in str(exc):
                 continue
@@ -116,12 +124,14 @@ def pareto_set(
 
 
 def _alltoall_set(topo: Topology, steps: list[int | None], chunks: int | None,
-                  time_limit_s: float | None) -> list[ParetoPoint]:
-    """AllToAll: the step bound is column generation's ``max_steps`` (GPU hops per path)."""
+                  deadline: float | None) -> list[ParetoPoint]:
+    """AllToAll: the step bound is column generation's ``max_steps`` (GPU hops per path), each
+    bound with its share of the time left to ``deadline``."""
     points: list[ParetoPoint] = []
-    for s in steps:
+    for i, s in enumerate(steps):
         try:
-            res = synthesize("alltoall", topo, chunks=chunks, max_steps=s, time_limit_s=time_limit_s)
+            res = synthesize("alltoall", topo, chunks=chunks, max_steps=s,
+                             time_limit_s=time_share(deadline, len(steps) - i))
         except SolverError as exc:
             if s is not None and "max_steps" in str(exc):
                 continue  # below the hop diameter

@@ -60,7 +60,11 @@ def integral_capacities(lg: Logical, g_star: FloatArray, k: int, *, start: str =
     links, tails, heads = lg.route_links, lg.tails, lg.heads
     net = FlowNetwork(n + 1)
     hub = n
-    arc_ids = net.add_arcs(tails, heads, g)
+    # Only arcs of positive capacity enter the network (arcs of capacity 0 change no max-flow and no
+    # minimal minimum cut); an arc joins it when the repair first gives it a unit.
+    arc_ids = np.full(len(g), -1, dtype=np.int64)
+    pos = np.flatnonzero(g > 0)
+    arc_ids[pos] = net.add_arcs(tails[pos], heads[pos], g[pos])
     net.add_arcs(np.full(n, hub), np.arange(n), np.full(n, k))
     for v in range(n):
         while (flow := net.max_flow(hub, v)) < k * n:
@@ -80,7 +84,10 @@ def integral_capacities(lg: Logical, g_star: FloatArray, k: int, *, start: str =
                 frac[best] = 0.0
                 row = links[best]
                 util[row] += add * inv[row]
-                net.set_capacity(int(arc_ids[best]), int(g[best]))
+                if arc_ids[best] < 0:
+                    arc_ids[best] = net.add_arc(int(tails[best]), int(heads[best]), int(g[best]))
+                else:
+                    net.set_capacity(int(arc_ids[best]), int(g[best]))
     return g
 
 
@@ -102,6 +109,7 @@ def may_reach(lg: Logical, t_phase: float, k: int, *, slack: float = 1e-6) -> bo
 
 def pack_trees(lg: Logical, g: IntArray, k: int) -> list[TreeClass]:
     """``k`` spanning out-trees per root within capacities ``g`` (ForestColl's exact packing)."""
-    arcs = {(int(u), int(v)): int(c) for (u, v), c in zip(lg.pairs, g) if c > 0}
+    pos = np.flatnonzero(np.asarray(g) > 0)  # arc order kept: the packing's choices follow it
+    arcs = {(u, v): c for (u, v), c in zip(lg.pairs[pos].tolist(), np.asarray(g)[pos].tolist())}
     classes, _ = pack_with_figures(arcs, lg.n, k)
     return classes

@@ -56,13 +56,25 @@ CG_MAX_RANKS = 32
 
 
 def _routes(lg: Logical, classes: list[TreeClass], kind: RouteKind) -> list[Route]:
-    """Routes of packed tree classes (edges in growth order: every edge leaves the tree grown so far)."""
+    """Routes of packed tree classes (edges in growth order: every edge leaves the tree grown so far).
+
+    Trees that use one arc share its :class:`Hop` object (the schedule's re-check then checks
+    each arc's path once)."""
+    hops_of: dict[tuple[int, int], Hop] = {}
+
+    def hop(u: int, v: int) -> Hop:
+        h = hops_of.get((u, v))
+        if h is None:
+            path = lg.paths[lg.arc(u, v)]
+            h = hops_of[(u, v)] = Hop(u, v, path) if kind is RouteKind.OUT_TREE else Hop(v, u, path)
+        return h
+
     out: list[Route] = []
     for c in sorted(classes, key=lambda c: (c.root, c.edges)):
         if kind is RouteKind.OUT_TREE:
-            hops = tuple(Hop(u, v, lg.paths[lg.arc(u, v)]) for u, v in c.edges)
+            hops = tuple(hop(u, v) for u, v in c.edges)
         else:  # arcs of the transposed graph: data flows v -> u on the real links, leaves first
-            hops = tuple(Hop(v, u, lg.paths[lg.arc(u, v)]) for u, v in reversed(c.edges))
+            hops = tuple(hop(u, v) for u, v in reversed(c.edges))
         out.append(Route(kind, c.root, c.mult, hops))
     return out
 

@@ -21,6 +21,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
 from synth import optimal_bound, synthesize
+from synth.errors import SolverError
 from synth.result import Status, gap_pct
 from synth.routed import routed_bound
 from synth.routed._arborescence import functional_cycles
@@ -128,3 +129,34 @@ def test_mi250_like_speed_path_keeps_its_optimum() -> None:
 def test_any_limit_gives_a_valid_schedule_and_a_true_bound(seed: int, n: int, coll: str, limit_s: float) -> None:
     topo = random_fabric(seed, n)
     _assert_bounded_and_honest(topo, coll, limit_s, routed_bound(coll, topo))
+
+
+def test_routed_alltoall_refuses_max_steps() -> None:
+    topo = random_fabric(3, 8)  # a fabric with a route choice: "auto" takes the routed synthesizer
+    with pytest.raises(SolverError, match="max_steps=2 does not apply to routed alltoall"):
+        synthesize("alltoall", topo, routing="routed", max_steps=2)
+    with pytest.raises(SolverError, match="max_steps"):
+        synthesize("alltoall", topo, max_steps=2)
+    assert synthesize("alltoall", topo, routing="free", max_steps=4).schedule is not None
+
+
+@PROPS
+@given(seed=st.integers(0, 10**6), n=st.integers(3, 12), zeros=st.floats(0.0, 0.9))
+def test_separation_without_zero_arcs_keeps_every_flow_and_minimal_cut(seed: int, n: int, zeros: float) -> None:
+    # cut_lp's rounds and integral_capacities leave arcs of capacity 0 out of their networks: the
+    # max-flow values and the minimal minimum cuts (what the cutting planes are made of) stay those
+    # of the network with every routed arc.
+    from synth.maxflow import FlowNetwork
+    from synth.routed._cutlp import _SCALE, _separation_network
+
+    lg = Logical.build(random_fabric(seed, n))
+    rng = np.random.default_rng(seed)
+    caps = np.where(rng.random(len(lg.pairs)) < zeros, 0, rng.integers(1, 3 * _SCALE, len(lg.pairs)))
+    full = FlowNetwork(n + 1)
+    full.add_arcs(lg.tails, lg.heads, caps)
+    full.add_arcs(np.full(n, n), np.arange(n), np.full(n, _SCALE))
+    pruned = _separation_network(lg, caps.astype(np.int64))
+    assert pruned.n_arcs == int((caps > 0).sum()) + n
+    for v in range(n):
+        assert pruned.max_flow(n, v) == full.max_flow(n, v)
+        assert (pruned.source_mask(n, v) == full.source_mask(n, v)).all()
