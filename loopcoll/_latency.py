@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,9 @@ from synth.latency.pareto import pareto_set
 from synth.latency.select import choose_bands
 from synth.result import Status
 from synth.topologies.model import Topology
+
+#: Share of ``--time-limit`` the Pareto set of ``synth --sizes`` gets; the band choice has the rest.
+SIZES_PARETO_SHARE = 0.75
 
 __all__ = ["band_path", "parse_depths", "run_max_depth", "run_sizes"]
 
@@ -102,12 +106,18 @@ def run_sizes(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -
     unbounded = args.chunks
     if unbounded is None:
         unbounded = unbounded_chunk_cap(args.collective, topo.nranks, sizes, MscclTarget(args.runtime))
+    started = time.perf_counter()
+    # --time-limit bounds the whole call: the Pareto set gets 3/4 of it, the band choice the rest
+    # (at least a quarter; a size whose simulations have begun is finished).
+    share = None if args.time_limit is None else SIZES_PARETO_SHARE * args.time_limit
     points = pareto_set(args.collective, topo, depths=parse_depths(args.depths), chunks=args.chunks,
-                        unbounded_chunks=unbounded, time_limit_s=args.time_limit)
+                        unbounded_chunks=unbounded, time_limit_s=share)
     from synth.simulation.costmodel import executor_for, inherited_costs, inherited_note, load_profile
 
     profile = load_profile(args.profile)
-    bands = choose_bands(points, topo, sizes, profile)
+    left = None if args.time_limit is None else \
+        max(args.time_limit - (time.perf_counter() - started), (1 - SIZES_PARETO_SHARE) * args.time_limit)
+    bands = choose_bands(points, topo, sizes, profile, time_limit_s=left)
     used = {executor_for(p.schedule) for p in points}
     written: list[str] = []
     if args.output:
@@ -134,7 +144,8 @@ def run_sizes(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -
             "collective": args.collective, "topology": topo.name, "nranks": topo.nranks, "profile": args.profile,
             "profile_from_base": inherited_costs(profile, used), "pareto": [_point_doc(p) for p in points], "unbounded_chunk_cap": unbounded,
             "bands": [{"min_bytes": b.min_bytes, "max_bytes": b.max_bytes, "choice": points[b.point].label,
-                       "size_bytes": b.size_bytes, "predicted_us": [t * 1e6 for t in b.predicted_s]} for b in bands],
+                       "size_bytes": b.size_bytes, "predicted_us": [t * 1e6 for t in b.predicted_s],
+                       "method": b.method} for b in bands],
             "written": written, "store_version": None if entry is None else entry.version,
         }
         print_json(doc)
@@ -151,8 +162,9 @@ def run_sizes(args: argparse.Namespace, topo: Topology, warm: Schedule | None) -
         print(f"  {note}")
     for b in bands:
         hi = "inf" if b.max_bytes is None else str(b.max_bytes)
+        how = "" if b.method == "simulated" else f", {b.method}: the time limit left no time to simulate"
         print(f"  [{b.min_bytes}, {hi}] -> {points[b.point].label} (predicted {b.predicted_s[b.point] * 1e6:.1f} us "
-              f"at {b.size_bytes} B)")
+              f"at {b.size_bytes} B{how})")
     for path in written:
         print(f"  wrote {path}")
     if entry is not None:

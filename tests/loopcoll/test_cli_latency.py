@@ -59,6 +59,21 @@ def test_sizes_writes_one_file_per_band_and_publishes(_cli, tmp_path) -> None:
     assert (store / "manifest.json").exists()
 
 
+def test_sizes_time_limit_bounds_the_band_choice(_cli) -> None:
+    """--time-limit covers the band choice too: every band says how it was decided; a limit spent
+    before the band choice begins decides every size on the estimate."""
+    p = _cli("synth", "allgather", "hpn:1x4x8", "--fail", "fail2", "--sizes", "1M,16M,256M", "--depths", "2,inf",
+             "--time-limit", "2", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    methods = [b["method"] for b in doc["bands"]]
+    assert methods and set(methods) <= {"simulated", "estimated", "simulated+estimated"}
+    p = _cli("synth", "allgather", "hpn:1x2x4", "--fail", "fail2", "--sizes", "64K,1G", "--depths", "2,inf",
+             "--time-limit", "1e-9")
+    assert p.returncode == 0, p.stderr
+    assert "the time limit left no time to simulate" in p.stdout
+
+
 def test_bad_arguments_one_line_exit_2(_cli) -> None:
     for args in (["--max-depth", "0"], ["--sizes", "1M", "--depths", "x"], ["--sizes", "0"]):
         p = _cli("synth", "allgather", "ring:4", *args)
