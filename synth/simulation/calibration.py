@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -307,8 +307,15 @@ def _fit_executor(
 
     if space.names:
         x0 = np.clip(space.guess if start is None else start, space.lower, space.upper)
-        sol = least_squares(resid, x0, jac=jac, bounds=(space.lower, space.upper), x_scale="jac", xtol=1e-12,
-                            ftol=1e-12, gtol=1e-12, max_nfev=400)
+        sol = _solve(least_squares, resid, jac, x0, space)
+        for j in _stuck_at_bound(sol.x, space, float(2 * sol.cost)):
+            # A parameter on its bound with residuals left is often a local minimum (a small per-hop
+            # cost traded for a larger launch cost): start again with it off the bound, keep the better.
+            x1 = np.array(sol.x, dtype=float)
+            x1[j] = min(max(10.0 * space.guess[j], space.lower[j]), space.upper[j])
+            again = _solve(least_squares, resid, jac, x1, space)
+            if again.cost < sol.cost:
+                sol = again
         x, r, jacobian, cost = sol.x, sol.fun, sol.jac, float(2 * sol.cost)
     else:
         x, jacobian = np.zeros(0), np.zeros((len(obs), 0))
@@ -321,6 +328,27 @@ def _fit_executor(
     params = tuple(FittedParam(f"{space.kind}.{p}", values[p], *bounds[p], "fitted" if p in space.names else "prior")
                    for p in values)
     return _ExecutorFit(space, fitted, params, cost, np.asarray(x, dtype=float), np.asarray(r), np.asarray(jacobian))
+
+
+def _solve(least_squares: Callable[..., Any], resid: Callable[[np.ndarray], np.ndarray],
+           jac: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, space: _Space) -> Any:
+    """One bounded least-squares run of :func:`_fit_executor` from ``x0``."""
+    return least_squares(resid, x0, jac=jac, bounds=(space.lower, space.upper), x_scale="jac", xtol=1e-12,
+                         ftol=1e-12, gtol=1e-12, max_nfev=400)
+
+
+def _stuck_at_bound(x: np.ndarray, space: _Space, sum_sq: float) -> list[int]:
+    """Free parameters (not the launch cost, which only adds) sitting on a bound of a fit with residuals left."""
+    if sum_sq <= 1e-12:
+        return []
+    out = []
+    for j, name in enumerate(space.names):
+        if name == "launch_us" or space.guess[j] <= 0:
+            continue
+        lo, hi = space.lower[j], space.upper[j]
+        if x[j] <= lo + 1e-9 * max(1.0, abs(lo)) or x[j] >= hi - 1e-9 * max(1.0, abs(hi)):
+            out.append(j)
+    return out
 
 
 def _loo_step(fit: _ExecutorFit, i: int) -> ExecutorCost:
