@@ -106,6 +106,7 @@ ITEMS: tuple[Item, ...] = (
     Item("daemon", ("daemon.json",), (_b("daemon.py"),), (_b("daemon.py", "--repeats", "1"),)),
     Item("publish", ("publish.json",), (_b("publish.py"),), (_b("publish.py", "--quick"),)),
     Item("loop_scale", ("loop_scale.json",), (_b("loop_scale.py"),), (_b("loop_scale.py", "--quick"),)),
+    Item("schedule_json", ("schedule_json.json",), (_b("schedule_json.py"),), (_b("schedule_json.py", "--quick"),)),
     Item("executor", ("executor.json",),
          (_b("executor.py", "--nprocs", "4", "8", "--sizes", "1M", "16M", "--iters", "5", "--swaps", "5"),),
          (_b("executor.py", "--nprocs", "4", "--sizes", "1M", "--collectives", "allgather", "--iters", "1",
