@@ -110,6 +110,7 @@ ITEMS: tuple[Item, ...] = (
          (_b("loop_scale.py", "--sizes", "8x16x8", "16x16x8", "--collectives", "allgather", "reducescatter",
              "--out", "loop_scale_large"),),
          (_b("loop_scale.py", "--quick", "--out", "loop_scale_large"),)),
+    Item("schedule_json", ("schedule_json.json",), (_b("schedule_json.py"),), (_b("schedule_json.py", "--quick"),)),
     Item("executor", ("executor.json",),
          (_b("executor.py", "--nprocs", "4", "8", "--sizes", "1M", "16M", "--iters", "5", "--swaps", "5"),),
          (_b("executor.py", "--nprocs", "4", "--sizes", "1M", "--collectives", "allgather", "--iters", "1",

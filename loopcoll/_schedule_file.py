@@ -2,7 +2,7 @@
 an error that says what was expected.
 
 ``synth --schedule-out`` and ``alltoallv synth --schedule-out`` write schedule JSON documents
-(``format`` :data:`~synth.schedule.SCHEDULE_FORMAT` or
+(``format`` :data:`~synth.schedule.SCHEDULE_FORMAT`, the old ``loopcoll-schedule/1``, or
 :data:`~synth.alltoallv_schedule.ALLTOALLV_FORMAT`); ``check`` and ``synth --warm-from`` meet them
 next to MSCCL XML files and MSCCL++ plans.
 
@@ -29,12 +29,12 @@ from pathlib import Path
 from synth import read_schedule
 from synth.alltoallv_schedule import ALLTOALLV_FORMAT
 from synth.errors import ScheduleError
-from synth.schedule import SCHEDULE_FORMAT, Schedule
+from synth.schedule import SCHEDULE_FORMATS_READ, Schedule
 
 __all__ = ["SCHEDULE_FORMATS", "WARM_FROM_HINT", "file_head", "read_warm_schedule", "schedule_format"]
 
-#: The ``format`` values of the schedule documents loopcoll writes.
-SCHEDULE_FORMATS = (SCHEDULE_FORMAT, ALLTOALLV_FORMAT)
+#: The ``format`` values of the schedule documents loopcoll writes (and the old ``loopcoll-schedule/1``, still read).
+SCHEDULE_FORMATS = (*SCHEDULE_FORMATS_READ, ALLTOALLV_FORMAT)
 
 #: What ``--warm-from`` expects, in the words of its error messages.
 WARM_FROM_HINT = "--warm-from takes a schedule JSON written by `loopcoll synth ... --schedule-out S.json`"
@@ -70,7 +70,7 @@ def read_warm_schedule(path: str) -> Schedule:
         return read_schedule(path)
     except ScheduleError as exc:
         fmt = schedule_format(path)
-        if fmt == SCHEDULE_FORMAT or not Path(path).is_file():
+        if fmt in SCHEDULE_FORMATS_READ or not Path(path).is_file():
             raise
         if fmt == ALLTOALLV_FORMAT:
             what = "it is an AllToAllv schedule, which cannot warm-start a synthesis"

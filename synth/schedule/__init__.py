@@ -1,7 +1,7 @@
 """The schedule IR: :class:`Schedule` and its parts, their validation and their JSON files.
 
-Owns ``parts`` (hops, routes, cut links: plain data), ``decode`` and ``validate`` (which take those
-parts), ``model`` (the :class:`Schedule` dataclass, calling both) and ``io`` (schedule files). It may
+Owns ``parts`` (hops, routes, cut links: plain data), ``decode``, ``encode`` and ``validate`` (which take
+those parts), ``model`` (the :class:`Schedule` dataclass, calling both) and ``io`` (schedule files). It may
 import ``synth._types``, ``synth.errors``, ``synth._atomic`` and ``synth.topologies``; nothing else in
 synth, so every synthesizer, exporter and simulator can import it.
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from synth.schedule.io import read_schedule, schedule_from_dict, write_schedule
 from synth.schedule.model import Schedule
-from synth.schedule.parts import SCHEDULE_FORMAT, CutLink, Hop, Route, RouteKind
+from synth.schedule.parts import LEGACY_SCHEDULE_FORMAT, SCHEDULE_FORMAT, SCHEDULE_FORMATS_READ, CutLink, Hop, Route, RouteKind
 
 __all__ = [
-    "CutLink", "Hop", "Route", "RouteKind", "Schedule", "SCHEDULE_FORMAT", "read_schedule", "schedule_from_dict", "write_schedule",
+    "CutLink", "Hop", "LEGACY_SCHEDULE_FORMAT", "Route", "RouteKind", "Schedule", "SCHEDULE_FORMAT", "SCHEDULE_FORMATS_READ", "read_schedule", "schedule_from_dict", "write_schedule",
 ]

@@ -3,7 +3,8 @@ of ring schedules (NCCL-like rings: N² × channels hops at 2048 GPUs) need no p
 
 A *cycle* is a tuple of ``n`` hops ``c_0 … c_{n-1}`` with ``c_k.dst == c_{k+1}.src`` (indices mod n)
 whose sources are the ``n`` ranks ``0..n-1``, each once. A route *is a window* of a cycle when its
-hops are the very hop objects ``c_p … c_{p+n-2}`` (compared as tuples: identity first, in C) and
+hops are the hops ``c_p … c_{p+n-2}`` (compared as tuples: identity first, in C; candidates are looked
+up by hop value, so equal schedules find the same windows whether or not they share hop objects) and
 its root is the window's first source (out-tree) or its last destination (in-tree). Such a window
 is a valid spanning out-tree (a chain from the root through every rank) or in-tree (a chain of
 partial sums ending at the root), so its tree checks can be skipped; its hops' physical paths are
@@ -21,7 +22,7 @@ Examples
 >>> routes = tuple(Route(RouteKind.OUT_TREE, p, 1, tuple(ring[p:p + 2])) for p in range(3))
 >>> w = ring_windows(routes, 3)
 >>> len(w.cycles), w.where
-(1, (None, None, (0, 1)))
+(1, ((0, 2), (0, 0), (0, 1)))
 """
 
 from __future__ import annotations
@@ -71,32 +72,59 @@ def _window_at(route: Route, cycle: tuple[Hop, ...], doubled: tuple[Hop, ...], p
     return False
 
 
+def _hashable(hops: tuple[Hop, ...]) -> bool:
+    try:
+        return all(hash(h) is not None for h in hops)
+    except TypeError:  # a hand-built hop with a list path: no window, checked in full
+        return False
+
+
+def _lookup(at: dict[Hop, list[tuple[int, int]]], hop: Hop) -> list[tuple[int, int]]:
+    try:
+        return at.get(hop, [])
+    except TypeError:
+        return []
+
+
 def ring_windows(routes: tuple[Route, ...], n: int) -> RingWindows:
-    """Find the cycles of ``routes`` (``n`` ranks) and which routes are their windows (module docstring)."""
+    """Find the cycles of ``routes`` (``n`` ranks) and which routes are their windows (module docstring).
+
+    A chain route met before the cycle it belongs to was closed is matched again once it is, so
+    every window of a found cycle is marked, whichever route came first.
+    """
     cycles: list[tuple[Hop, ...]] = []
     doubled: list[tuple[Hop, ...]] = []
-    at: dict[int, list[tuple[int, int]]] = {}  # id(hop) -> (cycle, position): cycles keep the hops alive
+    at: dict[Hop, list[tuple[int, int]]] = {}  # hop (by value: equal schedules find equal windows) -> (cycle, position)
     by_pair: dict[tuple[int, int], Hop] = {}
-    candidates = 0
+    pending: list[int] = []  # the candidates not (yet) matched to a window
     where: list[tuple[int, int] | None] = []
+
+    def match(route: Route, only: int | None = None) -> tuple[int, int] | None:
+        for ci, p in _lookup(at, route.hops[0]):
+            if (only is None or ci == only) and _window_at(route, cycles[ci], doubled[ci], p, n):
+                return (ci, p)
+        return None
+
     for route in routes:
         found: tuple[int, int] | None = None
+        closed: int | None = None
         if route.kind in (RouteKind.OUT_TREE, RouteKind.IN_TREE) and route.hops:
-            for ci, p in at.get(id(route.hops[0]), ()):
-                if _window_at(route, cycles[ci], doubled[ci], p, n):
-                    found = (ci, p)
-                    break
-            if found is None and candidates < _MAX_CANDIDATES and _chain_ranks_ok(route.hops, n):
-                candidates += 1
+            found = match(route)
+            if found is None and len(pending) < _MAX_CANDIDATES and _chain_ranks_ok(route.hops, n):
+                pending.append(len(where))
                 for h in route.hops:
                     by_pair.setdefault((h.src, h.dst), h)
                 closing = by_pair.get((route.hops[-1].dst, route.hops[0].src))
-                if closing is not None:
+                if closing is not None and _hashable(route.hops) and _hashable((closing,)):
                     cycle = (*route.hops, closing)
-                    ci = len(cycles)
+                    ci = closed = len(cycles)
                     cycles.append(cycle)
                     doubled.append(cycle + cycle)
                     for k, h in enumerate(cycle):
-                        at.setdefault(id(h), []).append((ci, k))
+                        at.setdefault(h, []).append((ci, k))
         where.append(found)
+        if closed is not None:  # the candidates so far may be windows of the new cycle
+            for i in pending:
+                where[i] = match(routes[i], closed)
+            pending = [i for i in pending if where[i] is None]
     return RingWindows(tuple(cycles), tuple(where))

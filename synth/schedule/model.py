@@ -34,12 +34,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 from synth._types import Collective, NodeId
 from synth.errors import ScheduleError, expect_type, short_repr
 from synth.schedule._windows import RingWindows, ring_windows
 from synth.schedule.decode import schedule_fields
+from synth.schedule.encode import compact_document, legacy_document
 from synth.schedule.parts import SCHEDULE_FORMAT, CutLink, Hop, Route, RouteKind
 from synth.schedule.validate import validate_schedule
 from synth.topologies.model import Topology
@@ -59,6 +60,15 @@ def _cover(marks: list[int], start: int, length: int, chunks: int) -> None:
         marks[n] -= chunks
         marks[0] += chunks
         marks[end - n] -= chunks
+
+
+def _raise_bad_link(topo: Topology, loads: Mapping[tuple[NodeId, NodeId], int]) -> NoReturn:
+    """Name the first (sorted) used link that ``topo`` lacks or has down, whatever order loads came in."""
+    caps = topo.capacity_grid.caps
+    key = min(k for k in loads if not caps.get(k))
+    if caps.get(key) is None:
+        raise ScheduleError(f"schedule uses link {key[0]}->{key[1]}, absent from topology {topo.name!r}")
+    raise ScheduleError(f"schedule uses link {key[0]}->{key[1]}, which is down (0 Gbit/s)")
 
 
 def _freeze(meta: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -196,10 +206,8 @@ class Schedule:
         worst = Fraction(0)
         for key, load in loads.items():
             gbps = caps.get(key)
-            if gbps is None:
-                raise ScheduleError(f"schedule uses link {key[0]}->{key[1]}, absent from topology {topo.name!r}")
-            if gbps == 0:
-                raise ScheduleError(f"schedule uses link {key[0]}->{key[1]}, which is down (0 Gbit/s)")
+            if not gbps:
+                _raise_bad_link(topo, loads)
             worst = max(worst, Fraction(load) * 8 / gbps)
         return worst
 
@@ -260,28 +268,21 @@ class Schedule:
         validate_schedule(self.collective, self.nranks, self.nchunks, self.routes, topo, self._ring_windows())
 
     # -- JSON ---------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
-        routes = []
-        for r in self.routes:
-            doc: dict[str, Any] = {
-                "kind": r.kind.value,
-                "root": r.root,
-                "chunks": r.chunks,
-                "hops": [{"src": h.src, "dst": h.dst, "path": list(h.path)} for h in r.hops],
-            }
-            if r.dest is not None:
-                doc["dest"] = r.dest
-            routes.append(doc)
-        return {
-            "format": SCHEDULE_FORMAT,
-            "collective": self.collective,
-            "nranks": self.nranks,
-            "nchunks": self.nchunks,
-            "routes": routes,
-            "bottleneck": [c.to_dict() for c in self.bottleneck],
-            "topology_fingerprint": self.topology_fingerprint,
-            "meta": dict(self.meta),
-        }
+    def to_dict(self, *, legacy: bool = False) -> dict[str, Any]:
+        """The JSON document: compact ``loopcoll-schedule/2`` (a shared hop table, ring routes as cycle
+        windows: :mod:`synth.schedule.encode`), or the old ``/1`` form with ``legacy=True``.
+
+        >>> s = Schedule("alltoall", 2, 1, (Route(RouteKind.PATH, 0, 1, (Hop(0, 1, ("gpu0", "gpu1")),), dest=1),))
+        >>> s.to_dict()["format"], s.to_dict()["routes"][0]["hops"], s.to_dict(legacy=True)["format"]
+        ('loopcoll-schedule/2', [0], 'loopcoll-schedule/1')
+        """
+        if legacy:
+            doc = legacy_document(self.collective, self.nranks, self.nchunks, self.routes)
+        else:
+            doc = compact_document(self.collective, self.nranks, self.nchunks, self.routes, self._ring_windows())
+        doc.update(bottleneck=[c.to_dict() for c in self.bottleneck], topology_fingerprint=self.topology_fingerprint,
+                   meta=dict(self.meta))
+        return doc
 
     def to_json(self) -> str:
         """Deterministic JSON text; :meth:`from_json` reads it back to an equal schedule."""

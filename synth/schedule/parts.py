@@ -22,9 +22,14 @@ from typing import Any
 from synth._types import NodeId, Rank
 from synth.errors import ScheduleError, short_repr
 
-__all__ = ["SCHEDULE_FORMAT", "CutLink", "Hop", "Route", "RouteKind"]
+__all__ = ["LEGACY_SCHEDULE_FORMAT", "SCHEDULE_FORMAT", "SCHEDULE_FORMATS_READ", "CutLink", "Hop", "Route", "RouteKind"]
 
-SCHEDULE_FORMAT = "loopcoll-schedule/1"
+#: The format tag the writer emits (compact: a shared hop table, routes as windows or hop indices).
+SCHEDULE_FORMAT = "loopcoll-schedule/2"
+#: The old tag (every route spells out its hops), still read.
+LEGACY_SCHEDULE_FORMAT = "loopcoll-schedule/1"
+#: Every format tag :mod:`synth.schedule.decode` reads.
+SCHEDULE_FORMATS_READ = (SCHEDULE_FORMAT, LEGACY_SCHEDULE_FORMAT)
 
 
 class RouteKind(str, Enum):

@@ -142,7 +142,7 @@ def validate_schedule(collective: Collective, nranks: int, nchunks: int, routes:
 
     A route that is a window of a hop cycle (:mod:`synth.schedule._windows`; ``windows``: that
     decomposition of ``routes``, found here if not given) is a valid tree by construction: only its
-    kind and chunk count are checked. Every cycle hop belongs to a route checked in full."""
+    kind and chunk count are checked, and the physical paths of its cycle's hops (once per cycle)."""
     n = nranks
     if topo.nranks != n:
         raise ScheduleError(f"schedule is for {n} ranks but topology {topo.name!r} has {topo.nranks}")
@@ -152,7 +152,9 @@ def validate_schedule(collective: Collective, nranks: int, nchunks: int, routes:
     # Schedules share hop objects between routes: a hop's path is checked once per object (by id: a
     # dataclass hash per hop costs more than the check at 2048 GPUs; equal copies are checked again).
     checked: set[int] = set()
-    where = (windows if windows is not None else ring_windows(routes, n)).where
+    found = windows if windows is not None else ring_windows(routes, n)
+    where = found.where
+    cycles_checked: set[int] = set()
     fabric = _Fabric(topo)
     for i, route in enumerate(routes):
         at = f"route {i} ({route.kind.value}, root {route.root})"
@@ -160,7 +162,16 @@ def validate_schedule(collective: Collective, nranks: int, nchunks: int, routes:
             raise ScheduleError(f"{at}: {route.kind.value} routes do not belong in a schedule of collective {collective!r}")
         if isinstance(route.chunks, bool) or not isinstance(route.chunks, int) or route.chunks < 1:
             raise ScheduleError(f"{at}: chunks must be an integer >= 1, got {route.chunks!r}")
-        if where[i] is not None:
+        window = where[i]
+        if window is not None:
+            ci = window[0]
+            if ci not in cycles_checked:  # the window's hops are its cycle's: their paths, once per cycle
+                cycles_checked.add(ci)
+                for hop in found.cycles[ci]:
+                    if id(hop) not in checked:
+                        if not fabric.fine(hop):
+                            _check_hop(hop, at, topo)
+                        checked.add(id(hop))
             delivered[(route.kind.value, route.root, route.dest)] += route.chunks
             continue
         _check_ranks(route, at, n)

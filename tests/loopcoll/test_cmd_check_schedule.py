@@ -72,3 +72,20 @@ def test_warm_from_a_schedule_still_works(files: tuple[Path, Path], capsys: pyte
     sched, _ = files
     code, out, _ = run(capsys, "synth", "allgather", "ring:4", "--warm-from", str(sched), "--json")
     assert code == 0 and json.loads(out)["warm"] is True
+
+
+def test_old_format_schedule_is_checked_and_warm_starts(files: tuple[Path, Path], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A ``loopcoll-schedule/1`` file (written before the compact form) is still a schedule to the CLI."""
+    sched, _ = files
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(read_schedule(str(sched)).to_dict(legacy=True)), encoding="utf-8")
+    code, out, _ = run(capsys, "check", str(old), "--topology", "ring:4", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["valid"] and doc["format"] == "loopcoll-schedule/1"
+    assert doc["algbw_GBps"] == read_schedule(str(sched)).algbw_GBps(load_topology("ring:4"))
+    damaged = json.loads(old.read_text(encoding="utf-8"))
+    damaged["routes"][0]["hops"][0]["src"] = "x"
+    old.write_text(json.dumps(damaged), encoding="utf-8")
+    code, _, err = run(capsys, "synth", "allgather", "ring:4", "--warm-from", str(old), "--quiet")
+    assert code == 2 and "routes[0].hops[0].src must be an integer" in err, err

@@ -167,3 +167,25 @@ def test_malformed_cut_link_names_the_field(tmp_path: Path, ring: tuple) -> None
     doc["cut"] = [{"src": "gpu0", "dst": "gpu1"}]
     with pytest.raises(StoreError, match=r"^entry 3: cut: bottleneck entry gpu0->gpu1 needs a numeric 'base_slack'"):
         VersionEntry.from_dict(doc, where="entry 3")
+
+
+def test_store_writes_compact_schedules_read_back_with_shared_hops(tmp_path: Path, ring: tuple) -> None:
+    """Band files are ``loopcoll-schedule/2`` (old ``/1`` files: tests/synth/test_schedule_compact.py)."""
+    topo, res = ring
+    store = VersionStore(tmp_path / "s")
+    entry = store.publish("world", "allgather", [(1, None, res)], reason="bootstrap", topology=topo)
+    doc = json.loads(store.path(entry.bands[0].schedule).read_text())
+    assert doc["format"] == "loopcoll-schedule/2" and isinstance(doc["hops"], list)
+    back = VersionStore(tmp_path / "s", create=False).load_schedule(entry)
+    assert back == res.schedule
+    assert len({id(h) for r in back.routes for h in r.hops}) == len(doc["hops"])
+
+
+def test_executor_programs_read_both_schedule_forms(ring: tuple) -> None:
+    """The executor lowers a band file of either form to the same program."""
+    from runtime.executor.sources import program_from_bytes
+
+    _, res = ring
+    new = program_from_bytes(res.schedule.to_json().encode(), name="v1/b0.schedule.json")
+    old = program_from_bytes(json.dumps(res.schedule.to_dict(legacy=True)).encode(), name="v0/b0.schedule.json")
+    assert new == old and new.ngpus == 4

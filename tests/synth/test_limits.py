@@ -125,7 +125,7 @@ def test_long_solves_log_progress(monkeypatch: pytest.MonkeyPatch, caplog: pytes
 
 # -- warm-start validation ------------------------------------------------------------------------
 def _corrupt(sched: Schedule, change: str) -> dict[str, object]:
-    doc = sched.to_dict()
+    doc = sched.to_dict(legacy=True)  # the old form: hops spelt out in the route
     route = doc["routes"][0]  # type: ignore[index]
     if change == "rank 99":
         route["hops"][0]["dst"] = 99
