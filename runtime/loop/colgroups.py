@@ -8,8 +8,8 @@ incarnation (at most :data:`~runtime.loop.grouping.SEQ_WINDOW` ahead), after
 first) or past :data:`MAX_HELD_ROWS` rows. A duplicate flow in a group is skipped (the first row kept). A ready group becomes the estimator's
 measurements exactly as :func:`runtime.formats.aggregate.window_measurements` makes them from the same records
 (the windows' median rates; a window that straddles a change at its stepped flows' p10 and half its count),
-computed with numpy; only the final ``(kind, src, dst, bytes, busy_s)`` list handed to
-:meth:`~runtime.loop.estimator.LinkEstimator.observe_group` is per flow. Batches and per-record telemetry of
+computed with numpy and handed on as arrays (:class:`~runtime.loop.colestim.ColumnFold` folds them; the
+per-row tuples of :meth:`~runtime.loop.estimator.LinkEstimator.observe_group` only on demand). Batches and per-record telemetry of
 the same collective form separate groups (a job's executors use one writer).
 
 Examples
@@ -38,7 +38,7 @@ from runtime.formats.columnar import AggBatch
 from runtime.loop.estimator import ScheduleRouting
 from runtime.loop.grouping import GROUP_TIMEOUT_S, MAX_HELD_GROUPS, MAX_TRACKED_RANKS, SEQ_WINDOW, RoutingLookup
 
-__all__ = ["MAX_HELD_ROWS", "ColumnGroups", "ReadyGroup", "window_columns"]
+__all__ = ["MAX_HELD_ROWS", "ColumnGroups", "ReadyGroup", "window_arrays", "window_columns"]
 
 #: Rows held in incomplete groups at most (about 72 bytes each: ~290 MiB); past it the oldest groups are folded
 #: as they are, like past ``MAX_HELD_GROUPS`` (a 2048-rank AllToAll window is ~537 000 rows: 7 windows).
@@ -52,14 +52,23 @@ Measurement = tuple[str, int, int | None, float, float]
 
 @dataclass(frozen=True, slots=True)
 class ReadyGroup:
-    """One collective window ready to fold: its routing, measurements, the collectives it stands for, its
-    latest ``t_s`` and the collectives its rows carry in all (``samples_since_publish``)."""
+    """One collective window ready to fold: its routing, its measurements as arrays (``src``, ``dst`` = −1 for
+    ``inject``, ``nbytes``, ``busy_s``: :func:`window_arrays`), the collectives it stands for, its latest ``t_s``
+    and the collectives its rows carry in all (``samples_since_publish``)."""
 
     routing: ScheduleRouting
-    measurements: list[Measurement]
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    busy_s: np.ndarray
     count: int
     t_s: float
     collectives: int
+
+    @property
+    def measurements(self) -> list[Measurement]:
+        """The measurements as the per-row path's tuples (:func:`window_columns`)."""
+        return _tuples(self.src, self.dst, self.nbytes, self.busy_s)
 
 
 @dataclass(slots=True)
@@ -72,14 +81,33 @@ class _Held:
 
 
 def window_columns(cols: dict[str, np.ndarray]) -> tuple[list[Measurement], int]:
-    """:func:`~runtime.formats.aggregate.window_measurements` of one group's rows given as columns (the same
-    figures as through :meth:`~runtime.formats.aggregate.AggRecord.window_sample`).
+    """:func:`window_arrays` as the per-row path's ``(kind, src, dst, bytes, busy_s)`` tuples and the count.
 
     >>> c = {"src": np.array([0, 0]), "dst": np.array([1, -1]), "count": np.array([8, 8]),
     ...      "bytes": np.array([64, 64]), "busy_s": np.array([8.0, 8.0]), "rate_p10_Bps": np.array([8.0, 1.0]),
     ...      "rate_p50_Bps": np.array([8.0, 8.0]), "rate_p90_Bps": np.array([8.0, 8.0])}
     >>> window_columns(c)
     ([('pair', 0, 1, 8.0, 1.0), ('inject', 0, None, 8.0, 8.0)], 4)
+    """
+    src, dst, nbytes, busy, least = window_arrays(cols)
+    return _tuples(src, dst, nbytes, busy), least
+
+
+def _tuples(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, busy: np.ndarray) -> list[Measurement]:
+    return [("pair", s, d, b, t) if d >= 0 else ("inject", s, None, b, t)
+            for s, d, b, t in zip(src.tolist(), dst.tolist(), nbytes.tolist(), busy.tolist())]
+
+
+def window_arrays(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """:func:`~runtime.formats.aggregate.window_measurements` of one group's rows given as columns, as
+    arrays ``(src, dst, nbytes, busy_s)`` (``dst`` −1: ``inject``) and the count (the same figures as through
+    :meth:`~runtime.formats.aggregate.AggRecord.window_sample`).
+
+    >>> c = {"src": np.array([0, 0]), "dst": np.array([1, -1]), "count": np.array([8, 8]),
+    ...      "bytes": np.array([64, 64]), "busy_s": np.array([8.0, 8.0]), "rate_p10_Bps": np.array([8.0, 1.0]),
+    ...      "rate_p50_Bps": np.array([8.0, 8.0]), "rate_p90_Bps": np.array([8.0, 8.0])}
+    >>> [a.tolist() if hasattr(a, "tolist") else a for a in window_arrays(c)]
+    [[0, 0], [1, -1], [8.0, 8.0], [1.0, 8.0], 4]
     """
     count = cols["count"]
     per = cols["bytes"] / count
@@ -96,10 +124,7 @@ def window_columns(cols: dict[str, np.ndarray]) -> tuple[list[Measurement], int]
         busy = np.where(stepped, low, busy)
         least = max(1, least // 2)
     nbytes = np.rint(per)  # half to even, as WindowSample's int(round(per))
-    src, dst = cols["src"].tolist(), cols["dst"].tolist()
-    meas = [("pair", s, d, b, t) if d >= 0 else ("inject", s, None, b, t)
-            for s, d, b, t in zip(src, dst, nbytes.tolist(), busy.tolist())]
-    return meas, least
+    return cols["src"], cols["dst"], nbytes, busy, least
 
 
 class ColumnGroups:
@@ -189,8 +214,9 @@ class ColumnGroups:
             ready.append(((comm, coll, seq, version, inc or "", phase or ""), routing, self._dedup(self._held.pop(gkey))))
         out = []
         for _order, routing, cols in sorted(ready, key=lambda r: (r[0][:5], _PHASE_ORDER[r[0][5]])):
-            meas, count = window_columns(cols)
-            out.append(ReadyGroup(routing, meas, count, float(cols["t_s"].max()), int(cols["count"].sum())))
+            src, dst, nbytes, busy, count = window_arrays(cols)
+            out.append(ReadyGroup(routing, src, dst, nbytes, busy, count, float(cols["t_s"].max()),
+                                  int(cols["count"].sum())))
         return out
 
     def _dedup(self, group: _Held) -> dict[str, np.ndarray]:

@@ -46,6 +46,7 @@ from runtime.formats.telemetry import IngestReport, Sample, SampleStore
 from runtime.loop.demand import AllToAllvPlanner, DemandEstimator
 from runtime.loop.detector import Verdict
 from runtime.loop.estimator import LinkEstimator, ScheduleRouting
+from runtime.loop.colestim import ColumnFold
 from runtime.loop.colgroups import ColumnGroups
 from runtime.loop.grouping import SampleGroups
 from runtime.loop.manager import ManagerConfig, ScheduleManager
@@ -206,6 +207,7 @@ class Controller:
         self._groups = SampleGroups(clock=self._now, skipped=self._skipped)
         self._pending_cols: deque[AggBatch] = deque()  # columnar batches (docs/telemetry.md §6) not grouped yet
         self._pending_rows = 0
+        self._col_fold: ColumnFold | None = None  # the estimator's columnar fold (made with it)
         self._col_groups = ColumnGroups(clock=self._now, skipped=self._skipped)
         self.samples_since_publish = 0
         self.estimator = LinkEstimator(topology, alpha=config.alpha, tau_s=config.tau_s,
@@ -328,7 +330,9 @@ class Controller:
             self._pending_cols.clear()
             self._pending_rows = 0
             for g in self._col_groups.collect(self._routing_for):
-                self.estimator.observe_group(g.routing, g.measurements, t_s=g.t_s, count=g.count)
+                if self._col_fold is None or self._col_fold.estimator is not self.estimator:
+                    self._col_fold = ColumnFold(self.estimator)
+                self._col_fold.observe(g.routing, g.src, g.dst, g.nbytes, g.busy_s, t_s=g.t_s, count=g.count)
                 self.samples_since_publish += g.collectives
                 done += 1
             return done

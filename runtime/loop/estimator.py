@@ -287,15 +287,7 @@ class LinkEstimator:
             rows.append((kind, src, dst, rate, links, rate / chunks))
             verdicts.append(rate < keep * expected)
         per_chunk = {(src, dst): pc for kind, src, dst, _, _, pc in rows if kind == "pair" and dst is not None}
-        prior: Mapping[tuple[int, int], float] = {}
-        if routing.phase is not None:  # an AllReduce phase: the AllGather's pacing looks at the ReduceScatter
-            family = routing.meta.get("phase_of")
-            if routing.phase == "reducescatter":
-                self._phase_rates[family] = per_chunk
-                while len(self._phase_rates) > 16:
-                    del self._phase_rates[next(iter(self._phase_rates))]
-            else:
-                prior = self._phase_rates.get(family, {})
+        prior = self.phase_prior(routing, per_chunk)
         paced = self._pacing.paced(routing, rows, verdicts, per_chunk, prior, count)
         for (kind, src, dst, rate, links, _pc), is_slow in zip(rows, verdicts):
             if not is_slow:
@@ -312,6 +304,29 @@ class LinkEstimator:
             self.update(a, out[a], t_s, count)
         self.groups += 1
         return out
+
+    def phase_prior(self, routing: ScheduleRouting,
+                    per_chunk: Mapping[tuple[int, int], float]) -> Mapping[tuple[int, int], float]:
+        """Of an AllReduce phase: a ReduceScatter's per-chunk pair rates are kept (returns ``{}``), an AllGather
+        gets its ReduceScatter's last ones (its pacing looks at them); ``{}`` for any other routing."""
+        if routing.phase is None:
+            return {}
+        family = routing.meta.get("phase_of")
+        if routing.phase != "reducescatter":
+            return self._phase_rates.get(family, {})
+        self._phase_rates[family] = per_chunk
+        while len(self._phase_rates) > 16:
+            del self._phase_rates[next(iter(self._phase_rates))]
+        return {}
+
+    @property
+    def pacing(self) -> Pacing:
+        """The relay-pacing memory (:class:`~runtime.loop.pacing.Pacing`) the estimator decides with."""
+        return self._pacing
+
+    def nominal_gbps(self, key: LinkKey) -> float:
+        """The nominal capacity of link ``key`` (KeyError for a link the topology lacks)."""
+        return self._nominal_gbps[key]
 
     def _flows(self, routing: ScheduleRouting) -> dict[tuple[str, int, int | None], tuple[dict[LinkKey, int], int,
                                                                                           float]]:
