@@ -240,6 +240,8 @@ class LinkEstimator:
         self._phase_rates: dict[Any, Mapping[tuple[int, int], float]] = {}
         self._flow_cache: dict[int, tuple[ScheduleRouting, dict[tuple[str, int, int | None], Any]]] = {}
         self.groups = 0
+        #: bumped by every change of an estimate (a consumer recomputes what it derived only when it moved)
+        self.revision = 0
 
     # -- updates ----------------------------------------------------------------------------
     def _weight(self, key: LinkKey, t_s: float, count: int = 1) -> float:
@@ -259,6 +261,7 @@ class LinkEstimator:
         a = self._weight(key, t_s, count)
         prev = self._m.get(key, nominal)
         self._m[key] = (1.0 - a) * prev + a * obs
+        self.revision += 1
         self._count[key] += count
         self._last[key] = (t_s, obs)
         self._recent.setdefault(key, deque(maxlen=self.window)).extend([obs] * min(count, self.window))
@@ -410,6 +413,7 @@ class LinkEstimator:
                 continue
             level = min(max(float(gbps), 0.0), nominal)
             self._m[key] = level
+            self.revision += 1
             self._last[key] = (t_s, level)
             self._count.setdefault(key, 0)
             seeded.append(key)
@@ -427,13 +431,14 @@ class LinkEstimator:
                 new = min(topology.link(*key).gbps, self._nominal_gbps[key])
                 if abs(new - self._m[key]) > 1e-12 * self._nominal_gbps[key]:
                     self._m[key] = new
+                    self.revision += 1
                     moved.append(key)
         return moved
 
     def reset(self, keys: Sequence[LinkKey] | None = None) -> None:
         """Forget estimates (all, or of ``keys``)."""
         for k in list(self._m) if keys is None else keys:
-            self._m.pop(k, None)
+            self.revision += self._m.pop(k, None) is not None
             self._last.pop(k, None)
             self._count.pop(k, None)
             self._recent.pop(k, None)
