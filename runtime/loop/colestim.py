@@ -24,8 +24,10 @@ Examples
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -58,31 +60,31 @@ class FlowTable:
     def build(cls, routing: ScheduleRouting, estimator: LinkEstimator) -> FlowTable:
         """The table of ``routing`` against ``estimator``'s nominal capacities (the same expected rates as the
         per-row path's: ``min_a nominal_a · n / n_a`` in the same float operations)."""
-        flows: list[tuple[int, dict[LinkKey, int]]] = []
-        for (u, v), keys in routing.pair_links.items():
-            n = routing.pair_chunks[(u, v)]
-            if keys:
-                flows.append((u * (1 << 32) + v + 1, {a: n for a in keys}))
-        for u, links in routing.inject_links.items():
-            if links:
-                flows.append((u * (1 << 32), dict(links)))
-        flows.sort(key=lambda f: f[0])
-        link_keys = tuple(sorted({a for _c, links in flows for a in links}))
+        pairs = [(p, keys) for p, keys in routing.pair_links.items() if keys]
+        injects = [(u, links) for u, links in routing.inject_links.items() if links]
+        codes = np.array([u * (1 << 32) + v + 1 for (u, v), _k in pairs] + [u * (1 << 32) for u, _l in injects],
+                         dtype=np.int64)
+        lens = np.array([len(k) for _p, k in pairs] + [len(links) for _u, links in injects], dtype=np.int64)
+        flat = list(chain.from_iterable(k for _p, k in pairs)) + list(chain.from_iterable(l for _u, l in injects))
+        link_keys = tuple(sorted(set(flat)))
         index = {a: i for i, a in enumerate(link_keys)}
-        nominal = [estimator.nominal_gbps(a) for a in link_keys]
-        expected, chunks, ptr, link, nch = [], [], [0], [], []
-        for _c, links in flows:
-            expected.append(min(estimator.nominal_gbps(a) * n / routing.link_chunks[a] for a, n in links.items()))
-            chunks.append(max(links.values()))
-            for a, n in links.items():
-                link.append(index[a])
-                nch.append(n)
-            ptr.append(len(link))
-        return cls(np.array([c for c, _l in flows], dtype=np.int64), np.array(expected, dtype=np.float64),
-                   np.array(chunks, dtype=np.int64), np.array(ptr, dtype=np.int64), np.array(link, dtype=np.int64),
-                   np.array(nch, dtype=np.int64), link_keys,
-                   np.array([routing.link_chunks[a] for a in link_keys], dtype=np.int64),
-                   np.array(nominal, dtype=np.float64))
+        link = np.fromiter(map(index.__getitem__, flat), dtype=np.int64, count=len(flat))
+        per_pair = np.array([routing.pair_chunks[p] for p, _k in pairs], dtype=np.int64)
+        nch = np.concatenate([np.repeat(per_pair, lens[:len(pairs)]),
+                              np.fromiter(chain.from_iterable(l.values() for _u, l in injects), dtype=np.int64)])
+        order = np.argsort(codes, kind="stable")
+        ptr = np.r_[0, np.cumsum(lens)]
+        table = cls(codes, np.zeros(0), np.zeros(0, dtype=np.int64), ptr, link, nch, link_keys,
+                    np.array([routing.link_chunks[a] for a in link_keys], dtype=np.int64),
+                    np.array([estimator.nominal_gbps(a) for a in link_keys], dtype=np.float64))
+        ent, _owner = table.entries(order)  # the incidence in code order
+        link, nch, ptr = link[ent], nch[ent], np.r_[0, np.cumsum(lens[order])]
+        if not link.size:
+            return cls(codes[order], np.zeros(0), np.zeros(0, dtype=np.int64), ptr, link, nch, link_keys,
+                       table.load, table.nominal)
+        share = table.nominal[link] * nch / table.load[link]  # nominal_a · n / n_a, as the per-row path
+        return cls(codes[order], np.minimum.reduceat(share, ptr[:-1]), np.maximum.reduceat(nch, ptr[:-1]), ptr,
+                   link, nch, link_keys, table.load, table.nominal)
 
     def entries(self, flows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The incidence entries of ``flows`` (indices into ``link``/``nchunks``) and, per entry, its position in
@@ -127,17 +129,19 @@ class ColumnFold:
     def __init__(self, estimator: LinkEstimator) -> None:
         self.estimator = estimator
         self._tables: dict[int, tuple[ScheduleRouting, FlowTable]] = {}
+        self._lock = threading.Lock()
 
     def table(self, routing: ScheduleRouting) -> FlowTable:
         """The flow table of ``routing`` (built once per routing)."""
-        cached = self._tables.get(id(routing))
-        if cached is not None and cached[0] is routing:
-            return cached[1]
-        table = FlowTable.build(routing, self.estimator)
-        self._tables[id(routing)] = (routing, table)
-        while len(self._tables) > _TABLES:
-            del self._tables[next(iter(self._tables))]
-        return table
+        with self._lock:  # the controller's routing thread builds tables ahead of the poll
+            cached = self._tables.get(id(routing))
+            if cached is not None and cached[0] is routing:
+                return cached[1]
+            table = FlowTable.build(routing, self.estimator)
+            self._tables[id(routing)] = (routing, table)
+            while len(self._tables) > _TABLES:
+                del self._tables[next(iter(self._tables))]
+            return table
 
     def observe(self, routing: ScheduleRouting, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray,
                 busy_s: np.ndarray, *, t_s: float, count: int = 1) -> dict[LinkKey, float]:

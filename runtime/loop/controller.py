@@ -207,12 +207,12 @@ class Controller:
         self._groups = SampleGroups(clock=self._now, skipped=self._skipped)
         self._pending_cols: deque[AggBatch] = deque()  # columnar batches (docs/telemetry.md §6) not grouped yet
         self._pending_rows = 0
-        self._col_fold: ColumnFold | None = None  # the estimator's columnar fold (made with it)
         self._col_groups = ColumnGroups(clock=self._now, skipped=self._skipped)
         self.samples_since_publish = 0
         self.estimator = LinkEstimator(topology, alpha=config.alpha, tau_s=config.tau_s,
                                        slow_tolerance=config.slow_tolerance, pace_tolerance=config.pace_tolerance,
                                        snap=config.snap)
+        self._col_fold = ColumnFold(self.estimator)  # the estimator's fold of columnar windows (its flow tables)
         self.manager = ScheduleManager(topology, profile, self.store, self.estimator, config.manager_config(),
                                        self._log)
         self.manager.on_deployed = self._start_routing
@@ -296,7 +296,7 @@ class Controller:
             for phase in phases:
                 key = (comm, collective, version, phase)
                 if key not in self._routing and key not in self._building:
-                    self._building[key] = _RoutingBuild(schedule, self.topology, phase)
+                    self._building[key] = _RoutingBuild(schedule, self.topology, phase, self._col_fold.table)
 
     def _routing_for(self, comm: str, collective: str, version: int,
                      phase: str | None = None) -> ScheduleRouting | None:
@@ -330,8 +330,6 @@ class Controller:
             self._pending_cols.clear()
             self._pending_rows = 0
             for g in self._col_groups.collect(self._routing_for):
-                if self._col_fold is None or self._col_fold.estimator is not self.estimator:
-                    self._col_fold = ColumnFold(self.estimator)
                 self._col_fold.observe(g.routing, g.src, g.dst, g.nbytes, g.busy_s, t_s=g.t_s, count=g.count)
                 self.samples_since_publish += g.collectives
                 done += 1
@@ -459,11 +457,12 @@ class Controller:
 
 
 class _RoutingBuild:
-    """``ScheduleRouting.build(schedule, topology, phase)`` in a daemon thread; :meth:`result` waits for it
-    (and raises what the build raised, in the caller's thread)."""
+    """``ScheduleRouting.build(schedule, topology, phase)`` in a daemon thread, then ``then(routing)`` (the columnar
+    fold's flow table); :meth:`result` waits for it (and raises what the build raised, in the caller's thread)."""
 
-    def __init__(self, schedule: Schedule, topology: Topology, phase: str | None) -> None:
-        self._args = (schedule, topology, phase)
+    def __init__(self, schedule: Schedule, topology: Topology, phase: str | None,
+                 then: Callable[[ScheduleRouting], object]) -> None:
+        self._args, self._then = (schedule, topology, phase), then
         self._value: ScheduleRouting | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="loopcoll-routing", daemon=True)
@@ -472,8 +471,9 @@ class _RoutingBuild:
     def _run(self) -> None:
         try:
             self._value = ScheduleRouting.build(*self._args)
-        except BaseException as exc:  # noqa: BLE001 - re-raised by result() in the thread that needs it
-            self._error = exc
+            self._then(self._value)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by result() (a failed table: by the poll's own build)
+            self._error = exc if self._value is None else None
 
     def result(self) -> ScheduleRouting:
         self._thread.join()
