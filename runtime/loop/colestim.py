@@ -7,7 +7,8 @@ per-routing table (sorted flow codes ``src · 2³² + dst + 1``, ``dst`` = −1 
 not) is one comparison against its expected rate, the jitter is learnt from the not-slow rows' arrays
 (:meth:`~runtime.loop.pacing.Pacing.learn_columns`), and the per-link fold runs over the flow→link incidence
 (per flow, its links and its chunks on each, in CSR form). Only the slow rows reach the pacing decision as
-tuples; on healthy traffic there are none. The EWMA is updated per observed link, as before.
+tuples; on healthy traffic there are none. The EWMA is updated per observed link in one loop
+(:meth:`~runtime.loop.estimator.LinkEstimator.update_many`).
 
 Examples
 --------
@@ -182,7 +183,6 @@ class ColumnFold:
         observed = np.flatnonzero(healthy | implicated)
         values = np.where(healthy[observed], tab.nominal[observed], implied[observed])
         out = {tab.link_keys[i]: v for i, v in zip(observed.tolist(), values.tolist())}
-        for a, v in out.items():
-            est.update(a, v, t_s, count)
+        est.update_many(list(out), list(out.values()), t_s, count)
         est.groups += 1
         return out

@@ -266,6 +266,29 @@ class LinkEstimator:
         self._last[key] = (t_s, obs)
         self._recent.setdefault(key, deque(maxlen=self.window)).extend([obs] * min(count, self.window))
 
+    def update_many(self, keys: Sequence[LinkKey], observations_gbps: Sequence[float], t_s: float,
+                    count: int = 1) -> None:
+        """:meth:`update` of each ``keys[i]`` with ``observations_gbps[i]`` (distinct keys; the same figures, one
+        loop without a call per link: the columnar fold's EWMA step)."""
+        if self.tau_s is not None:
+            for key, obs in zip(keys, observations_gbps):
+                self.update(key, obs, t_s, count)
+            return
+        a = 1.0 - (1.0 - self.alpha) ** count
+        nominal, m, n, last, recent = self._nominal_gbps, self._m, self._count, self._last, self._recent
+        reps, window = min(count, self.window), self.window
+        for key, x in zip(keys, observations_gbps):
+            top = nominal[key]
+            obs = min(max(x, 0.0), top)
+            m[key] = (1.0 - a) * m.get(key, top) + a * obs
+            n[key] += count
+            last[key] = (t_s, obs)
+            hist = recent.get(key)
+            if hist is None:
+                hist = recent[key] = deque(maxlen=window)
+            hist.extend([obs] * reps)
+        self.revision += len(keys)
+
     def observe_group(self, routing: ScheduleRouting, measurements: Iterable[Measurement], *, t_s: float,
                       count: int = 1) -> dict[LinkKey, float]:
         """Fold one collective's measurements in; returns the per-link observations made (Gbit/s).

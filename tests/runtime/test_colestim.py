@@ -57,6 +57,7 @@ def test_columnar_fold_equals_the_per_row_fold_on_noisy_windows(collective: str,
     assert slow_windows >= 30  # fail2 was seen, so the slow/paced paths ran
     assert est.snapshot() == ref.snapshot()
     assert est.measured_topology() == ref.measured_topology()
+    assert est.measured_topology(recent=True) == ref.measured_topology(recent=True)
     assert est.estimate_gbps(("gpu0", "tor0.0")) < 0.8 * 400  # the failed link is found by both
 
 
