@@ -8,8 +8,8 @@ incarnation (at most :data:`~runtime.loop.grouping.SEQ_WINDOW` ahead), after
 first) or past :data:`MAX_HELD_ROWS` rows. A duplicate flow in a group is skipped (the first row kept). A ready group becomes the estimator's
 measurements exactly as :func:`runtime.formats.aggregate.window_measurements` makes them from the same records
 (the windows' median rates; a window that straddles a change at its stepped flows' p10 and half its count),
-computed with numpy; only the final ``(kind, src, dst, bytes, busy_s)`` list handed to
-:meth:`~runtime.loop.estimator.LinkEstimator.observe_group` is per flow. Batches and per-record telemetry of
+computed with numpy and handed on as arrays (:class:`~runtime.loop.colestim.ColumnFold` folds them; the
+per-row tuples of :meth:`~runtime.loop.estimator.LinkEstimator.observe_group` only on demand). Batches and per-record telemetry of
 the same collective form separate groups (a job's executors use one writer).
 
 Examples
@@ -38,7 +38,7 @@ from runtime.formats.columnar import AggBatch
 from runtime.loop.estimator import ScheduleRouting
 from runtime.loop.grouping import GROUP_TIMEOUT_S, MAX_HELD_GROUPS, MAX_TRACKED_RANKS, SEQ_WINDOW, RoutingLookup
 
-__all__ = ["MAX_HELD_ROWS", "ColumnGroups", "ReadyGroup", "window_columns"]
+__all__ = ["MAX_HELD_ROWS", "ColumnGroups", "ReadyGroup", "window_arrays", "window_columns"]
 
 #: Rows held in incomplete groups at most (about 72 bytes each: ~290 MiB); past it the oldest groups are folded
 #: as they are, like past ``MAX_HELD_GROUPS`` (a 2048-rank AllToAll window is ~537 000 rows: 7 windows).
@@ -52,14 +52,23 @@ Measurement = tuple[str, int, int | None, float, float]
 
 @dataclass(frozen=True, slots=True)
 class ReadyGroup:
-    """One collective window ready to fold: its routing, measurements, the collectives it stands for, its
-    latest ``t_s`` and the collectives its rows carry in all (``samples_since_publish``)."""
+    """One collective window ready to fold: its routing, its measurements as arrays (``src``, ``dst`` = −1 for
+    ``inject``, ``nbytes``, ``busy_s``: :func:`window_arrays`), the collectives it stands for, its latest ``t_s``
+    and the collectives its rows carry in all (``samples_since_publish``)."""
 
     routing: ScheduleRouting
-    measurements: list[Measurement]
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    busy_s: np.ndarray
     count: int
     t_s: float
     collectives: int
+
+    @property
+    def measurements(self) -> list[Measurement]:
+        """The measurements as the per-row path's tuples (:func:`window_columns`)."""
+        return _tuples(self.src, self.dst, self.nbytes, self.busy_s)
 
 
 @dataclass(slots=True)
@@ -69,17 +78,41 @@ class _Held:
     chunks: list[dict[str, np.ndarray]] = field(default_factory=list)
     rows: int = 0
     missing: frozenset[int] | None = None  # ranks lacking, as of the last check (None: check again)
+    have: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # flow codes held, sorted
+    fresh: list[np.ndarray] = field(default_factory=list)  # codes held since ``lack`` was last brought up to date
+    dups: int = 0  # duplicate rows dropped on arrival, not counted yet (they count when the group is checked)
+    lack: np.ndarray | None = None  # per rank, its expected flows the group lacks
+    lack_of: np.ndarray | None = None  # the expected flow codes ``lack`` was made against
 
 
 def window_columns(cols: dict[str, np.ndarray]) -> tuple[list[Measurement], int]:
-    """:func:`~runtime.formats.aggregate.window_measurements` of one group's rows given as columns (the same
-    figures as through :meth:`~runtime.formats.aggregate.AggRecord.window_sample`).
+    """:func:`window_arrays` as the per-row path's ``(kind, src, dst, bytes, busy_s)`` tuples and the count.
 
     >>> c = {"src": np.array([0, 0]), "dst": np.array([1, -1]), "count": np.array([8, 8]),
     ...      "bytes": np.array([64, 64]), "busy_s": np.array([8.0, 8.0]), "rate_p10_Bps": np.array([8.0, 1.0]),
     ...      "rate_p50_Bps": np.array([8.0, 8.0]), "rate_p90_Bps": np.array([8.0, 8.0])}
     >>> window_columns(c)
     ([('pair', 0, 1, 8.0, 1.0), ('inject', 0, None, 8.0, 8.0)], 4)
+    """
+    src, dst, nbytes, busy, least = window_arrays(cols)
+    return _tuples(src, dst, nbytes, busy), least
+
+
+def _tuples(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, busy: np.ndarray) -> list[Measurement]:
+    return [("pair", s, d, b, t) if d >= 0 else ("inject", s, None, b, t)
+            for s, d, b, t in zip(src.tolist(), dst.tolist(), nbytes.tolist(), busy.tolist())]
+
+
+def window_arrays(cols: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """:func:`~runtime.formats.aggregate.window_measurements` of one group's rows given as columns, as
+    arrays ``(src, dst, nbytes, busy_s)`` (``dst`` −1: ``inject``) and the count (the same figures as through
+    :meth:`~runtime.formats.aggregate.AggRecord.window_sample`).
+
+    >>> c = {"src": np.array([0, 0]), "dst": np.array([1, -1]), "count": np.array([8, 8]),
+    ...      "bytes": np.array([64, 64]), "busy_s": np.array([8.0, 8.0]), "rate_p10_Bps": np.array([8.0, 1.0]),
+    ...      "rate_p50_Bps": np.array([8.0, 8.0]), "rate_p90_Bps": np.array([8.0, 8.0])}
+    >>> [a.tolist() if hasattr(a, "tolist") else a for a in window_arrays(c)]
+    [[0, 0], [1, -1], [8.0, 8.0], [1.0, 8.0], 4]
     """
     count = cols["count"]
     per = cols["bytes"] / count
@@ -96,10 +129,7 @@ def window_columns(cols: dict[str, np.ndarray]) -> tuple[list[Measurement], int]
         busy = np.where(stepped, low, busy)
         least = max(1, least // 2)
     nbytes = np.rint(per)  # half to even, as WindowSample's int(round(per))
-    src, dst = cols["src"].tolist(), cols["dst"].tolist()
-    meas = [("pair", s, d, b, t) if d >= 0 else ("inject", s, None, b, t)
-            for s, d, b, t in zip(src, dst, nbytes.tolist(), busy.tolist())]
-    return meas, least
+    return cols["src"], cols["dst"], nbytes, busy, least
 
 
 class ColumnGroups:
@@ -140,8 +170,19 @@ class ColumnGroups:
         if group is None:
             self._serial += 1
             group = self._held[gkey] = _Held(self._serial, self._now())
+        keys = part["src"].astype(np.int64) * _KEY_SHIFT + (part["dst"].astype(np.int64) + 1)
+        codes, first = np.unique(keys, return_index=True)  # the first row of each flow (arrival order)
+        pos = np.searchsorted(group.have, codes)
+        new = group.have[np.minimum(pos, group.have.size - 1)] != codes if group.have.size else \
+            np.ones(codes.size, dtype=bool)
+        if not new.all() or first.size < keys.size:
+            first = np.sort(first[new])
+            part = {k: v[first] for k, v in part.items()}
+        group.dups += int(keys.size - first.size)
+        group.have = np.insert(group.have, pos[new], codes[new])
+        group.fresh.append(codes[new])
         group.chunks.append(part)
-        group.rows += int(part["src"].size)
+        group.rows += int(keys.size)  # duplicates included until counted, as the held rows bound them
         group.missing = None
 
     def _note_latest(self, b: AggBatch) -> None:
@@ -169,14 +210,14 @@ class ColumnGroups:
                 self._skipped["unknown_version"] += group.rows
                 del self._held[gkey]
                 continue
-            cols = self._dedup(group)
+            self._count_dups(group)
             if group.missing is None:
-                group.missing = self._missing((comm, coll, version, phase), routing, cols)
+                group.missing = self._missing((comm, coll, version, phase), routing, group)
             if group.missing and not self._moved_on(gkey, group.missing) and now - group.created_t_s <= GROUP_TIMEOUT_S:
                 waiting.append(gkey)
                 continue
             del self._held[gkey]
-            ready.append(((comm, coll, seq, version, inc or "", phase or ""), routing, cols))
+            ready.append(((comm, coll, seq, version, inc or "", phase or ""), routing, self._dedup(group)))
         waiting.sort(key=lambda k: self._held[k].serial)
         over, rows = max(0, len(waiting) - MAX_HELD_GROUPS), sum(self._held[k].rows for k in waiting)
         while over < len(waiting) and rows > MAX_HELD_ROWS:  # the row bound: the oldest fold first
@@ -189,34 +230,46 @@ class ColumnGroups:
             ready.append(((comm, coll, seq, version, inc or "", phase or ""), routing, self._dedup(self._held.pop(gkey))))
         out = []
         for _order, routing, cols in sorted(ready, key=lambda r: (r[0][:5], _PHASE_ORDER[r[0][5]])):
-            meas, count = window_columns(cols)
-            out.append(ReadyGroup(routing, meas, count, float(cols["t_s"].max()), int(cols["count"].sum())))
+            src, dst, nbytes, busy, count = window_arrays(cols)
+            out.append(ReadyGroup(routing, src, dst, nbytes, busy, count, float(cols["t_s"].max()),
+                                  int(cols["count"].sum())))
         return out
 
+    def _count_dups(self, group: _Held) -> None:
+        """Count the duplicates dropped on arrival (``duplicate_sample``) once the group's version is known."""
+        if group.dups:
+            self._skipped["duplicate_sample"] += group.dups
+            group.rows -= group.dups
+            group.dups = 0
+
     def _dedup(self, group: _Held) -> dict[str, np.ndarray]:
-        """The group's rows in arrival order, the first of each flow kept (the others counted)."""
+        """The group's rows in arrival order, the first of each flow kept (duplicates were dropped on arrival and
+        are counted here)."""
+        self._count_dups(group)
         cols = group.chunks[0] if len(group.chunks) == 1 else {
             k: np.concatenate([c[k] for c in group.chunks]) for k in _COLS}
-        keys = cols["src"] * _KEY_SHIFT + (cols["dst"] + 1)
-        _, first = np.unique(keys, return_index=True)
-        if first.size < keys.size:
-            self._skipped["duplicate_sample"] += int(keys.size - first.size)
-            first.sort()
-            cols = {k: v[first] for k, v in cols.items()}
-        group.chunks, group.rows = [cols], int(cols["src"].size)
+        group.chunks = [cols]
         return cols
 
     def _missing(self, key: tuple[str, str, int, str | None], routing: ScheduleRouting,
-                 cols: dict[str, np.ndarray]) -> frozenset[int]:
+                 group: _Held) -> frozenset[int]:
         """The ranks with an expected flow (a ``pair`` per GPU pair, an ``inject`` per GPU sending inside its
-        host) that the group lacks."""
+        host) that the group lacks; per rank its lacking flows are counted down as rows arrive (the check costs
+        the rows new since the last one, not the group's)."""
         want = self._want.get(key)
         if want is None:
             pairs = [u * (1 << 32) + v + 1 for u, v in routing.pair_links] + [u * (1 << 32) for u in routing.inject_links]
             want = self._want[key] = np.unique(np.array(pairs, dtype=np.int64))
-        have = cols["src"] * _KEY_SHIFT + (cols["dst"] + 1)
-        lacking = want[~np.isin(want, have)]
-        return frozenset((lacking // _KEY_SHIFT).tolist())
+        ranks = int(want[-1] // _KEY_SHIFT) + 1 if want.size else 0
+        if group.lack is None or group.lack_of is not want:
+            group.lack = np.bincount(want[~np.isin(want, group.have)] // _KEY_SHIFT, minlength=ranks)
+            group.lack_of = want
+        elif want.size:
+            for codes in group.fresh:
+                hit = codes[want[np.minimum(np.searchsorted(want, codes), want.size - 1)] == codes]
+                group.lack -= np.bincount(hit // _KEY_SHIFT, minlength=ranks)
+        group.fresh = []
+        return frozenset(np.flatnonzero(group.lack).tolist())
 
     def _moved_on(self, gkey: _GroupKey, missing: Iterable[int]) -> bool:
         comm, _coll, _version, inc, seq, _phase = gkey

@@ -46,6 +46,7 @@ from runtime.formats.telemetry import IngestReport, Sample, SampleStore
 from runtime.loop.demand import AllToAllvPlanner, DemandEstimator
 from runtime.loop.detector import Verdict
 from runtime.loop.estimator import LinkEstimator, ScheduleRouting
+from runtime.loop.colestim import ColumnFold
 from runtime.loop.colgroups import ColumnGroups
 from runtime.loop.grouping import SampleGroups
 from runtime.loop.manager import ManagerConfig, ScheduleManager
@@ -211,6 +212,7 @@ class Controller:
         self.estimator = LinkEstimator(topology, alpha=config.alpha, tau_s=config.tau_s,
                                        slow_tolerance=config.slow_tolerance, pace_tolerance=config.pace_tolerance,
                                        snap=config.snap)
+        self._col_fold = ColumnFold(self.estimator)  # the estimator's fold of columnar windows (its flow tables)
         self.manager = ScheduleManager(topology, profile, self.store, self.estimator, config.manager_config(),
                                        self._log)
         self.manager.on_deployed = self._start_routing
@@ -294,7 +296,7 @@ class Controller:
             for phase in phases:
                 key = (comm, collective, version, phase)
                 if key not in self._routing and key not in self._building:
-                    self._building[key] = _RoutingBuild(schedule, self.topology, phase)
+                    self._building[key] = _RoutingBuild(schedule, self.topology, phase, self._col_fold.table)
 
     def _routing_for(self, comm: str, collective: str, version: int,
                      phase: str | None = None) -> ScheduleRouting | None:
@@ -328,7 +330,7 @@ class Controller:
             self._pending_cols.clear()
             self._pending_rows = 0
             for g in self._col_groups.collect(self._routing_for):
-                self.estimator.observe_group(g.routing, g.measurements, t_s=g.t_s, count=g.count)
+                self._col_fold.observe(g.routing, g.src, g.dst, g.nbytes, g.busy_s, t_s=g.t_s, count=g.count)
                 self.samples_since_publish += g.collectives
                 done += 1
             return done
@@ -455,11 +457,12 @@ class Controller:
 
 
 class _RoutingBuild:
-    """``ScheduleRouting.build(schedule, topology, phase)`` in a daemon thread; :meth:`result` waits for it
-    (and raises what the build raised, in the caller's thread)."""
+    """``ScheduleRouting.build(schedule, topology, phase)`` in a daemon thread, then ``then(routing)`` (the columnar
+    fold's flow table); :meth:`result` waits for it (and raises what the build raised, in the caller's thread)."""
 
-    def __init__(self, schedule: Schedule, topology: Topology, phase: str | None) -> None:
-        self._args = (schedule, topology, phase)
+    def __init__(self, schedule: Schedule, topology: Topology, phase: str | None,
+                 then: Callable[[ScheduleRouting], object]) -> None:
+        self._args, self._then = (schedule, topology, phase), then
         self._value: ScheduleRouting | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="loopcoll-routing", daemon=True)
@@ -468,8 +471,9 @@ class _RoutingBuild:
     def _run(self) -> None:
         try:
             self._value = ScheduleRouting.build(*self._args)
-        except BaseException as exc:  # noqa: BLE001 - re-raised by result() in the thread that needs it
-            self._error = exc
+            self._then(self._value)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by result() (a failed table: by the poll's own build)
+            self._error = exc if self._value is None else None
 
     def result(self) -> ScheduleRouting:
         self._thread.join()

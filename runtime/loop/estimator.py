@@ -240,6 +240,8 @@ class LinkEstimator:
         self._phase_rates: dict[Any, Mapping[tuple[int, int], float]] = {}
         self._flow_cache: dict[int, tuple[ScheduleRouting, dict[tuple[str, int, int | None], Any]]] = {}
         self.groups = 0
+        #: bumped by every change of an estimate (a consumer recomputes what it derived only when it moved)
+        self.revision = 0
 
     # -- updates ----------------------------------------------------------------------------
     def _weight(self, key: LinkKey, t_s: float, count: int = 1) -> float:
@@ -259,9 +261,33 @@ class LinkEstimator:
         a = self._weight(key, t_s, count)
         prev = self._m.get(key, nominal)
         self._m[key] = (1.0 - a) * prev + a * obs
+        self.revision += 1
         self._count[key] += count
         self._last[key] = (t_s, obs)
         self._recent.setdefault(key, deque(maxlen=self.window)).extend([obs] * min(count, self.window))
+
+    def update_many(self, keys: Sequence[LinkKey], observations_gbps: Sequence[float], t_s: float,
+                    count: int = 1) -> None:
+        """:meth:`update` of each ``keys[i]`` with ``observations_gbps[i]`` (distinct keys; the same figures, one
+        loop without a call per link: the columnar fold's EWMA step)."""
+        if self.tau_s is not None:
+            for key, obs in zip(keys, observations_gbps):
+                self.update(key, obs, t_s, count)
+            return
+        a = 1.0 - (1.0 - self.alpha) ** count
+        nominal, m, n, last, recent = self._nominal_gbps, self._m, self._count, self._last, self._recent
+        reps, window = min(count, self.window), self.window
+        for key, x in zip(keys, observations_gbps):
+            top = nominal[key]
+            obs = min(max(x, 0.0), top)
+            m[key] = (1.0 - a) * m.get(key, top) + a * obs
+            n[key] += count
+            last[key] = (t_s, obs)
+            hist = recent.get(key)
+            if hist is None:
+                hist = recent[key] = deque(maxlen=window)
+            hist.extend([obs] * reps)
+        self.revision += len(keys)
 
     def observe_group(self, routing: ScheduleRouting, measurements: Iterable[Measurement], *, t_s: float,
                       count: int = 1) -> dict[LinkKey, float]:
@@ -287,15 +313,7 @@ class LinkEstimator:
             rows.append((kind, src, dst, rate, links, rate / chunks))
             verdicts.append(rate < keep * expected)
         per_chunk = {(src, dst): pc for kind, src, dst, _, _, pc in rows if kind == "pair" and dst is not None}
-        prior: Mapping[tuple[int, int], float] = {}
-        if routing.phase is not None:  # an AllReduce phase: the AllGather's pacing looks at the ReduceScatter
-            family = routing.meta.get("phase_of")
-            if routing.phase == "reducescatter":
-                self._phase_rates[family] = per_chunk
-                while len(self._phase_rates) > 16:
-                    del self._phase_rates[next(iter(self._phase_rates))]
-            else:
-                prior = self._phase_rates.get(family, {})
+        prior = self.phase_prior(routing, per_chunk)
         paced = self._pacing.paced(routing, rows, verdicts, per_chunk, prior, count)
         for (kind, src, dst, rate, links, _pc), is_slow in zip(rows, verdicts):
             if not is_slow:
@@ -312,6 +330,29 @@ class LinkEstimator:
             self.update(a, out[a], t_s, count)
         self.groups += 1
         return out
+
+    def phase_prior(self, routing: ScheduleRouting,
+                    per_chunk: Mapping[tuple[int, int], float]) -> Mapping[tuple[int, int], float]:
+        """Of an AllReduce phase: a ReduceScatter's per-chunk pair rates are kept (returns ``{}``), an AllGather
+        gets its ReduceScatter's last ones (its pacing looks at them); ``{}`` for any other routing."""
+        if routing.phase is None:
+            return {}
+        family = routing.meta.get("phase_of")
+        if routing.phase != "reducescatter":
+            return self._phase_rates.get(family, {})
+        self._phase_rates[family] = per_chunk
+        while len(self._phase_rates) > 16:
+            del self._phase_rates[next(iter(self._phase_rates))]
+        return {}
+
+    @property
+    def pacing(self) -> Pacing:
+        """The relay-pacing memory (:class:`~runtime.loop.pacing.Pacing`) the estimator decides with."""
+        return self._pacing
+
+    def nominal_gbps(self, key: LinkKey) -> float:
+        """The nominal capacity of link ``key`` (KeyError for a link the topology lacks)."""
+        return self._nominal_gbps[key]
 
     def _flows(self, routing: ScheduleRouting) -> dict[tuple[str, int, int | None], tuple[dict[LinkKey, int], int,
                                                                                           float]]:
@@ -395,6 +436,7 @@ class LinkEstimator:
                 continue
             level = min(max(float(gbps), 0.0), nominal)
             self._m[key] = level
+            self.revision += 1
             self._last[key] = (t_s, level)
             self._count.setdefault(key, 0)
             seeded.append(key)
@@ -412,13 +454,14 @@ class LinkEstimator:
                 new = min(topology.link(*key).gbps, self._nominal_gbps[key])
                 if abs(new - self._m[key]) > 1e-12 * self._nominal_gbps[key]:
                     self._m[key] = new
+                    self.revision += 1
                     moved.append(key)
         return moved
 
     def reset(self, keys: Sequence[LinkKey] | None = None) -> None:
         """Forget estimates (all, or of ``keys``)."""
         for k in list(self._m) if keys is None else keys:
-            self._m.pop(k, None)
+            self.revision += self._m.pop(k, None) is not None
             self._last.pop(k, None)
             self._count.pop(k, None)
             self._recent.pop(k, None)

@@ -38,7 +38,7 @@ from runtime.errors import ProfileError, RuntimeStateError
 from runtime.formats.profile import JobProfile
 from runtime.formats.store import VersionEntry, VersionStore
 from runtime.loop.bootstrap import BUDGET_REASON, FALLBACK_REASON, budget_bound, fallback_schedule
-from runtime.loop.detector import Verdict, detect, watched_cut
+from runtime.loop.detector import Verdict, VerdictCache, watched_cut
 from runtime.loop.estimator import LinkEstimator
 from runtime.loop.reasons import flag_reason
 from synth import COLLECTIVES, Collective, CutLink, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
@@ -137,6 +137,7 @@ class ScheduleManager:
         self.jobs: dict[tuple[str, str], Job] = {}
         self.schedules: dict[tuple[str, str, int], Schedule] = {}
         self.counters = ManagerCounters()
+        self._verdicts = VerdictCache()  # Algorithm 1 reruns only when an estimate or the version changed
         #: opt-in contention gate on 1 / x_min per (comm, collective), once per step
         self.gate = ContentionGate(config.gate) if config.gate is not None else None
         #: called with (comm, collective, version, schedule) whenever a version becomes the deployed one
@@ -181,9 +182,7 @@ class ScheduleManager:
     def verdict(self, key: tuple[str, str]) -> Verdict:
         """Algorithm 1 for the deployed version of ``key`` under the current estimates."""
         d = self.deployed[key]
-        loads = d.schedule.link_loads()
-        caps = self.estimator.capacities_gbps(loads)
-        return detect(loads, d.cut, caps, gamma=self.config.gamma)
+        return self._verdicts.verdict(key, d.schedule, d.cut, self.estimator, self.config.gamma)
 
     # -- synthesis ------------------------------------------------------------------------
     def comm_topology(self, comm: str, topo: Topology) -> Topology:

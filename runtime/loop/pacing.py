@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 __all__ = ["Pacing"]
 
 _PACE_ROUTINGS = 16  # routings whose pacing runs are kept (one per running version)
@@ -37,6 +39,7 @@ class _PaceState:
     routing: Any  # a runtime.loop.estimator.ScheduleRouting, kept alive so that its id is not reused
     runs: dict[tuple[Any, ...], dict[tuple[Any, ...], deque[float]]] = field(default_factory=dict)
     last_rate: dict[tuple[Any, ...], float] = field(default_factory=dict)
+    last_cols: np.ndarray | None = None  # the columnar path's last not-slow rate per flow (NaN: none yet)
 
 
 class Pacing:
@@ -70,16 +73,36 @@ class Pacing:
         with an edge leaving it is paced by something upstream, one without (a sink) holds the cause
         and is kept as evidence.
         """
+        learnt = self._learn_noise(self._state(routing), rows, verdicts)
+        return self.paced_slow(routing, [r for r, v in zip(rows, verdicts) if v], rates, prior, count, learnt)
+
+    def learn_columns(self, routing: Any, flow: np.ndarray, rate: np.ndarray, nflows: int) -> float:
+        """:meth:`paced`'s jitter learning for the columnar path: ``flow`` (indices < ``nflows`` into the
+        routing's flow table) and ``rate`` of the measurements that are *not* slow; returns the learnt spread.
+
+        The same figures as the per-row rule, with each flow's last not-slow rate held in an array (the
+        per-row and the columnar path keep separate last rates; a job's executors use one writer)."""
+        st = self._state(routing)
+        last = st.last_cols
+        if last is None or last.size != nflows:
+            last = st.last_cols = np.full(nflows, np.nan)
+        prev = last[flow]
+        seen = ~np.isnan(prev)
+        if seen.any():
+            self._noise.append(_array_median(np.abs(np.log(rate[seen] / prev[seen]))))
+        last[flow] = rate
+        return 1.4826 * _median(self._noise) if self._noise else 0.0
+
+    def paced_slow(self, routing: Any, slow_rows: Sequence[tuple[Any, ...]], rates: Mapping[tuple[int, int], float],
+                   prior: Mapping[tuple[int, int], float] | None, count: int, learnt: float) -> set[tuple[Any, ...]]:
+        """:meth:`paced`'s decision given only the slow rows and the learnt jitter (:meth:`learn_columns`)."""
         import networkx as nx
 
         st = self._state(routing)
-        learnt = self._learn_noise(st, rows, verdicts)
         runs = st.runs
         g = nx.DiGraph()
         slow_nodes = set()
-        for (kind, src, dst, _rate, _links, pc), is_slow in zip(rows, verdicts):
-            if not is_slow:
-                continue
+        for kind, src, dst, _rate, _links, pc in slow_rows:
             node = (kind, src, dst)
             slow_nodes.add(node)
             g.add_node(node)
@@ -169,6 +192,19 @@ def _median(xs: Iterable[float]) -> float:
     v = sorted(xs)
     k = len(v) // 2
     return v[k] if len(v) % 2 else (v[k - 1] + v[k]) / 2.0
+
+
+def _array_median(x: np.ndarray) -> float:
+    """:func:`_median` of a non-empty float array, the same figure without sorting it all.
+
+    >>> _array_median(np.array([3.0, 1.0, 2.0, 4.0]))
+    2.5
+    """
+    k = x.size // 2
+    if x.size % 2:
+        return float(np.partition(x, k)[k])
+    part = np.partition(x, (k - 1, k))
+    return (float(part[k - 1]) + float(part[k])) / 2.0
 
 
 def _pooled_log_spread(hists: Iterable[Sequence[float]]) -> float:

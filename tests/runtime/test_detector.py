@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from runtime.loop.detector import detect, verdict_for_schedule
+from runtime.loop.detector import VerdictCache, detect, verdict_for_schedule
 from runtime.loop.estimator import LinkEstimator
 from synth import CutLink, Schedule, load_topology, synthesize
 from tests.strategies import random_topologies
@@ -167,3 +167,20 @@ def test_the_documented_burst_allowance_for_the_default_alpha() -> None:
     allowed = {1.0: 8, 0.75: 11, 0.5: 18, 0.25: 42, 0.15: 91}
     for depth, b in allowed.items():
         assert depth * (1 - 0.988 ** b) <= GAMMA < depth * (1 - 0.988 ** (b + 1))
+
+
+def test_verdict_cache_follows_every_estimate_change() -> None:
+    """A cached verdict is reused while no estimate moved, recomputed (and flags) once the cut's link degrades,
+    and equals :func:`detect` on the same estimates throughout."""
+    topo = load_topology("hpn:1x2x4")
+    sched = synthesize("allgather", topo).schedule
+    cut = sched.bottleneck_for(topo)
+    est, cache = LinkEstimator(topo, alpha=1.0), VerdictCache()
+    healthy = cache.verdict("k", sched, cut, est, 0.9)
+    assert not healthy.flagged and cache.verdict("k", sched, cut, est, 0.9) is healthy
+    est.update((cut[0].src, cut[0].dst), 4.0, t_s=1.0)  # 1 % of nominal
+    degraded = cache.verdict("k", sched, cut, est, 0.9)
+    loads = sched.link_loads()
+    assert degraded.flagged and degraded == detect(loads, cut, est.capacities_gbps(loads), gamma=0.9)
+    est.reset()
+    assert not cache.verdict("k", sched, cut, est, 0.9).flagged
