@@ -343,11 +343,15 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.sizes, args.windows, args.daemon_records = ["1x16x8"], 3, 20_000
-    rows = [run_case(spec, coll, args) for spec in args.sizes for coll in args.collectives]
     cmd = "python benchmarks/loop_scale.py " + " ".join(sys.argv[1:])
-    print(write_results(args.out, COLUMNS, rows, cmd.strip(), notes=(
-        "Rates in records (samples or aggregates) per second; 10 collectives/s, window 8; daemon figures with "
-        "columnar batches (aggcols). Measured under load unless the lead re-ran it alone.")))
+    notes = ("Rates in records (samples or aggregates) per second; 10 collectives/s, window 8; daemon figures with "
+             "columnar batches (aggcols). Measured under load unless the lead re-ran it alone.")
+    rows: list[dict[str, Any]] = []
+    for spec in args.sizes:
+        for coll in args.collectives:
+            rows.append(run_case(spec, coll, args))
+            table = write_results(args.out, COLUMNS, rows, cmd.strip(), notes=notes)  # kept if a later row is cut short
+    print(table)
 
 
 if __name__ == "__main__":

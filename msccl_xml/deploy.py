@@ -8,9 +8,13 @@ assembles bands of different schedules. The fitting policy lives here, once:
   (:class:`~synth.errors.RuntimeLimitError`) and a ``resynthesize`` callback is given (the chunk
   count was not fixed by the caller):
 * AllToAll whose automatic chunk choice went above 10 per block is re-synthesized with 10;
-* a tree collective is re-synthesized with at most ``min(k - 1, target.chunk_cap)`` chunks per
-  source (``k // 2`` for a target without a fixed cap), halving while it stays over a limit, down
-  to 1 chunk; the version then carries the cap and a note saying why.
+* a tree collective is re-synthesized with at most ``min(k - 1, target.chunk_cap, bound)`` chunks
+  per source (``k // 2`` for a target without a fixed cap), where ``bound`` is what the lower bounds
+  of :mod:`msccl_xml.fitcheck` leave a schedule of the same shape (XML nodes per rank, steps per GPU
+  pair); a re-synthesis those bounds still rule out goes straight to the next bound without being
+  lowered, one that fails in lowering halves; down to 1 chunk. The version then carries the cap and
+  a note saying why. With ``min_capped_share`` a re-synthesis far slower than the given schedule
+  is refused instead (the caller keeps the given schedule without a program for the target).
 * :func:`unbounded_chunk_cap` is the cap the size-aware choice (``--sizes``) uses up front.
 
 Examples
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
@@ -40,7 +45,8 @@ from synth.schedule import Schedule
 from synth.simulation import simulator
 from synth.topologies.model import Topology
 
-from .targets import SizeBand, Target, target as target_named
+from .fitcheck import Pressure, fit_pressure
+from .targets import MscclTarget, SizeBand, Target, target as target_named
 
 __all__ = ["FULL_RANGE", "DeployableVersion", "DeployedBand", "deploy", "fit", "fit_bands", "unbounded_chunk_cap"]
 
@@ -166,12 +172,16 @@ def fit(
     protocol: str = "Simple",
     resynthesize: Resynthesize | None = None,
     strict: bool = True,
+    min_capped_share: float | None = None,
 ) -> DeployableVersion:
     """Fit one result (or schedule) to ``target`` in every band of ``bands`` (they share its program).
 
     ``resynthesize(cap)`` makes the schedule again with at most ``cap`` chunks (per block for
     AllToAll); ``None``: no re-synthesis. ``strict``: an error making a program raises; otherwise
     it is recorded in the bands (``program=None``, ``error``) and the schedule is still deployed.
+    ``min_capped_share``: a re-synthesized tree schedule below this share of the given one's algbw
+    is not taken (the limit is the error, naming both figures): a caller whose executor runs the
+    uncapped schedule keeps it rather than deploy a far slower one (``None``: take any).
 
     Raises
     ------
@@ -189,10 +199,11 @@ def fit(
             raise
         if resynthesize is not None:
             try:
-                return _refit(sched, topology, target, bands, protocol, resynthesize, exc)
-            except _RECORDED:
+                return _refit(sched, topology, target, bands, protocol, resynthesize, exc, min_capped_share)
+            except _RECORDED as refit_exc:
                 if strict:
                     raise
+                return _unrendered(source, sched, bands, topology, target, refit_exc)
     except _RECORDED:
         if strict:
             raise
@@ -275,7 +286,7 @@ def unbounded_chunk_cap(collective: str, nranks: int, sizes: Sequence[int],
 
 
 def _refit(sched: Schedule, topology: Topology, target: Target, bands: Sequence[SizeBand], protocol: str,
-           resynthesize: Resynthesize, exc: RuntimeLimitError) -> DeployableVersion:
+           resynthesize: Resynthesize, exc: RuntimeLimitError, min_share: float | None) -> DeployableVersion:
     """The policy after ``sched``'s program missed a limit (``exc``); raises when nothing fits."""
     collective, uncapped = sched.collective, sched.nchunks
     if collective == "alltoall":
@@ -292,12 +303,24 @@ def _refit(sched: Schedule, topology: Topology, target: Target, bands: Sequence[
     if fixed is None:  # no fixed cap (MSCCL++: operations per threadblock): halve the chunks
         cap = max(1, uncapped // 2) if uncapped > 1 else 0
     else:
-        cap = min(uncapped - 1, fixed)
+        cap = min(uncapped - 1, fixed, _pressure(sched, target).chunk_cap(uncapped))
     first: RuntimeLimitError = exc
+    uncapped_GBps = sched.algbw_GBps(topology)
     while cap >= 1:
         log.warning("%s; re-synthesizing with at most %d chunks per source", first, cap)
         capped = resynthesize(cap)
         capped_sched = _schedule_of(capped, f"{collective} on {topology.name} with at most {cap} chunks per source")
+        capped_GBps = capped_sched.algbw_GBps(topology)
+        if min_share is not None and capped_GBps < min_share * uncapped_GBps:
+            raise RuntimeLimitError(
+                f"{first}; the schedule re-synthesized with at most {cap} chunks per source reaches "
+                f"{capped_GBps:.4g} GB/s, under {min_share:.0%} of this schedule's {uncapped_GBps:.4g} GB/s: "
+                f"{target.name} gets no program for it")
+        pressure = _pressure(capped_sched, target)
+        if not pressure.fits:  # over a limit for sure: no render, straight to what the bound leaves
+            first = RuntimeLimitError(f"lowering: {pressure.message}")
+            cap = min(cap - 1, pressure.chunk_cap(capped_sched.nchunks))
+            continue
         try:
             version = fit(capped, topology, target, bands=bands, protocol=protocol)
         except RuntimeLimitError as again:
@@ -307,6 +330,13 @@ def _refit(sched: Schedule, topology: Topology, target: Target, bands: Sequence[
         return _with_note(version, cap, f"re-synthesized with at most {cap} chunks per source: the uncapped "
                                         f"schedule's {uncapped} chunks exceed {target.name}'s limits")
     raise RuntimeLimitError(f"{first} (even with 1 chunk per source)")
+
+
+def _pressure(sched: Schedule, target: Target) -> Pressure:
+    """:func:`msccl_xml.fitcheck.fit_pressure` of ``sched`` on an MSCCL ``target`` (nothing checked on others)."""
+    if not isinstance(target, MscclTarget):
+        return Pressure(math.inf, "none", f"{target.name} is not checked")
+    return fit_pressure(sched, target.runtime)
 
 
 def _render(sched: Schedule, topology: Topology, target: Target, band: SizeBand, protocol: str,
@@ -330,6 +360,16 @@ def _version(source: Source, bands: Sequence[DeployedBand], topology: Topology, 
     optimal = float(sched.meta.get("optimal_algbw_GBps", algbw))
     return DeployableVersion(sched.collective, topology.name, target.name, tuple(bands), algbw, optimal, "given",
                              None)
+
+
+def _unrendered(source: Source, sched: Schedule, bands: Sequence[SizeBand], topology: Topology, target: Target,
+                exc: BaseException) -> DeployableVersion:
+    """``sched`` in every band without a program, ``exc`` as the bands' error (no second render)."""
+    error = str(exc)[:2000] if isinstance(exc, LoopcollError) else f"{type(exc).__name__}: {str(exc)[:400]}"
+    digest = hashlib.sha256(sched.to_json().encode("utf-8")).hexdigest()
+    made = [DeployedBand(int(lo), None if hi is None else int(hi), sched, None, error, digest, None if i == 0 else 0)
+            for i, (lo, hi) in enumerate(bands)]
+    return _version(source, made, topology, target)
 
 
 def _with_note(version: DeployableVersion, cap: int, note: str) -> DeployableVersion:

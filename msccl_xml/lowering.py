@@ -27,6 +27,7 @@ from ._lower_assign import assign_channels, build_threadblocks
 from ._lower_ops import Ops, build_ops
 from ._structure import rank_xml_nodes
 from .checker import check
+from .fitcheck import fit_pressure
 from .limits import RuntimeLimits, band_attrs, runtime_limits
 from .program import Gpu, Program, Protocol, Threadblock
 
@@ -109,6 +110,10 @@ def lower(
     limits = runtime_limits(runtime)
     max_channels, band = _check_options(schedule, limits, runtime, protocol, inplace, max_channels, min_bytes,
                                         max_bytes)
+    pressure = fit_pressure(schedule, runtime, max_channels=max_channels, pairs=False)
+    if not pressure.fits:  # cheap, before placing every operation: no lowering can fit
+        raise RuntimeLimitError(f"lowering: {pressure.message}; a schedule of this shape holds at most "
+                                f"{pressure.chunk_cap(schedule.nchunks)} chunks per source")
     ops = _build_ops(schedule, limits, runtime, inplace)
     tbs = _place(ops, schedule.nranks, limits, max_channels, runtime)
     program = _program(schedule, ops, tbs, protocol=protocol, runtime=runtime, inplace=inplace, name=name, band=band)

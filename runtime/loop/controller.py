@@ -91,6 +91,10 @@ class ControllerConfig:
         The estimator's tolerances (:class:`runtime.loop.estimator.LinkEstimator`).
     export_xml
         Export MSCCL XML per band into the store.
+    min_capped_share
+        When a version's program is over msccl-executor-nccl's limits, the fit re-synthesizes it with fewer
+        chunks; a re-synthesis under this share of the version's algbw is not taken: the version keeps its
+        schedule (what loopcoll's executor runs) and its bands say why there is no XML (docs/controller.md §4).
     max_samples_per_comm
         Bound of the in-memory sample store (oldest dropped first).
     max_pending_samples
@@ -120,6 +124,7 @@ class ControllerConfig:
     pace_tolerance: float = 0.1
     snap: float = 0.02
     export_xml: bool = True
+    min_capped_share: float = 0.9
     max_samples_per_comm: int = 100_000
     max_pending_samples: int = 1_000_000
     recent_verdicts: int = 64
@@ -155,6 +160,9 @@ def _check_config(cfg: ControllerConfig) -> None:
             raise bad(name, "a number > 0 or None")
     if not 0 <= cfg.hysteresis <= 1:
         raise bad("hysteresis", "in [0, 1]")
+    if isinstance(cfg.min_capped_share, bool) or not isinstance(cfg.min_capped_share, (int, float)) or \
+            not 0 <= cfg.min_capped_share <= 1:
+        raise bad("min_capped_share", "in [0, 1]")
     if cfg.contention_gate is not None:
         GateConfig.from_dict(cfg.contention_gate)  # raises ProfileError naming the bad key or value
 

@@ -76,6 +76,7 @@ class ManagerConfig:
     min_gain: float = 0.02
     recovery_check_s: float | None = 5.0
     export_xml: bool = True
+    min_capped_share: float = 0.9  # an MSCCL fit's re-synthesis under this share of the algbw: keep the schedule, no XML
     bootstrap_time_limit_s: float | None = 10.0  # bounds version 1's synthesis (runtime.loop.bootstrap)
     reaction_time_limit_s: float | None = None  # bounds a flag's re-synthesis; the optimum follows (None: time_limit_s)
     gate: GateConfig | None = None  # contention gate (runtime.contention.gate): act on SUSTAINED verdicts only
@@ -214,7 +215,8 @@ class ScheduleManager:
         comm_topo = self.comm_topology(comm, topo)
         redo = None if isinstance(result, Schedule) else (lambda cap: self._synthesize(key, topo, None, chunks=cap))
         version = fit(result, comm_topo, MscclTarget() if self.config.export_xml else TorchTarget(),
-                      bands=[(lo, hi) for lo, hi, _ in size_bands(self.sizes[key])], resynthesize=redo, strict=False)
+                      bands=[(lo, hi) for lo, hi, _ in size_bands(self.sizes[key])], resynthesize=redo, strict=False,
+                      min_capped_share=self.config.min_capped_share)
         entry = self.store.publish(comm, coll, version, reason=reason, topology=comm_topo,
                                    nominal=self.comm_topology(comm, self.nominal),
                                    verdict=None if verdict is None else verdict.to_dict(),
