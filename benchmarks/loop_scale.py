@@ -32,7 +32,8 @@ Per hpn fabric (1x16x8 = 128, 4x16x8 = 512, 8x16x8 = 1024, 16x16x8 = 2048 ranks)
   ``synthesis_failed`` (``publish (budget bound …)``: the re-synthesis ran into ``--reaction-limit-s``,
   ``ControllerConfig.reaction_time_limit_s``, default 3 s, and its incumbent was published; the optimum under
   ``time_limit_s`` follows, not timed here); **synth s**, **publish s**: the wall time of the poll that flagged
-  (the warm re-synthesis) and of the poll that published (XML export + store); **reaction s** = their sum
+  (the warm re-synthesis) and of the poll that published (XML export + store), **resynth s** the
+  re-synthesis alone within the first (the manager's ``synthesized`` event); **reaction s** = their sum
   (``--no-reaction`` skips it; ``--no-export`` publishes without XML).
 
 Progress (each phase of a row and its wall time) goes to stderr.
@@ -76,7 +77,7 @@ TOKEN = "loop-scale"
 COLUMNS = ("spec", "ranks", "collective", "schedule", "flows/coll", "raw/s", "agg/s", "routing s", "ctl in-proc/s",
            "ctl ms/window", "daemon acked/s", "daemon 1-core/s", "headroom", "daemon+poll 1-core/s",
            "headroom w/ poll", "conns", "RSS MiB", "detect",
-           "flagged by", "outcome", "synth s", "publish s", "reaction s")
+           "flagged by", "outcome", "synth s", "resynth s", "publish s", "reaction s")
 
 
 def _rss_mib() -> float:
@@ -280,7 +281,9 @@ def _detect(topo: Topology, spec: str, coll: str, sched: Schedule, routing: Sche
                     or (e.get("event") == "publish" and e.get("version", 1) > 1)), None)
     if outcome == "publish" and provisional:
         outcome = "publish (budget bound: the optimum follows)"
-    return {"detect": flagged_at, "flagged by": by, "outcome": outcome, "synth s": synth_s, "publish s": publish_s,
+    synthesized = next((e for e in events if e.get("event") == "synthesized"), None)
+    return {"detect": flagged_at, "flagged by": by, "outcome": outcome, "synth s": synth_s,
+            "resynth s": None if synthesized is None else synthesized["synth_time_s"], "publish s": publish_s,
             "reaction s": react}
 
 

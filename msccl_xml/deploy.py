@@ -197,6 +197,8 @@ def fit(
     except RuntimeLimitError as exc:
         if resynthesize is None and strict:
             raise
+        if resynthesize is None:  # recorded as it is: rendering again would only meet the same limit
+            return _unrendered(source, sched, bands, topology, target, exc)
         if resynthesize is not None:
             try:
                 return _refit(sched, topology, target, bands, protocol, resynthesize, exc, min_capped_share)

@@ -115,6 +115,10 @@ class PairRoutes:
         self._matrix: Any = None
         self._dist: dict[int, list[int]] = {}
         self._memo: dict[tuple[Rank, Rank], tuple[NodeId, ...] | None] = {}
+        # Once per finder: a cache lookup keyed by the topology compares it field by field with an equal
+        # topology it holds (another object of the same fingerprint), milliseconds at 1024 GPUs.
+        self._forced = _overrides(topo)
+        self._roles: Mapping[NodeId, str] | None = None
 
     def _to(self, dst: int) -> list[int]:
         """Links from every node to GPU node ``dst`` over switches (-1: none). The first call runs
@@ -143,7 +147,7 @@ class PairRoutes:
 
     def _find(self, src: NodeId, dst: NodeId) -> tuple[NodeId, ...] | None:
         topo = self.topo
-        forced = _overrides(topo).get((src, dst))
+        forced = self._forced.get((src, dst))
         if forced is not None:
             return forced if all(topo.link(a, b).gbps > 0 for a, b in zip(forced[:-1], forced[1:])) else None
         d, s = self._index[dst], self._index[src]
@@ -165,7 +169,9 @@ class PairRoutes:
         paths = [tuple(ids[j] for j in p) for p in found]
         if len(paths) == 1:
             return paths[0]
-        roles, caps = _roles(topo), topo.capacity_grid.caps
+        if self._roles is None:
+            self._roles = _roles(topo)
+        roles, caps = self._roles, topo.capacity_grid.caps
         return min(paths, key=lambda p: (0 if len(p) == 3 and roles.get(p[1]) == "nvswitch" else 1,
                                          -min(caps[(x, y)] for x, y in zip(p[:-1], p[1:])), p))
 

@@ -40,6 +40,7 @@ from runtime.formats.store import VersionEntry, VersionStore
 from runtime.loop.bootstrap import BUDGET_REASON, FALLBACK_REASON, budget_bound, fallback_schedule
 from runtime.loop.detector import Verdict, VerdictCache, watched_cut
 from runtime.loop.estimator import LinkEstimator
+from runtime.loop.heap import frozen_heap
 from runtime.loop.reasons import flag_reason
 from synth import COLLECTIVES, Collective, CutLink, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
 from synth.figures import warm_mode_of
@@ -193,7 +194,13 @@ class ScheduleManager:
 
     def _synthesize(self, key: tuple[str, str], topo: Topology, warm: SynthResult | Schedule | None,
                     chunks: int | None = None, limit_s: float | None | str = "config") -> SynthResult:
-        """Synthesize ``key`` on ``topo`` (warm when it can); ``chunks`` and ``limit_s`` override the config's."""
+        """Synthesize ``key`` on ``topo`` (warm when it can); ``chunks`` and ``limit_s`` override the config's.
+        The controller's heap is frozen meanwhile (:mod:`runtime.loop.heap`)."""
+        with frozen_heap():
+            return self._synthesize_now(key, topo, warm, chunks, limit_s)
+
+    def _synthesize_now(self, key: tuple[str, str], topo: Topology, warm: SynthResult | Schedule | None,
+                        chunks: int | None, limit_s: float | None | str) -> SynthResult:
         collective = Collective.parse(key[1])
         ranks, relay = self.members[key[0]]
         if chunks is None:
@@ -210,10 +217,21 @@ class ScheduleManager:
                               ranks=ranks, relay=relay)
 
     def _publish(self, key: tuple[str, str], result: SynthResult | Schedule, topo: Topology, reason: str,
-                 verdict: Verdict | None, trigger_samples: int, now: float) -> VersionEntry:
+                 verdict: Verdict | None, trigger_samples: int, now: float, *, refit: bool = True) -> VersionEntry:
+        """Fit ``result`` and publish it. ``refit``: re-synthesize with fewer chunks where the MSCCL program
+        is over the executor's limits; a provisional version (made within the reaction budget) is published
+        without, so the executors get it at once: the optimum that follows is fitted in full."""
         comm, coll = key
         comm_topo = self.comm_topology(comm, topo)
-        redo = None if isinstance(result, Schedule) else (lambda cap: self._synthesize(key, topo, None, chunks=cap))
+        redo = None if isinstance(result, Schedule) or not refit else \
+            (lambda cap: self._synthesize(key, topo, None, chunks=cap))
+        with frozen_heap():
+            return self._publish_now(key, result, comm_topo, redo, reason, verdict, trigger_samples, now, refit)
+
+    def _publish_now(self, key: tuple[str, str], result: SynthResult | Schedule, comm_topo: Topology,
+                     redo: Callable[[int], SynthResult] | None, reason: str, verdict: Verdict | None,
+                     trigger_samples: int, now: float, refit: bool) -> VersionEntry:
+        comm, coll = key
         version = fit(result, comm_topo, MscclTarget() if self.config.export_xml else TorchTarget(),
                       bands=[(lo, hi) for lo, hi, _ in size_bands(self.sizes[key])], resynthesize=redo, strict=False,
                       min_capped_share=self.config.min_capped_share)
@@ -221,6 +239,10 @@ class ScheduleManager:
                                    nominal=self.comm_topology(comm, self.nominal),
                                    verdict=None if verdict is None else verdict.to_dict(),
                                    trigger_samples=trigger_samples, created_t_s=now)
+        if not refit and redo is None and version.bands[0].program is None and self.config.export_xml:
+            self._log({"event": "xml_deferred", "t_s": now, "comm": comm, "collective": coll, "version": entry.version,
+                       "message": f"provisional version without MSCCL XML ({version.bands[0].error or ''}"[:300]
+                                  + "); the optimum that follows is fitted with re-synthesis"})
         if version.note is not None:
             self._log({"event": "capped", "t_s": now, "comm": comm, "collective": coll, "version": entry.version,
                        "chunks": version.capped_chunks, "message": version.note})
@@ -312,7 +334,7 @@ class ScheduleManager:
             baseline = isinstance(source, Schedule) or (
                 source.schedule is not None and source.schedule.meta.get("synthesizer") == "nccl-ring")
             reason = FALLBACK_REASON if baseline else BUDGET_REASON if provisional else "bootstrap"
-            out.append(self._publish(key, source, topo, reason, None, 0, now))
+            out.append(self._publish(key, source, topo, reason, None, 0, now, refit=not provisional))
             self.deployed[key].swapped_t_s = -math.inf  # no cool-down after a bootstrap
             self.deployed[key].provisional = provisional
         return out
@@ -449,7 +471,8 @@ class ScheduleManager:
                        "version": d.entry.version, "new_algbw_GBps": new_GBps, "current_algbw_GBps": old_GBps,
                        "message": "kept the current version; its cut re-based on the measured topology"})
             return None
-        entry = self._publish(key, res, job.topology, job.reason, job.verdict, trigger_samples, now)
+        entry = self._publish(key, res, job.topology, job.reason, job.verdict, trigger_samples, now,
+                              refit=not job.provisional)
         self.deployed[key].provisional = job.provisional
         self._rebase(job.topology, now)
         return entry

@@ -222,10 +222,13 @@ class TopologyCore:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
         if not isinstance(other, TopologyCore):
             return NotImplemented
         return (
             self.name == other.name
+            and self.fingerprint == other.fingerprint  # cached: a different one settles it without the fields
             and self.nodes == other.nodes
             and self.links == other.links
             and dict(self.meta) == dict(other.meta)

@@ -114,3 +114,14 @@ def test_fit_goes_straight_to_the_bound_and_refuses_a_far_slower_cap() -> None:
     # 103 one-way routes carry 39 * 103 pieces per pair: the pair bound leaves 52 without lowering; 52 fails
     # in lowering (the nops on top), which halves to 26
     assert caps == [103, 52, 26] and taken.capped_chunks == 26 and taken.schedule.nchunks == 26
+
+
+def test_a_limit_without_re_synthesis_is_recorded_after_one_render() -> None:
+    from tests.msccl_xml.test_deploy import Tight
+
+    ring = load_topology("ring:4")
+    res = synthesize("allgather", ring)
+    seen: list[int] = []
+    kept = fit(res, ring, Tight(1, renders=seen), strict=False)
+    assert seen == [2] and kept.bands[0].program is None
+    assert kept.bands[0].error == "2 chunks per source exceed tight's 1"
