@@ -110,10 +110,6 @@ def lower(
     limits = runtime_limits(runtime)
     max_channels, band = _check_options(schedule, limits, runtime, protocol, inplace, max_channels, min_bytes,
                                         max_bytes)
-    pressure = fit_pressure(schedule, runtime, max_channels=max_channels, pairs=False)
-    if not pressure.fits:  # cheap, before placing every operation: no lowering can fit
-        raise RuntimeLimitError(f"lowering: {pressure.message}; a schedule of this shape holds at most "
-                                f"{pressure.chunk_cap(schedule.nchunks)} chunks per source")
     ops = _build_ops(schedule, limits, runtime, inplace)
     tbs = _place(ops, schedule.nranks, limits, max_channels, runtime)
     program = _program(schedule, ops, tbs, protocol=protocol, runtime=runtime, inplace=inplace, name=name, band=band)
@@ -148,6 +144,10 @@ def _check_options(schedule: Schedule, limits: RuntimeLimits, runtime: str, prot
             f"lowering: {n} ranks x {nchunks} chunks = {n * nchunks} chunks per buffer, but {runtime} "
             f"stores chunk offsets as int16 (at most {limits.max_offset}); use at most {fit} chunks per source"
         )
+    pressure = fit_pressure(schedule, runtime, max_channels=max_channels, pairs=False)
+    if not pressure.fits:  # cheap, before placing every operation: no lowering can fit
+        raise RuntimeLimitError(f"lowering: {pressure.message}; a schedule of this shape holds at most "
+                                f"{pressure.chunk_cap(schedule.nchunks)} chunks per source")
     return max_channels, band
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.contention.gate import GateConfig
-from runtime.errors import ProfileError, StoreError
+from runtime.errors import StoreError
 from runtime.formats.profile import JobProfile
 from runtime.formats.store import VersionEntry, VersionStore
 from runtime.formats.aggregate import AggRecord, sample_count, window_measurements
@@ -49,6 +49,7 @@ from runtime.loop.estimator import LinkEstimator, ScheduleRouting
 from runtime.loop.colestim import ColumnFold
 from runtime.loop.colgroups import ColumnGroups
 from runtime.loop.grouping import SampleGroups
+from runtime.loop.configcheck import check_config
 from runtime.loop.manager import ManagerConfig, ScheduleManager
 from synth import Schedule, Topology
 
@@ -142,31 +143,6 @@ class ControllerConfig:
         return ManagerConfig(**shared, gate=gate)
 
 
-def _check_config(cfg: ControllerConfig) -> None:
-    def bad(name: str, rule: str) -> ProfileError:
-        return ProfileError(f"controller config: {name} must be {rule}, got {getattr(cfg, name)!r}")
-
-    if not 0 < cfg.alpha <= 1:
-        raise bad("alpha", "in (0, 1]")
-    if cfg.tau_s is not None and not (math.isfinite(cfg.tau_s) and cfg.tau_s > 0):
-        raise bad("tau_s", "a number > 0 or None")
-    for name in ("gamma", "cooldown_s", "min_gain", "slow_tolerance", "pace_tolerance", "snap"):
-        v = getattr(cfg, name)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise bad(name, "a finite number >= 0")
-    for name in ("time_limit_s", "bootstrap_time_limit_s", "reaction_time_limit_s"):
-        v = getattr(cfg, name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
-            raise bad(name, "a number > 0 or None")
-    if not 0 <= cfg.hysteresis <= 1:
-        raise bad("hysteresis", "in [0, 1]")
-    if isinstance(cfg.min_capped_share, bool) or not isinstance(cfg.min_capped_share, (int, float)) or \
-            not 0 <= cfg.min_capped_share <= 1:
-        raise bad("min_capped_share", "in [0, 1]")
-    if cfg.contention_gate is not None:
-        GateConfig.from_dict(cfg.contention_gate)  # raises ProfileError naming the bad key or value
-
-
 class Controller:
     """The closed loop's controller over one nominal topology and job profile (docs/controller.md).
 
@@ -190,7 +166,7 @@ class Controller:
     def __init__(self, topology: Topology, profile: JobProfile, store: VersionStore | str | os.PathLike[str], *,
                  config: ControllerConfig = ControllerConfig(), clock: Callable[[], float] = time.time,
                  log: Callable[[dict[str, Any]], None] | None = None) -> None:
-        _check_config(config)
+        check_config(config)
         profile.check_topology(topology)
         self.topology = topology
         self.profile = profile

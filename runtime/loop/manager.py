@@ -39,10 +39,11 @@ from runtime.formats.profile import JobProfile
 from runtime.formats.store import VersionEntry, VersionStore
 from runtime.loop.bootstrap import BUDGET_REASON, FALLBACK_REASON, budget_bound, fallback_schedule
 from runtime.loop.detector import Verdict, VerdictCache, watched_cut
+from runtime.loop.deployed import Deployed, Job, ManagerCounters
 from runtime.loop.estimator import LinkEstimator
 from runtime.loop.heap import frozen_heap
 from runtime.loop.reasons import flag_reason
-from synth import COLLECTIVES, Collective, CutLink, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
+from synth import COLLECTIVES, Collective, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
 from synth.figures import warm_mode_of
 
 __all__ = ["Deployed", "Job", "ManagerConfig", "ScheduleManager", "flag_reason", "size_bands", "SYNTHESIZABLE"]
@@ -81,47 +82,6 @@ class ManagerConfig:
     bootstrap_time_limit_s: float | None = 10.0  # bounds version 1's synthesis (runtime.loop.bootstrap)
     reaction_time_limit_s: float | None = None  # bounds a flag's re-synthesis; the optimum follows (None: time_limit_s)
     gate: GateConfig | None = None  # contention gate (runtime.contention.gate): act on SUSTAINED verdicts only
-
-
-@dataclass
-class Deployed:
-    """The deployed version of one (comm, collective) and the manager's memory about it."""
-
-    entry: VersionEntry
-    schedule: Schedule
-    result: SynthResult | None
-    cut: tuple[CutLink, ...]
-    swapped_t_s: float
-    last_recovery_check_t_s: float = -math.inf
-    deferred_logged: bool = False
-    samples_since: int = 0
-    provisional: bool = False  # a bootstrap version 1 made within its budget; the optimum is still due
-
-
-@dataclass
-class Job:
-    """A finished synthesis waiting for its ready time (its measured duration after it started)."""
-
-    key: tuple[str, str]
-    reason: str
-    verdict: Verdict | None
-    result: SynthResult
-    topology: Topology
-    started_t_s: float
-    ready_t_s: float
-    trigger_samples: int
-    provisional: bool = False  # cut short by the reaction budget: the optimum is due once it is published
-
-
-@dataclass
-class ManagerCounters:
-    syntheses: int = 0
-    publications: int = 0
-    aborts: int = 0
-    no_gain: int = 0
-    deferred_cooldown: int = 0
-    failures: int = 0
-    gated: int = 0  # flagged verdicts the contention gate held back (not SUSTAINED)
 
 
 class ScheduleManager:
