@@ -307,12 +307,12 @@ def _refit(sched: Schedule, topology: Topology, target: Target, bands: Sequence[
     else:
         cap = min(uncapped - 1, fixed, _pressure(sched, target).chunk_cap(uncapped))
     first: RuntimeLimitError = exc
-    uncapped_GBps = sched.algbw_GBps(topology)
+    uncapped_GBps = sched.algbw_GBps(topology) if min_share is not None else 0.0  # only the share rule reads it
     while cap >= 1:
         log.warning("%s; re-synthesizing with at most %d chunks per source", first, cap)
         capped = resynthesize(cap)
         capped_sched = _schedule_of(capped, f"{collective} on {topology.name} with at most {cap} chunks per source")
-        capped_GBps = capped_sched.algbw_GBps(topology)
+        capped_GBps = capped_sched.algbw_GBps(topology) if min_share is not None else 0.0
         if min_share is not None and capped_GBps < min_share * uncapped_GBps:
             raise RuntimeLimitError(
                 f"{first}; the schedule re-synthesized with at most {cap} chunks per source reaches "

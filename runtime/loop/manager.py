@@ -199,7 +199,7 @@ class ScheduleManager:
                                    nominal=self.comm_topology(comm, self.nominal),
                                    verdict=None if verdict is None else verdict.to_dict(),
                                    trigger_samples=trigger_samples, created_t_s=now)
-        if not refit and redo is None and version.bands[0].program is None and self.config.export_xml:
+        if not refit and version.bands[0].program is None and self.config.export_xml:
             self._log({"event": "xml_deferred", "t_s": now, "comm": comm, "collective": coll, "version": entry.version,
                        "message": f"provisional version without MSCCL XML ({version.bands[0].error or ''}"[:300]
                                   + "); the optimum that follows is fitted with re-synthesis"})
