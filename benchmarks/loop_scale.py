@@ -24,8 +24,9 @@ Per hpn fabric (1x16x8 = 128, 4x16x8 = 512, 8x16x8 = 1024, 16x16x8 = 2048 ranks)
   its poll thread (grouping, estimator, detector) included (the threads share one GIL); **conns**: connections
   a job needs, one per rank direct or one per host through relays, and how many the daemon answered when one
   per rank connected at once (raw sockets: ``hello``, then idle).
-* **RSS**: this process (the daemon and its controller, plus the benchmark's own tables) with every connection
-  open, MiB (target ≤ 2048 for the daemon).
+* **RSS**: this process (the daemon and its controller, plus the benchmark's flow tables and the version-1
+  schedule it shares with the controller; its own routing is dropped before the controller starts) with every
+  connection open, MiB (target ≤ 2048 for the daemon).
 * **detect**: collectives from fail2's onset (placed mid-window) to the first flag, aggregated telemetry
   with 5 % noise; **flagged by**: the detector (Algorithm 1) or the periodic recovery check
   (``recovery_check_s``, docs/controller.md §4); **outcome**: ``publish``, ``no_gain``, ``abort`` or
@@ -44,6 +45,7 @@ Measured figures depend on the machine's load: the lead re-runs them alone.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import multiprocessing as mp
 import resource
@@ -66,7 +68,7 @@ from _report import write_results
 from runtime import Client, Controller, ControllerConfig, profile_from_dict, serve
 from runtime.loop.bootstrap import fallback_schedule
 from runtime.loop.estimator import ScheduleRouting
-from runtime.scenarios.loadgen import FlowTable, flow_table, push_windows, window_records
+from runtime.scenarios.loadgen import FlowTable, flow_table, push_windows, window_batch
 from runtime.service.daemon import DaemonConfig
 from synth import Schedule, Topology, load_topology, synthesize
 
@@ -104,10 +106,10 @@ def _controller(topo: Topology, spec: str, coll: str, store: str, sched: Schedul
 
 
 def _in_process(ctl: Controller, table: FlowTable, windows: int) -> tuple[float, float]:
-    """Records per CPU second and CPU ms per window of ingest + poll."""
+    """Records per CPU second and CPU ms per window of ingest + poll (columnar batches, as a job at scale sends)."""
     rng = np.random.default_rng(1)
-    recs = [window_records(table, seq_first=k * WINDOW, count=WINDOW, t_s=time.time(), period_s=0.1, sigma=0.05,
-                           rng=rng) for k in range(windows + 1)]
+    recs = [window_batch(table, seq_first=k * WINDOW, count=WINDOW, t_s=time.time(), period_s=0.1, sigma=0.05,
+                         rng=rng) for k in range(windows + 1)]
     ctl.ingest(recs.pop(0))  # the first window builds the version's routing (reported apart) and imports
     ctl.poll()
     c0 = time.process_time()
@@ -115,7 +117,7 @@ def _in_process(ctl: Controller, table: FlowTable, windows: int) -> tuple[float,
         ctl.ingest(r)
         ctl.poll()
     cpu = max(time.process_time() - c0, 1e-9)
-    return sum(len(r) for r in recs) / cpu, 1e3 * cpu / windows
+    return sum(len(b) for r in recs for b in r) / cpu, 1e3 * cpu / windows
 
 
 def _sender(address: str, table: FlowTable, windows: int, seed: int, out: Any) -> None:
@@ -232,11 +234,10 @@ def _connections(address: str, n: int) -> tuple[int, float]:
             s.close()
 
 
-def _detect(topo: Topology, spec: str, coll: str, sched: Schedule, routing: ScheduleRouting, healthy: FlowTable,
+def _detect(topo: Topology, spec: str, coll: str, sched: Schedule, healthy: FlowTable, fail: FlowTable,
             args: argparse.Namespace) -> dict[str, Any]:
-    """Collectives from fail2 (onset in the middle of a window) to the flag; the warm re-synthesis and publish."""
-    fail = flow_table(sched, topo, comm="world", version=1, size_bytes=SIZE, true=topo.with_failure("fail2"),
-                      routing=routing)
+    """Collectives from fail2 (onset in the middle of a window; ``fail``: the flows timed on the failed fabric) to
+    the flag; the warm re-synthesis and publish."""
     events: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as store:
         prof = profile_from_dict({"format": "loopcoll.profile/1", "topology": spec, "communicators": [
@@ -252,8 +253,8 @@ def _detect(topo: Topology, spec: str, coll: str, sched: Schedule, routing: Sche
         for k in range(40):
             seq = k * WINDOW
             then_from = min(max(onset_seq - seq, 0), WINDOW)
-            recs = window_records(healthy, seq_first=seq, count=WINDOW, t_s=t, period_s=0.1, sigma=0.05, rng=rng,
-                                  then=fail if then_from < WINDOW else None, then_from=then_from)
+            recs = window_batch(healthy, seq_first=seq, count=WINDOW, t_s=t, period_s=0.1, sigma=0.05, rng=rng,
+                                then=fail if then_from < WINDOW else None, then_from=then_from)
             t += WINDOW / RATE_HZ
             ctl.ingest(recs)
             w0 = time.perf_counter()
@@ -302,7 +303,12 @@ def run_case(spec: str, coll: str, args: argparse.Namespace) -> dict[str, Any]:
     routing = ScheduleRouting.build(sched, topo)
     routing_s = time.perf_counter() - t0
     table = flow_table(sched, topo, comm="world", version=1, size_bytes=SIZE, routing=routing)
-    t = _phase("routing + flow table", t)
+    fail = None if args.no_detect else flow_table(sched, topo, comm="world", version=1, size_bytes=SIZE,
+                                                   true=topo.with_failure("fail2"), routing=routing)
+    hosts = len(set(routing.host_of.values())) or topo.nranks
+    del routing  # the controllers build their own: the RSS figure is theirs, not this script's copy
+    gc.collect()
+    t = _phase("routing + flow tables", t)
     flows = len(table)
     row: dict[str, Any] = {"spec": f"hpn:{spec}", "ranks": topo.nranks, "collective": coll, "schedule": kind,
                            "flows/coll": flows, "raw/s": flows * RATE_HZ,
@@ -312,13 +318,12 @@ def run_case(spec: str, coll: str, args: argparse.Namespace) -> dict[str, Any]:
         t = _phase("controller deploy", t)
         row["ctl in-proc/s"], row["ctl ms/window"] = _in_process(ctl, table, args.windows)
         t = _phase("in-process ingest + poll", t)
-        hosts = len(set(routing.host_of.values())) or topo.nranks
         row.update({k: v for k, v in _daemon(ctl, store, table, args, hosts).items() if not k.startswith("_")})
         t = _phase("daemon + connections", t)
     row["headroom"] = row["daemon 1-core/s"] / row["agg/s"]
     row["headroom w/ poll"] = row["daemon+poll 1-core/s"] / row["agg/s"]
-    if not args.no_detect:
-        row.update(_detect(topo, f"hpn:{spec}", coll, sched, routing, table, args))
+    if fail is not None:
+        row.update(_detect(topo, f"hpn:{spec}", coll, sched, table, fail, args))
         _phase("detection + reaction", t)
     print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
     return row

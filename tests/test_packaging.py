@@ -119,7 +119,9 @@ def test_smoke_runner_flags_source_imports_and_failures(tmp_path: Path, capsys: 
     # A "venv" whose loopcoll script runs the source tree: the preflight must refuse it, a wrong output fail.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "python").symlink_to(sys.executable)
+    python = bin_dir / "python"  # a wrapper, not a symlink: a venv's python moved by a symlink loses its packages
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
     shim = bin_dir / "loopcoll"
     shim.write_text(f'#!/bin/sh\nPYTHONPATH={REPO} exec {sys.executable} -m loopcoll "$@"\n')
     shim.chmod(0o755)

@@ -24,7 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-TEST_COMMAND = "pip install torch==2.13.0 && pip install -e '.[test]' && python -m pytest -q"
+TEST_COMMAND = "pip install torch==2.13.0 && pip install -e '.[test]' && python -m pytest -q -n auto"
 TIMEOUT_S = 120
 
 

@@ -43,8 +43,8 @@ from runtime.errors import TelemetryError
 from runtime.formats.aggregate import AGG_FORMAT, AggRecord, validate_records
 from runtime.formats.telemetry import COLLECTIVE_NAMES, ORIGINS, PHASES, IngestReport, Sample, _fail, _name, _parsed
 
-__all__ = ["BATCH_KIND", "FLOAT_COLUMNS", "INT32_COLUMNS", "INT_COLUMNS", "MAX_BATCH_ROWS", "AggBatch", "batches_from_columns", "batches_from_records",
-           "is_batch", "merge_batches", "parse_batch", "validate_telemetry"]
+__all__ = ["BATCH_KIND", "FLOAT_COLUMNS", "INT32_COLUMNS", "INT_COLUMNS", "MAX_BATCH_ROWS", "AggBatch", "batches_from_columns",
+           "batches_from_records", "check_batch", "is_batch", "merge_batches", "parse_batch", "validate_telemetry"]
 
 BATCH_KIND = "aggcols"
 #: Integer columns (held as int64; on the wire int32 for :data:`INT32_COLUMNS`, else int64, little-endian);
@@ -285,6 +285,47 @@ def parse_batch(obj: Mapping[str, Any], *, comms: Mapping[str, Iterable[int]] | 
         if name not in raw:
             raise _fail("missing_field", f"aggcols: missing column {name!r}")
         cols[name] = _column(raw[name], name, n)
+    return _checked((comm, collective, version, origin, incarnation, phase, n), cols, comms, nranks)
+
+
+def check_batch(batch: AggBatch, *, comms: Mapping[str, Iterable[int]] | None = None,
+                nranks: int | None = None) -> AggBatch:
+    """Validate an :class:`AggBatch` built in this process by :func:`parse_batch`'s rules, from its arrays
+    (no base64 round trip; a column that would not fit its wire type is rejected as on the wire).
+
+    >>> from runtime.formats.aggregate import AggRecord
+    >>> r = AggRecord(1.0, 0.3, "w", "allgather", 1, "inject", 3, None, 0, 7, 8, 80, 0.1, 9.0, 10.0, 11.0, "executor")
+    >>> (b,) = batches_from_records([r])
+    >>> len(check_batch(b, comms={"w": range(4)}))
+    1
+    """
+    head = {"format": AGG_FORMAT, "kind": BATCH_KIND, "comm": batch.comm, "collective": batch.collective,
+            "version": batch.version, "origin": batch.origin, "n": len(batch), "columns": None,
+            "incarnation": batch.incarnation, "phase": batch.phase}
+    comm, collective, version, origin, incarnation, phase, n = _header(head)
+    cols: dict[str, np.ndarray] = {}
+    for name in INT_COLUMNS + FLOAT_COLUMNS:
+        if name not in batch.cols:
+            raise _fail("missing_field", f"aggcols: missing column {name!r}")
+        col = np.asarray(batch.cols[name])
+        if col.shape != (n,):
+            raise _fail("length", f"aggcols: column {name!r} holds {col.size} values, n is {n}")
+        if name in INT_COLUMNS and col.dtype != np.int64:
+            if col.dtype.kind not in "iu":
+                raise _fail("type", f"aggcols: column {name!r} must hold integers")
+            col = col.astype(np.int64)
+        elif name not in INT_COLUMNS and col.dtype != np.float64:
+            col = col.astype(np.float64)
+        if name in INT32_COLUMNS and n and not -_I32 <= int(col.min()) <= int(col.max()) < _I32:
+            raise _fail("range", f"aggcols: column {name!r} does not fit int32")
+        cols[name] = col if not col.flags.writeable and col is batch.cols[name] else np.array(col)  # read-only
+    return _checked((comm, collective, version, origin, incarnation, phase, n), cols, comms, nranks)
+
+
+def _checked(head: tuple[str, str, int, str, str | None, str | None, int], cols: dict[str, np.ndarray],
+             comms: Mapping[str, Iterable[int]] | None, nranks: int | None) -> AggBatch:
+    """The row rules over decoded columns (fresh or read-only arrays); the batch, its arrays frozen."""
+    comm, collective, version, origin, incarnation, phase, n = head
     src, dst = cols["src"], cols["dst"]
     p10, p50, p90 = cols["rate_p10_Bps"], cols["rate_p50_Bps"], cols["rate_p90_Bps"]
     checks = [(name, "finite", ~np.isfinite(cols[name]), cols[name], "range") for name in FLOAT_COLUMNS] + [
@@ -382,8 +423,16 @@ def validate_telemetry(objs: Iterable[Any], *, comms: Mapping[str, Iterable[int]
             except TelemetryError:
                 rest.append(obj)  # counted (bad_json, too_large) by validate_records
                 continue
-        if isinstance(doc, AggBatch):
-            doc = doc.to_dict()
+        if isinstance(doc, AggBatch):  # built in this process: checked from its arrays
+            try:
+                batches.append(check_batch(doc, comms=comm_sets, nranks=nranks))
+            except TelemetryError as exc:
+                n = getattr(doc.cols.get("src"), "size", 1)
+                rejected[exc.reason] += n if 0 < n <= MAX_BATCH_ROWS else 1
+                first = first or f"batch {i}: {exc}"
+                continue
+            rows += len(doc)
+            continue
         if not is_batch(doc):
             rest.append(doc)
             continue

@@ -159,7 +159,7 @@ class ColumnGroups:
                 continue
             cols = {k: b.cols[k] for k in _COLS}
             seq = b.cols["seq_last"]
-            values = np.unique(seq)
+            values = seq[:1] if not seq.size or seq.min() == seq.max() else np.unique(seq)  # one window: the rule
             for q in values.tolist():
                 part = cols if values.size == 1 else {k: v[seq == q] for k, v in cols.items()}
                 self._hold((b.comm, b.collective, b.version, b.incarnation, q, b.phase), part)
@@ -171,7 +171,10 @@ class ColumnGroups:
             self._serial += 1
             group = self._held[gkey] = _Held(self._serial, self._now())
         keys = part["src"].astype(np.int64) * _KEY_SHIFT + (part["dst"].astype(np.int64) + 1)
-        codes, first = np.unique(keys, return_index=True)  # the first row of each flow (arrival order)
+        if keys.size < 2 or bool((keys[1:] > keys[:-1]).all()):  # a writer's rows in flow order: all distinct
+            codes, first = keys, np.arange(keys.size)
+        else:
+            codes, first = np.unique(keys, return_index=True)  # the first row of each flow (arrival order)
         pos = np.searchsorted(group.have, codes)
         new = group.have[np.minimum(pos, group.have.size - 1)] != codes if group.have.size else \
             np.ones(codes.size, dtype=bool)
@@ -262,7 +265,9 @@ class ColumnGroups:
             want = self._want[key] = np.unique(np.array(pairs, dtype=np.int64))
         ranks = int(want[-1] // _KEY_SHIFT) + 1 if want.size else 0
         if group.lack is None or group.lack_of is not want:
-            group.lack = np.bincount(want[~np.isin(want, group.have)] // _KEY_SHIFT, minlength=ranks)
+            held = group.have[np.minimum(np.searchsorted(group.have, want), group.have.size - 1)] == want \
+                if group.have.size else np.zeros(want.size, dtype=bool)  # both sorted and distinct
+            group.lack = np.bincount(want[~held] // _KEY_SHIFT, minlength=ranks)
             group.lack_of = want
         elif want.size:
             for codes in group.fresh:

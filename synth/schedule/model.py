@@ -125,8 +125,11 @@ class Schedule:
 
     def with_meta(self, **updates: Any) -> Schedule:
         """A copy with ``meta`` keys added or replaced."""
-        out = replace(self, meta=_freeze({**self.meta, **updates}))
-        for cache in ("_windows_cache", "_phase_loads_cache"):  # same routes: what was found of them holds
+        return self._same_routes(replace(self, meta=_freeze({**self.meta, **updates})))
+
+    def _same_routes(self, out: Schedule) -> Schedule:
+        """``out`` (a copy with these routes) given what was found of them: windows, loads, validity."""
+        for cache in ("_windows_cache", "_phase_loads_cache", "_valid_on"):
             if cache in self.__dict__:
                 object.__setattr__(out, cache, self.__dict__[cache])
         return out
@@ -253,7 +256,8 @@ class Schedule:
 
     def with_bottleneck(self, topo: Topology, cut: Iterable[tuple[NodeId, NodeId]] | None = None) -> Schedule:
         """A copy carrying ``K_s`` for ``topo`` and its fingerprint."""
-        return replace(self, bottleneck=self.bottleneck_for(topo, cut), topology_fingerprint=topo.fingerprint)
+        return self._same_routes(replace(self, bottleneck=self.bottleneck_for(topo, cut),
+                                         topology_fingerprint=topo.fingerprint))
 
     # -- validation ---------------------------------------------------------------------------
     def validate(self, topo: Topology) -> None:
@@ -262,10 +266,15 @@ class Schedule:
         Checks every physical path exists with capacity > 0, every route's shape, and coverage:
         AllGather every GPU receives every source's ``nchunks`` chunks; ReduceScatter every
         contribution reaches its root exactly once; AllReduce both; AllToAll every ordered pair's
-        ``nchunks`` chunks arrive.
+        ``nchunks`` chunks arrive. A schedule proven on a topology of the same
+        :attr:`~synth.Topology.fingerprint` is not walked again (remembered on the instance).
         """
         expect_type(topo, Topology, "topo", ScheduleError)
+        valid_on = self.__dict__.get("_valid_on", frozenset())
+        if topo.fingerprint in valid_on:  # proven on an equal fabric (nodes, links, overrides) already
+            return
         validate_schedule(self.collective, self.nranks, self.nchunks, self.routes, topo, self._ring_windows())
+        object.__setattr__(self, "_valid_on", valid_on | {topo.fingerprint})
 
     # -- JSON ---------------------------------------------------------------------------------
     def to_dict(self, *, legacy: bool = False) -> dict[str, Any]:

@@ -105,14 +105,15 @@ def test_simulate_unknown_kind_is_exit_2(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_simulate_rtol_zero_is_exact_and_default_stays_within_its_bound(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["simulate", "allgather", "hpn:1x2x8", "--fail", "fail2", "--schedules", "loopcoll", "--sizes", "1M,1G", "--json"]
+    # hpn:1x2x4: the exact run of hpn:1x2x8's fail2 optimum replays ~200 000 slice transfers (3 min here).
+    argv = ["simulate", "allgather", "hpn:1x2x4", "--fail", "fail2", "--schedules", "loopcoll", "--sizes", "1M,1G", "--json"]
     assert main([*argv, "--rtol", "0"]) == 0
     exact = json.loads(capsys.readouterr().out)["results"]
     assert main(argv) == 0
     batched = json.loads(capsys.readouterr().out)["results"]
     for e, b in zip(exact, batched):
         assert e["nbytes"] == b["nbytes"]
-        # Degraded trees on 16 GPUs: a few hundred dependent slice transfers at most, rtol = 3e-4.
+        # Degraded trees on 8 GPUs, the default rtol = 3e-4.
         assert b["time_us"] == pytest.approx(e["time_us"], rel=0.05)
     assert main([*argv, "--rtol", "0.5"]) == 2
     assert "rtol" in capsys.readouterr().err

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from runtime import Client, Controller, ControllerConfig, profile_from_dict, serve
 from runtime.errors import TelemetryError
 from runtime.formats.aggregate import AggRecord, parse_record
-from runtime.formats.columnar import (MAX_BATCH_ROWS, AggBatch, batches_from_records, merge_batches, parse_batch,
-                                      validate_telemetry)
+from runtime.formats.columnar import (MAX_BATCH_ROWS, AggBatch, batches_from_records, check_batch, merge_batches,
+                                      parse_batch, validate_telemetry)
 from runtime.loop.bootstrap import fallback_schedule
 from runtime.scenarios.loadgen import flow_table, window_batch
 from runtime.service.daemon import DaemonConfig
@@ -147,6 +147,32 @@ def test_hostile_batches_are_rejected_whole_naming_the_field(doc: dict, reason: 
     assert rep.first_error is not None and rep.first_error.startswith("batch 0:")
 
 
+@pytest.mark.parametrize("column, values, reason", [
+    ("busy_s", [0.008, 0.008, float("nan"), 0.008, 0.008], "range"),
+    ("bytes", [800, -1, 800, 800, 800], "negative_bytes"),
+    ("dst", [1, 2, 2, 0, -1], "dst"),
+    ("src", [0, 1, 2, 9, 2], "unknown_rank"),
+    ("src", [0, 1, 2, 1 << 40, 2], "range"),  # fits int64 in memory, not int32 on the wire
+    ("src", [0.0, 1.0, 2.0, 3.0, 2.0], "type"),
+    ("busy_s", [0.008, 0.008, 0.008, 0.008], "length"),
+    ("rate_p90_Bps", [1.1e5, 1.1e5, 1.1e5, 1.1e5, 9.9e4], "quantiles"),
+])
+def test_batch_objects_in_process_are_held_to_the_wire_rules(column: str, values: list, reason: str) -> None:
+    good = parse_batch(_good())
+    cols = {**good.cols, column: np.array(values)}
+    bad = AggBatch(good.comm, good.collective, good.version, good.origin, good.incarnation, good.phase, cols)
+    with pytest.raises(TelemetryError) as exc:
+        check_batch(bad, comms={"world": range(4)}, nranks=4)
+    assert exc.value.reason == reason and repr(column) in str(exc.value)
+    recs, batches, rep = validate_telemetry([bad, good], comms={"world": range(4)}, nranks=4)
+    assert [len(b) for b in batches] == [5] and rep.accepted == 5 and rep.rejected[reason] >= 1
+    writable = AggBatch(good.comm, good.collective, good.version, good.origin, None, None,
+                        {k: np.array(v) for k, v in good.cols.items()})
+    held = check_batch(writable)
+    writable.cols["busy_s"][0] = -1.0  # the caller's arrays stay its own: the controller holds a copy
+    assert held.cols["busy_s"][0] > 0 and not held.cols["busy_s"].flags.writeable
+
+
 def test_mixed_streams_of_samples_records_and_batches_are_validated_together() -> None:
     good = _good()
     rec = parse_batch(good).records()[0]
@@ -177,7 +203,7 @@ def test_a_batch_folds_into_the_estimator_exactly_as_its_records(coll: str) -> N
     per-record paths give the same link estimates, flags and counters."""
     topo = load_topology(SPEC)
     figures = []
-    for columnar in (False, True):
+    for path in ("records", "wire", "objects", "shuffled"):
         with tempfile.TemporaryDirectory() as store:
             ctl, sched = _controller(store, coll)
             healthy = flow_table(sched, topo, comm="world", version=1, size_bytes=1 << 24)
@@ -192,17 +218,36 @@ def test_a_batch_folds_into_the_estimator_exactly_as_its_records(coll: str) -> N
                                          healthy.bytes, np.where(out, 3 * healthy.busy_s, healthy.busy_s))
                 batches = window_batch(slow, seq_first=8 * k, count=8, t_s=t, period_s=0.1, sigma=0.05, rng=rng,
                                        then=fail if then_from < 8 else None, then_from=then_from)
-                docs = [b.to_dict() for b in batches] if columnar else [r.to_dict() for b in batches
-                                                                        for r in b.records()]
+                docs = _as(path, batches, np.random.default_rng(100 + k))
                 rep = ctl.ingest(docs)
-                assert rep.accepted == len(healthy) and not rep.rejected
+                assert rep.accepted == len(healthy) + (path == "shuffled") and not rep.rejected
                 ctl.poll(now_s=t)
                 t += 0.8
             st = ctl.status()
             figures.append(([(e["link"], e["estimate_gbps"], e["observations"]) for e in st["links"]],
                             st["counters"]["groups"], st["counters"]["samples_skipped"], ctl.samples_since_publish))
-    assert figures[0] == figures[1]
+    skipped = figures[3][2].pop("duplicate_sample")  # the shuffled path resent one row per window: skipped
+    assert skipped == 10 and figures[0] == figures[1] == figures[2] == figures[3]
     assert figures[0][1] == 10
+
+
+def _as(path: str, batches: list[AggBatch], rng: np.random.Generator) -> list:
+    """A window's batches as ``path`` sends them: per-flow records, wire objects, the objects themselves, or the
+    rows of each batch in a random order with the window's first row sent again at its end (a duplicate)."""
+    if path == "records":
+        return [r.to_dict() for b in batches for r in b.records()]
+    if path == "wire":
+        return [b.to_dict() for b in batches]
+    if path == "objects":
+        return list(batches)
+    out = []
+    for i, b in enumerate(batches):
+        order = rng.permutation(len(b))
+        cols = {k: v[order] for k, v in b.cols.items()}
+        if i == len(batches) - 1:
+            cols = {k: np.r_[v, batches[0].cols[k][:1]] for k, v in cols.items()}
+        out.append(AggBatch(b.comm, b.collective, b.version, b.origin, b.incarnation, b.phase, cols))
+    return out
 
 
 def test_a_daemon_takes_batches_and_a_hostile_one_leaves_the_connection_up() -> None:
