@@ -80,7 +80,8 @@ class _Held:
     missing: frozenset[int] | None = None  # ranks lacking, as of the last check (None: check again)
     have: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # flow codes held, sorted
     fresh: list[np.ndarray] = field(default_factory=list)  # codes held since ``lack`` was last brought up to date
-    dups: int = 0  # duplicate rows dropped on arrival, not counted yet (they count when the group is checked)
+    dups: int = 0  # duplicate rows dropped, not counted yet (they count when the group is checked)
+    arrived: list[tuple[np.ndarray, dict[str, np.ndarray]]] = field(default_factory=list)  # (codes, rows) unmerged
     lack: np.ndarray | None = None  # per rank, its expected flows the group lacks
     lack_of: np.ndarray | None = None  # the expected flow codes ``lack`` was made against
 
@@ -171,6 +172,22 @@ class ColumnGroups:
             self._serial += 1
             group = self._held[gkey] = _Held(self._serial, self._now())
         keys = part["src"].astype(np.int64) * _KEY_SHIFT + (part["dst"].astype(np.int64) + 1)
+        group.arrived.append((keys, part))  # merged when the group is next checked: once per poll, not per batch
+        group.rows += int(keys.size)  # duplicates included until counted, as the held rows bound them
+        group.missing = None
+
+    @staticmethod
+    def _merge(group: _Held) -> None:
+        """Fold the rows arrived since the last check into the group, the first row of each flow kept (arrival
+        order): one sort of the new codes and one search of the held ones, however many batches brought them."""
+        if not group.arrived:
+            return
+        if len(group.arrived) == 1:
+            ((keys, part),) = group.arrived
+        else:
+            keys = np.concatenate([k for k, _p in group.arrived])
+            part = {k: np.concatenate([p[k] for _k, p in group.arrived]) for k in _COLS}
+        group.arrived = []
         if keys.size < 2 or bool((keys[1:] > keys[:-1]).all()):  # a writer's rows in flow order: all distinct
             codes, first = keys, np.arange(keys.size)
         else:
@@ -185,8 +202,6 @@ class ColumnGroups:
         group.have = np.insert(group.have, pos[new], codes[new])
         group.fresh.append(codes[new])
         group.chunks.append(part)
-        group.rows += int(keys.size)  # duplicates included until counted, as the held rows bound them
-        group.missing = None
 
     def _note_latest(self, b: AggBatch) -> None:
         src, seq = b.cols["src"], b.cols["seq_last"]
@@ -239,15 +254,17 @@ class ColumnGroups:
         return out
 
     def _count_dups(self, group: _Held) -> None:
-        """Count the duplicates dropped on arrival (``duplicate_sample``) once the group's version is known."""
+        """Merge the rows arrived and count the duplicates dropped (``duplicate_sample``) once the group's version
+        is known."""
+        self._merge(group)
         if group.dups:
             self._skipped["duplicate_sample"] += group.dups
             group.rows -= group.dups
             group.dups = 0
 
     def _dedup(self, group: _Held) -> dict[str, np.ndarray]:
-        """The group's rows in arrival order, the first of each flow kept (duplicates were dropped on arrival and
-        are counted here)."""
+        """The group's rows in arrival order, the first of each flow kept (duplicates are dropped and counted
+        here)."""
         self._count_dups(group)
         cols = group.chunks[0] if len(group.chunks) == 1 else {
             k: np.concatenate([c[k] for c in group.chunks]) for k in _COLS}

@@ -186,6 +186,7 @@ class VerdictCache:
 
     def __init__(self) -> None:
         self._last: dict[Any, tuple[tuple[Any, ...], Verdict]] = {}
+        self._loads: dict[Any, tuple[Schedule, Mapping[LinkKey, int]]] = {}  # n_a per key, of its schedule
 
     def verdict(self, key: Any, schedule: Schedule, cut: Sequence[CutLink], estimator: Any, gamma: float) -> Verdict:
         """Algorithm 1 for ``schedule`` and its ``cut`` under ``estimator.capacities_gbps``."""
@@ -193,7 +194,10 @@ class VerdictCache:
         hit = self._last.get(key)
         if hit is not None and all(a is b for a, b in zip(hit[0][:3], stamp[:3])) and hit[0][3:] == stamp[3:]:
             return hit[1]
-        loads = schedule.link_loads()
+        held = self._loads.get(key)
+        if held is None or held[0] is not schedule:  # n_a changes only with the schedule
+            held = self._loads[key] = (schedule, schedule.link_loads())
+        loads = held[1]
         v = detect(loads, cut, estimator.capacities_gbps(loads), gamma=gamma)
         self._last[key] = (stamp, v)
         return v

@@ -132,11 +132,12 @@ class ScheduleRouting:
                         reduced.get(g[route.root], ()))
         pair_links: dict[tuple[int, int], tuple[LinkKey, ...]] = {}
         link_chunks: dict[LinkKey, int] = defaultdict(int)
+        link_key: dict[LinkKey, LinkKey] = {}  # one tuple per link, shared by the pairs crossing it
         for pair in sorted(chunks):
             path = _route_path(topology, paths, *pair)
             if path is None:
                 continue
-            keys = tuple(zip(path[:-1], path[1:]))
+            keys = tuple([link_key.setdefault(a, a) for a in zip(path[:-1], path[1:])])
             pair_links[pair] = keys
             for a in keys:
                 link_chunks[a] += chunks[pair]

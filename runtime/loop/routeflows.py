@@ -78,20 +78,26 @@ def route_flows(routes: Sequence[Route], g: Sequence[int]) -> RouteFlows:
         _fold_batch(batch, codes, radix, g_arr, chunk_acc, ups, reds)
         start = stop
     nz = np.flatnonzero(chunk_acc)
-    chunks = {(c // radix, c % radix): n for c, n in zip(nz.tolist(), chunk_acc[nz].tolist())}
+    pair_of = {c: (c // radix, c % radix) for c in nz.tolist()}  # one tuple per pair, shared by every mention
+    chunks = {pair_of[c]: n for c, n in zip(nz.tolist(), chunk_acc[nz].tolist())}
+
+    def pair(c: int) -> _Pair:
+        p = pair_of.get(c)
+        return p if p is not None else pair_of.setdefault(c, (c // radix, c % radix))
+
     upstream: dict[_Pair, set[_Pair]] = defaultdict(set)
     if ups:
         r2 = radix * radix
         for c in np.unique(np.concatenate(ups)).tolist():
             e, f = divmod(c, r2)
             if e != f:
-                upstream[(e // radix, e % radix)].add((f // radix, f % radix))
+                upstream[pair(e)].add(pair(f))
     reduced: dict[int, set[_Pair]] = defaultdict(set)
     if reds:
         r2 = radix * radix
         for c in np.unique(np.concatenate(reds)).tolist():
             root, code = divmod(c, r2)
-            reduced[root].add((code // radix, code % radix))
+            reduced[root].add(pair(code))
     return RouteFlows(dict(chunks), dict(paths), dict(upstream), dict(reduced))
 
 
