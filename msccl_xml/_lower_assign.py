@@ -124,10 +124,13 @@ def assign_channels(
         (local if op.chain < 0 else by_chain[op.chain]).append(op)
     lanes: dict[tuple[int, int], _Lane] = defaultdict(lambda: _Lane(max_peers=max_peers))
     nchan = 1
+    # Per (gpu, send, recv): the channels where such an op fits never again (see _worst_fit).
+    dead: dict[tuple[int, int, int], set[int]] = {}
 
     def best_channel(seg: list[Op]) -> tuple[int, int] | None:
         best: tuple[int, int] | None = None
         first = [0]  # the op that last ruled a channel out goes first: it likely rules out the next
+        ruled_out = set().union(*[dead.get((op.gpu, op.send, op.recv), ()) for op in seg])
         for chan in range(nchan + 1):
             if chan == max_channels:
                 break
@@ -135,9 +138,11 @@ def assign_channels(
                 break
             if best is not None and best[0] <= 1:
                 break  # every op takes at least one step: no channel can do better
+            if chan in ruled_out:
+                continue  # as _worst_fit would find: an op of ``seg`` fits there never again
             # a channel replaces the best only with a smaller worst size: stop once it cannot
             limit = max_steps if best is None else min(max_steps, best[0] - 1)
-            worst = _worst_fit(lanes, seg, chan, limit, max_peers, first)
+            worst = _worst_fit(lanes, seg, chan, limit, max_peers, first, (max_steps, dead))
             if worst >= 0 and (best is None or worst < best[0]):
                 best = (worst, chan)
         return best
@@ -173,6 +178,12 @@ def assign_channels(
                 raise RuntimeLimitError(_no_channel(chain_ops[a : a + 2], max_channels, max_steps))
             place(found[0], found[1])
             a = found[2]
+    _place_local(lanes, local)
+    return lanes
+
+
+def _place_local(lanes: dict[tuple[int, int], _Lane], local: list[Op]) -> None:
+    """Local operations go to channel 0, to its tb without peers (made when missing)."""
     for op in local:
         lane = lanes[(op.gpu, 0)]
         tb = next((t for t in lane.tbs if t.send == -1 and t.recv == -1), None)
@@ -180,34 +191,42 @@ def assign_channels(
             tb = _Tb(-1, -1, 0)
             lane.tbs.append(tb)
         tb.ops.append(op)
-    return lanes
 
 
 def _worst_fit(lanes: dict[tuple[int, int], _Lane], seg: list[Op], chan: int, limit: int, max_peers: int,
-               first: list[int]) -> int:
+               first: list[int], dead: tuple[int, dict[tuple[int, int, int], set[int]]]) -> int:
     """The largest tb size ``seg`` makes on channel ``chan``; ``-1`` if an op fits not or goes over ``limit``.
 
     Lanes not yet opened are not created (``max_peers``: their limit). The ops are tried from
     index ``first[0]`` on (the answer does not depend on the order), and ``first[0]`` becomes the
-    one that ruled the channel out, if any."""
+    one that ruled the channel out, if any.
+
+    ``dead = (max_steps, channels)``: an op that fits not, or would make a tb over ``max_steps``,
+    does so on that channel forever (a lane only gains peer owners, a tb's peers go from ``-1`` to
+    one peer only, merges need both free ends, and tbs only grow), so ``chan`` is added to
+    ``channels[(gpu, send, recv)]`` and the caller skips it for such ops from then on."""
     worst = 0
     n = len(seg)
     start = first[0]
-    for i in range(n):
-        j = start + i
-        if j >= n:
-            j -= n
+    get = lanes.get
+    for j in (range(n) if start == 0 else (*range(start, n), *range(start))):
         op = seg[j]
-        lane = lanes.get((op.gpu, chan))
+        lane = get((op.gpu, chan))
         if lane is None:  # an unopened lane: a new tb of one step, unless no peer may be added
             if (op.send >= 0 or op.recv >= 0) and max_peers <= 0:
                 first[0] = j
+                dead[1].setdefault((op.gpu, op.send, op.recv), set()).add(chan)
                 return -1
             size = 1
-        else:
-            size = lane.size(op)
+        else:  # Lane.size, inlined (the hot loop of lowering)
+            key = (op.send, op.recv)
+            size = lane.sizes.get(key, -2)
+            if size == -2:
+                size = lane.sizes[key] = lane._size(op.send, op.recv)
         if size < 0 or size > limit:
             first[0] = j
+            if size < 0 or size > dead[0]:
+                dead[1].setdefault((op.gpu, op.send, op.recv), set()).add(chan)
             return -1
         if size > worst:
             worst = size
@@ -324,13 +343,14 @@ def _access_deps(tbs: list[_Tb], order: list[tuple[int, int]]) -> dict[tuple[int
 def _gpu_threadblocks(gpu: int, tbs: list[_Tb], max_dep_tb: int) -> tuple[Threadblock, ...]:
     for tb in tbs:
         tb.ops.sort(key=lambda o: o.key)
-    tb_of: dict[int, int] = {}
-    order: list[tuple[int, int]] = []  # (tb index, position) in key order
+    unsorted: list[tuple[int, int]] = []
+    keys = []
     for t, tb in enumerate(tbs):
         for pos, op in enumerate(tb.ops):
-            tb_of[id(op)] = t
-            order.append((t, pos))
-    order.sort(key=lambda tp: tbs[tp[0]].ops[tp[1]].key)
+            unsorted.append((t, pos))
+            keys.append(op.key)
+    # (tb index, position) in key order (a stable sort: ties stay in (tb, position) order)
+    order = [unsorted[i] for i in sorted(range(len(keys)), key=keys.__getitem__)]
     deps = _access_deps(tbs, order)
     # Prune what an earlier step of the same tb already waited for, then lay out steps.
     final_index: dict[tuple[int, int], int] = {}

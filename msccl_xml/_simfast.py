@@ -41,6 +41,11 @@ __all__ = ["FastMemory"]
 
 _REDUCE_INTO_DST = frozenset({StepType.REDUCE, StepType.RES_ADD})
 _STORE_ONLY = frozenset({StepType.RECV, StepType.RECV_REDUCE_COPY, StepType.LOCAL_COPY, StepType.REDUCE})
+#: Per step type, what :meth:`FastMemory.execute` asks of it (one lookup rather than an enum
+#: property per question): nop, reads src, reduces into dst, send, local copy, reduces, writes dst, sends.
+_TRAITS = {t: (t is StepType.NOP, t.reads_src, t in _REDUCE_INTO_DST, t is StepType.SEND, t is StepType.LOCAL_COPY,
+               t.reduces, t.writes_dst, t.sends) for t in StepType}
+_INPUT, _SCRATCH = BufferKind.INPUT, BufferKind.SCRATCH
 _NEVER, _NONE = -1, -2  # chunk index of a slot never written / of the value None
 Values = tuple[np.ndarray, np.ndarray]  # (chunk index k, (words, n) rank words): see the module docstring
 
@@ -149,7 +154,8 @@ class FastMemory:
         ``clock`` is the step's vector clock with ``ordinal`` at position ``u`` and, last, an entry at
         its type's maximum (see :func:`_ordered`)."""
         t, cnt = step.type, step.cnt
-        if t is StepType.NOP:
+        is_nop, reads_src, into_dst, is_send, is_copy, reduces, writes_dst, sends = _TRAITS[t]
+        if is_nop:
             return None
         got = self._empty
         if received is not None:
@@ -159,21 +165,21 @@ class FastMemory:
                 n = min(cnt, len(received[0]))
                 got[0][:n] = received[0][:n]
                 got[1][:, :n] = received[1][:, :n]
-        src = self._read(rank, s_chunks, u, ordinal, clock, step.srcbuf, step.srcoff, cnt) if t.reads_src \
+        src = self._read(rank, s_chunks, u, ordinal, clock, step.srcbuf, step.srcoff, cnt) if reads_src \
             else self._empty
-        if t in _REDUCE_INTO_DST:
+        if into_dst:
             old = self._read(rank, s_chunks, u, ordinal, clock, step.dstbuf, step.dstoff, cnt)
             self._write(rank, s_chunks, u, ordinal, clock, step, self._combine(old, src))
             return None
-        if t is StepType.SEND:
+        if is_send:
             return src
-        if t is StepType.LOCAL_COPY:
+        if is_copy:
             self._write(rank, s_chunks, u, ordinal, clock, step, src)
             return None
-        value = self._combine(got, src) if t.reduces else got
-        if t.writes_dst:
+        value = self._combine(got, src) if reduces else got
+        if writes_dst:
             self._write(rank, s_chunks, u, ordinal, clock, step, value)
-        return value if t.sends else None
+        return value if sends else None
 
     def _blank(self, n: int) -> Values:
         return np.full(n, _NONE, np.int64), np.zeros((self.words, n), np.uint64)
@@ -197,7 +203,7 @@ class FastMemory:
             return self._blank(cnt)
         b, a = where
         e = a + cnt
-        if self.strict and buf is BufferKind.INPUT:
+        if self.strict and buf is _INPUT:
             # read-only and initialised (see __init__); values are never changed in place, so views do
             return b.vk[a:e], b.vm[:, a:e]
         if not _ordered(b.lw_u[a:e], b.lw_ord[a:e], clock):
@@ -216,7 +222,7 @@ class FastMemory:
         where = self._range(rank, s_chunks, buf, step.dstoff, step.cnt)
         if where is None:
             return
-        if self.strict and buf is BufferKind.INPUT:
+        if self.strict and buf is _INPUT:
             self.flagged = True
         b, a = where
         e = a + min(step.cnt, len(values[0]))
@@ -235,7 +241,7 @@ class FastMemory:
             b.readers.clear(a, e)
         b.lw_u[a:e] = u
         b.lw_ord[a:e] = ordinal
-        if buf is BufferKind.SCRATCH and step.type in _STORE_ONLY:
+        if buf is _SCRATCH and step.type in _STORE_ONLY:
             b.unread[a:e] = True
         b.vk[a:e] = values[0][: e - a]
         b.vm[:, a:e] = values[1][:, : e - a]

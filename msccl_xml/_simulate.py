@@ -162,7 +162,10 @@ def _run(program: Program, layout: Layout | None, fifo_depth: int | None, *, pro
     queued = set(ready)
 
     def wake(key: object) -> None:
-        for w in sorted(waiters.pop(key, ())):
+        woken = waiters.pop(key, None)
+        if not woken:
+            return
+        for w in sorted(woken):
             if w not in queued:
                 queued.add(w)
                 ready.append(w)
@@ -176,6 +179,7 @@ def _run(program: Program, layout: Layout | None, fifo_depth: int | None, *, pro
         in_key = (tb.recv, rank, tb.chan)
         out_key = (rank, tb.send, tb.chan)
         wait_in, wait_out = ("msg", in_key), ("msg", out_key)
+        clock, scratch, sends_to = clocks[u], s_chunks[rank], tb.send >= 0
         while pcs[u] < len(plan):
             step, dep, receives, sends, publishes = plan[pcs[u]]
             if dep is not None and flag[dep] < step.deps:
@@ -184,10 +188,9 @@ def _run(program: Program, layout: Layout | None, fifo_depth: int | None, *, pro
             if receives and not queues.get(in_key):
                 waiters.setdefault(wait_in, set()).add(u)
                 break
-            if fifo_depth is not None and sends and tb.send >= 0 and len(queues.get(out_key, ())) >= fifo_depth:
+            if fifo_depth is not None and sends and sends_to and len(queues.get(out_key, ())) >= fifo_depth:
                 waiters.setdefault(("space", out_key), set()).add(u)
                 break
-            clock = clocks[u]
             if dep is not None:
                 log = flag_log[dep]
                 j = bisect.bisect_left(flag_steps[dep], step.deps)
@@ -208,13 +211,13 @@ def _run(program: Program, layout: Layout | None, fifo_depth: int | None, *, pro
             clock[u_pos] = ordinal
             if fm is not None:
                 place = ""
-                out = fm.execute(rank, s_chunks[rank], u_pos, ordinal, clock, step,
+                out = fm.execute(rank, scratch, u_pos, ordinal, clock, step,
                                  None if msg is None else msg.values)
             else:
                 place = f"gpu {rank} tb {tb.id} step {step.s}"
-                out = _execute(st, rank, s_chunks[rank], u_pos, ordinal, clock, step, msg, place)
+                out = _execute(st, rank, scratch, u_pos, ordinal, clock, step, msg, place)
             pcs[u] = ordinal
-            if out is not None and tb.send >= 0:
+            if out is not None and sends_to:
                 msg_out = _Msg(out, _NO_CLOCK if local else clock.copy(), place, st.out_via)
                 queues.setdefault(out_key, deque()).append(msg_out)
                 wake(wait_out)
