@@ -213,26 +213,43 @@ class TopologyCore:
     def fingerprint(self) -> str:
         """Stable sha256 (hex, 16 chars) of nodes, links and route overrides; ignores name, meta and
         switch roles (which name what a switch is, not how bytes flow)."""
+        return self._content_sha256(exact=False)[:16]
+
+    @cached_property
+    def _digest(self) -> str:
+        """The whole sha256 (hex) of what :attr:`fingerprint` covers, capacities and latencies as floats (so
+        ``400`` and ``400.0`` agree, as the fields compare): the identity :meth:`__eq__` compares."""
+        return self._content_sha256(exact=True)
+
+    def _content_sha256(self, *, exact: bool) -> str:
         doc = topology_document(self.name, self.nodes, self.links, self.meta, self.routes)
         doc.pop("name")
         doc.pop("meta")
         for node in doc["nodes"]:
             node.pop("role", None)
+        if exact:
+            for lk in doc["links"]:
+                lk["gbps"], lk["latency_us"] = float(lk["gbps"]), float(lk["latency_us"])
         text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @cached_property
+    def _roles(self) -> tuple[str | None, ...]:
+        return tuple(n.role for n in self.nodes)
 
     def __eq__(self, other: object) -> bool:
+        """Equal name, meta, switch roles and content (nodes, links, route overrides: compared by their whole
+        sha256, cached per object, so an equal but distinct topology costs no field-by-field walk: cache keys
+        holding topologies, as :mod:`synth.routing`'s, are compared per lookup)."""
         if self is other:
             return True
         if not isinstance(other, TopologyCore):
             return NotImplemented
         return (
             self.name == other.name
-            and self.fingerprint == other.fingerprint  # cached: a different one settles it without the fields
-            and self.nodes == other.nodes
-            and self.links == other.links
+            and self._digest == other._digest
+            and self._roles == other._roles
             and dict(self.meta) == dict(other.meta)
-            and self.routes == other.routes
         )
 
     def __hash__(self) -> int:

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 
 from synth.errors import TopologyError
-from synth.topologies import Link, Node, NodeKind, Topology, exact_gbps, named_topology, topology_from_dict
+from synth.topologies import (Link, Node, NodeKind, Topology, exact_gbps, named_topology, topology_from_dict,
+                              topology_to_dict)
 from tests.strategies import random_topologies, topology_doc
 
 
@@ -175,3 +176,26 @@ def test_random_topology_links_and_ranks_are_consistent(topo: Topology) -> None:
     for lk in topo.links:
         assert lk in topo.out_links(lk.src) and lk in topo.in_links(lk.dst)
     assert sum(len(topo.out_links(n.id)) for n in topo.nodes) == len(topo.links)
+
+
+@pytest.mark.filterwarnings("ignore:.*without a reverse link")
+@settings(max_examples=25, deadline=None)
+@given(random_topologies())
+def test_equality_is_by_content_name_meta_and_roles(topo: Topology) -> None:
+    """Equal but distinct topologies compare equal (a cache keyed by a topology finds them); a change of a
+    capacity, a role, the name or meta makes them differ; an integer capacity equals the same float."""
+    doc = topology_to_dict(topo)
+    twin = topology_from_dict(doc)
+    assert twin is not topo and twin == topo and hash(twin) == hash(topo)
+    links = [dict(lk) for lk in doc["links"]]
+    links[0]["gbps"] = links[0]["gbps"] * 2 + 1
+    assert topology_from_dict({**doc, "links": links}) != topo
+    assert topology_from_dict({**doc, "name": doc["name"] + "-x"}) != topo
+    assert topology_from_dict({**doc, "meta": {**doc.get("meta", {}), "note": "x"}}) != topo
+    as_int = [dict(lk, gbps=int(lk["gbps"])) if float(lk["gbps"]).is_integer() else dict(lk) for lk in doc["links"]]
+    assert topology_from_dict({**doc, "links": as_int}) == topo
+    switches = [n for n in doc["nodes"] if n["kind"] == "switch"]
+    if switches:
+        nodes = [dict(n, role="nvswitch" if n.get("role") != "nvswitch" else "tor") if n is switches[0] else n
+                 for n in doc["nodes"]]
+        assert topology_from_dict({**doc, "nodes": nodes}) != topo
