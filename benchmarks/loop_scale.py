@@ -283,6 +283,10 @@ def _detect(topo: Topology, spec: str, coll: str, sched: Schedule, healthy: Flow
     if outcome == "publish" and provisional:
         outcome = "publish (budget bound: the optimum follows)"
     synthesized = next((e for e in events if e.get("event") == "synthesized"), None)
+    why = next((e.get("error") or e.get("message") for e in events
+                if e.get("event") in ("abort", "no_gain", "synthesis_failed")), None)
+    if why:
+        print(f"  {outcome}: {why}", file=sys.stderr, flush=True)
     return {"detect": flagged_at, "flagged by": by, "outcome": outcome, "synth s": synth_s,
             "resynth s": None if synthesized is None else synthesized["synth_time_s"], "publish s": publish_s,
             "reaction s": react}

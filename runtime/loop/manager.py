@@ -44,6 +44,7 @@ from runtime.loop.estimator import LinkEstimator
 from runtime.loop.heap import frozen_heap
 from runtime.loop.reasons import flag_reason
 from synth import COLLECTIVES, Collective, LoopcollError, Schedule, SynthResult, Topology, optimal_bound, synthesize
+from synth.errors import TimeLimitError
 from synth.figures import warm_mode_of
 
 __all__ = ["Deployed", "Job", "ManagerConfig", "ScheduleManager", "flag_reason", "size_bands", "SYNTHESIZABLE"]
@@ -170,7 +171,7 @@ class ScheduleManager:
             return synthesize(collective, topo, chunks=chunks, warm_from=warm, solver=self.config.solver,
                               time_limit_s=limit, ranks=ranks, relay=relay)
         except LoopcollError as exc:
-            if warm is None:
+            if warm is None or isinstance(exc, TimeLimitError):  # a cold solve within the same limit is slower
                 raise
             self._log({"event": "warm_failed", "collective": collective, "error": str(exc)[:300]})
             return synthesize(collective, topo, chunks=chunks, solver=self.config.solver, time_limit_s=limit,
@@ -345,9 +346,15 @@ class ScheduleManager:
             try:
                 warm = None if reason.startswith("bootstrap") else d.result if d.result is not None else d.schedule
                 budget = None if reason.startswith(("bootstrap", "reaction")) else self.config.reaction_time_limit_s
-                res = self._synthesize(key, topo, warm, limit_s="config" if budget is None else budget)
-                if budget is not None and res.schedule is None:  # nothing within the reaction budget
-                    res, budget = self._synthesize(key, topo, warm), None
+                res = None
+                if budget is not None:
+                    try:
+                        res = self._synthesize(key, topo, warm, limit_s=budget)
+                    except TimeLimitError as exc:  # e.g. a 1M-route AllToAll not even built within the budget
+                        self._log({"event": "reaction_budget_missed", "t_s": now, "comm": key[0],
+                                   "collective": key[1], "error": str(exc)[:300]})
+                if res is None or res.schedule is None:  # nothing within the reaction budget: the full limit
+                    res, budget = self._synthesize(key, topo, warm, limit_s="config"), None
             except LoopcollError as exc:
                 self.counters.failures += 1
                 d.swapped_t_s = now  # back off for a cool-down before trying again

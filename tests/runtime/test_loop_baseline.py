@@ -102,3 +102,40 @@ def test_a_reaction_cut_short_by_its_budget_is_published_then_the_optimum_follow
     assert flags[1] == "reaction: optimum (version 2 was made within the reaction budget)"
     assert limits[1] == "config"  # the optimum runs under time_limit_s
     assert not mgr.deployed[("world", "allgather")].provisional
+
+
+def test_a_reaction_budget_too_short_to_build_the_schedule_runs_again_under_the_full_limit(tmp_path, monkeypatch):
+    """At 1024 ranks an AllToAll's million routes are not even built within a 3 s budget: the synthesizer raises
+    TimeLimitError. The manager must neither retry cold under the same budget (slower still) nor give up: it runs
+    the warm re-synthesis again under ``time_limit_s`` and publishes that (not provisional)."""
+    import runtime.loop.manager as manager_module
+    from synth.errors import TimeLimitError
+
+    ctl, events, _healthy, fail = _setup(tmp_path, reaction_time_limit_s=0.5, time_limit_s=20.0)
+    calls: list[tuple[bool, object]] = []
+    real = manager_module.synthesize
+
+    def synthesize(collective, topo, **kw):
+        calls.append((kw.get("warm_from") is not None, kw.get("time_limit_s")))
+        if kw.get("time_limit_s") == 0.5:
+            raise TimeLimitError("alltoall: time limit of 0.5 s (and its grace) reached while building the "
+                                 "schedule (524288 of 1047552 routes built)")
+        return real(collective, topo, **kw)
+
+    monkeypatch.setattr(manager_module, "synthesize", synthesize)
+    rng = np.random.default_rng(3)
+    t = time.time() + 10.0
+    for k in range(60):
+        ctl.ingest(_noisy(fail, k, t, 0.05, rng))
+        t += 0.1
+        ctl.poll(now_s=t)
+        if any(e["event"] == "publish" and e["version"] == 2 for e in events):
+            break
+    kinds = [e["event"] for e in events]
+    assert "synthesis_failed" not in kinds and "warm_failed" not in kinds
+    missed = next(e for e in events if e["event"] == "reaction_budget_missed")
+    assert "routes built" in missed["error"]
+    assert calls[:2] == [(True, 0.5), (True, 20.0)]  # warm under the budget, then warm under time_limit_s
+    pub = next(e for e in events if e["event"] == "publish" and e["version"] == 2)
+    assert pub["reason"].startswith("detector")
+    assert not ctl.manager.deployed[("world", "allgather")].provisional
