@@ -287,6 +287,10 @@ def _detect(topo: Topology, spec: str, coll: str, sched: Schedule, healthy: Flow
                 if e.get("event") in ("abort", "no_gain", "synthesis_failed")), None)
     if why:
         print(f"  {outcome}: {why}", file=sys.stderr, flush=True)
+    for e in events:
+        if e.get("event") in ("synthesized", "no_gain", "reaction_budget_missed", "warm_failed"):
+            print("  " + json.dumps({k: v for k, v in e.items() if k not in ("t_s", "comm")}, default=str)[:400],
+                  file=sys.stderr, flush=True)
     return {"detect": flagged_at, "flagged by": by, "outcome": outcome, "synth s": synth_s,
             "resynth s": None if synthesized is None else synthesized["synth_time_s"], "publish s": publish_s,
             "reaction s": react}

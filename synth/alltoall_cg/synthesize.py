@@ -78,6 +78,13 @@ log = logging.getLogger(__name__)
 
 WarmStart = SynthResult | WarmState | Schedule | None
 
+#: A warm-start schedule with more routes than this is not seeded: its paths cost more to add than they save.
+#: Measured (fail2, schedule of the healthy fabric): seeding cuts a 64-GPU torus from 4.7 to 0.3 s, but on
+#: hpn, where the cold column generation converges in 3 iterations, it only adds time (256 GPUs 0.7 -> 3.2 s,
+#: 512 GPUs 2.3 -> 9.0 s) and at 1024 GPUs the NCCL-like baseline's 1.05M routes kept a 30 s solve from
+#: improving on the baseline at all (cold: optimal in 12 s).
+SEED_MAX_ROUTES = 1 << 17
+
 
 @dataclass(frozen=True, slots=True)
 class AllToAllBound:
@@ -147,10 +154,10 @@ def _start(net: Network, solver: str, steps: int | None,
     elif isinstance(state, WarmState):
         seed_paths(cg, state.node_paths())
         mode = "pool-paths"
-    elif isinstance(state, Schedule):
+    elif isinstance(state, Schedule) and len(state.routes) <= SEED_MAX_ROUTES:
         seed_paths(cg, paths_from_schedule(state))
         mode = "schedule"
-    else:
+    else:  # cold, or a schedule too large to seed (the result's message says so)
         mode = "cold"
     # Shortest-hop trees make the master feasible whatever the seeds were (a restored pool with a
     # usable tree per source already is, and its basis is worth more than extra columns).
@@ -398,6 +405,9 @@ def _column_generation(topology: Topology, net: Network, warm_start: WarmStart, 
         pricing_time_s=run.pricing_time_s, rounding_time_s=t_round, schedule_time_s=t_sched, nchunks=nchunks,
         binding_limit=binding, rounding_tried=tried)
     message = cg_message(run, figures, ask.solver, bound_algbw, elapsed)
+    if isinstance(warm_start, Schedule) and mode == "cold":
+        message += (f"; cold: the warm-start schedule's {len(warm_start.routes)} routes were not seeded (more than "
+                    f"SEED_MAX_ROUTES = {SEED_MAX_ROUTES}: seeding them costs more than it saves)")
     log.info("alltoall_cg: %s", message)
     return SynthResult(status=status, message=message, schedule=schedule, algbw_GBps=algbw,
                        optimal_algbw_GBps=optimal, gap_pct=gap_pct, solve_time_s=elapsed, warm=mode != "cold",

@@ -67,6 +67,25 @@ def test_warm_from_schedule_json_round_trip() -> None:
     assert_valid_alltoall(res, topo, 10)
 
 
+def test_a_schedule_too_large_to_seed_starts_cold_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``SEED_MAX_ROUTES`` a warm-start schedule is not seeded (at 1024 GPUs the baseline's 1.05M routes
+    kept a 30 s solve at the baseline): the result is cold, as good as cold, and its message names the cap."""
+    import synth.alltoall_cg.synthesize as a2a
+
+    base, topo = load_topology("hpn:1x4x8"), load_topology("hpn:1x4x8", ["fail2"])
+    sched = synthesize_alltoall(base).schedule
+    assert sched is not None
+    cold = synthesize_alltoall(topo)
+    monkeypatch.setattr(a2a, "SEED_MAX_ROUTES", len(sched.routes) - 1)
+    res = synthesize_alltoall(topo, warm_start=sched)
+    assert (res.figures.warm_mode, res.warm) == ("cold", False)
+    assert f"schedule's {len(sched.routes)} routes were not seeded" in res.message
+    assert res.algbw_GBps == cold.algbw_GBps and res.schedule == cold.schedule  # exactly the cold solve
+    assert_valid_alltoall(res, topo, 10)
+    monkeypatch.setattr(a2a, "SEED_MAX_ROUTES", len(sched.routes))
+    assert synthesize_alltoall(topo, warm_start=sched).figures.warm_mode == "schedule"
+
+
 def test_warm_state_on_other_topology_falls_back_to_pool_paths() -> None:
     prev = synthesize_alltoall(load_topology("hpn:1x2x8"))
     other = load_topology("hpn:1x2x8,nic=200")  # same nodes and links, other capacities: state reused
