@@ -35,7 +35,8 @@ Per hpn fabric (1x16x8 = 128, 4x16x8 = 512, 8x16x8 = 1024, 16x16x8 = 2048 ranks)
   ``time_limit_s`` follows, not timed here); **synth s**, **publish s**: the wall time of the poll that flagged
   (the warm re-synthesis) and of the poll that published (XML export + store), **resynth s** the
   re-synthesis alone within the first (the manager's ``synthesized`` event); **reaction s** = their sum
-  (``--no-reaction`` skips it; ``--no-export`` publishes without XML).
+  (``--no-reaction`` skips it; ``--no-export`` publishes without XML; ``--time-limit-s`` sets the controller's
+  ``time_limit_s``, which a 2048-rank AllToAll needs at about 60 s).
 
 Progress (each phase of a row and its wall time) goes to stderr.
 
@@ -243,7 +244,8 @@ def _detect(topo: Topology, spec: str, coll: str, sched: Schedule, healthy: Flow
         prof = profile_from_dict({"format": "loopcoll.profile/1", "topology": spec, "communicators": [
             {"name": "world", "ranks": list(range(topo.nranks)),
              "collectives": [{"collective": coll, "sizes": [SIZE]}]}]})
-        cfg = ControllerConfig(export_xml=not args.no_export, reaction_time_limit_s=args.reaction_limit_s)
+        cfg = ControllerConfig(export_xml=not args.no_export, reaction_time_limit_s=args.reaction_limit_s,
+                               **({} if args.time_limit_s is None else {"time_limit_s": args.time_limit_s}))
         ctl = Controller(topo, prof, store, config=cfg, log=events.append)
         ctl.deploy("world", coll, sched, reason="loop_scale: version 1")
         rng = np.random.default_rng(2)
@@ -353,6 +355,9 @@ def main() -> None:
     ap.add_argument("--no-detect", action="store_true")
     ap.add_argument("--no-reaction", action="store_true")
     ap.add_argument("--no-export", action="store_true")
+    ap.add_argument("--time-limit-s", type=float, default=None,
+                    help="the controller's time_limit_s (default: ControllerConfig's, 30 s; a 2048-rank AllToAll "
+                         "needs about 60 s)")
     ap.add_argument("--reaction-limit-s", type=float, default=3.0,
                     help="ControllerConfig.reaction_time_limit_s of the detection run (the flag's re-synthesis)")
     ap.add_argument("--out", default="loop_scale")

@@ -98,6 +98,9 @@ class ScheduleManager:
         self._log = log
         self.deployed: dict[tuple[str, str], Deployed] = {}
         self.jobs: dict[tuple[str, str], Job] = {}
+        #: (comm, collective) whose reaction budget ran out before a schedule was built: later reactions go
+        #: straight to ``time_limit_s`` (at 2048 ranks an AllToAll's setup alone outlasts a 3 s budget)
+        self.budget_missed: set[tuple[str, str]] = set()
         self.schedules: dict[tuple[str, str, int], Schedule] = {}
         self.counters = ManagerCounters()
         self._verdicts = VerdictCache()  # Algorithm 1 reruns only when an estimate or the version changed
@@ -345,14 +348,17 @@ class ScheduleManager:
             t0 = time.perf_counter()
             try:
                 warm = None if reason.startswith("bootstrap") else d.result if d.result is not None else d.schedule
-                budget = None if reason.startswith(("bootstrap", "reaction")) else self.config.reaction_time_limit_s
+                budget = None if reason.startswith(("bootstrap", "reaction")) or key in self.budget_missed \
+                    else self.config.reaction_time_limit_s
                 res = None
                 if budget is not None:
                     try:
                         res = self._synthesize(key, topo, warm, limit_s=budget)
                     except TimeLimitError as exc:  # e.g. a 1M-route AllToAll not even built within the budget
+                        self.budget_missed.add(key)
                         self._log({"event": "reaction_budget_missed", "t_s": now, "comm": key[0],
-                                   "collective": key[1], "error": str(exc)[:300]})
+                                   "collective": key[1], "error": str(exc)[:300],
+                                   "message": "later reactions of this collective run under time_limit_s"})
                 if res is None or res.schedule is None:  # nothing within the reaction budget: the full limit
                     res, budget = self._synthesize(key, topo, warm, limit_s="config"), None
             except LoopcollError as exc:

@@ -56,6 +56,7 @@ from synth.alltoall_cg._rounding import (
     largest_remainder,
 )
 from synth.alltoall_cg._schedule import (
+    ROUTE_COST_S,
     RouteCache,
     build_deadline,
     build_schedule,
@@ -359,6 +360,7 @@ def _column_generation(topology: Topology, net: Network, warm_start: WarmStart, 
     steps = ask.max_steps if ask.max_steps is not None else diameter
     cg, mode, dropped, cache = _start(net, ask.solver, steps, warm_start)
     t_setup = time.perf_counter() - ask.start
+    _check_end(topology, ask, "setting up the path pool", None)
     run = cg.run(deadline=ask.deadline, first_method="dual" if mode == "state" else "primal",
                  sweep=ask.max_steps is None)
     t_cg = time.perf_counter() - ask.start - t_setup
@@ -368,6 +370,9 @@ def _column_generation(topology: Topology, net: Network, warm_start: WarmStart, 
     log.info("alltoall_cg: LP %s after %d iterations: algbw %.6g GB/s (bound %.6g), %d trees, %d steps",
              "optimal" if run.converged else "stopped", run.iterations, lp_algbw, bound_algbw, len(cg.trees),
              cg.steps)
+    # building at least one route per pair, from an empty route cache, at half the reserve's per-route cost
+    cold_build_s = 0.5 * ROUTE_COST_S * n * (n - 1) if not cache.hops and not cache.routes else 0.0
+    _check_end(topology, ask, f"after {run.iterations} CG iterations", bound_algbw, build_s=cold_build_s)
     t0 = time.perf_counter()
     pids, y = disaggregate(cg, run.lam, ask.first)
     dive, measured = _round(topology, cg, pids, y, ask.first, run.t_lp, ask.deadline if run.converged else ask.start)
@@ -412,6 +417,21 @@ def _column_generation(topology: Topology, net: Network, warm_start: WarmStart, 
     return SynthResult(status=status, message=message, schedule=schedule, algbw_GBps=algbw,
                        optimal_algbw_GBps=optimal, gap_pct=gap_pct, solve_time_s=elapsed, warm=mode != "cold",
                        figures=figures, warm_state=WarmState.capture(cg, cache, diameter, rounded))
+
+
+def _check_end(topology: Topology, ask: _Ask, where: str, bound_algbw: float | None, build_s: float = 0.0) -> None:
+    """Raise :class:`TimeLimitError` at once when the limit (and its grace) has passed, or would pass before an
+    estimated ``build_s`` of schedule building: the phases between the checks do not stop midway, so at 2048
+    GPUs a 3 s limit otherwise ran 29 s before building failed."""
+    stop = build_deadline(ask.end)
+    now = time.perf_counter()
+    if stop is None or now + build_s <= stop:
+        return
+    more = f" (and ~{build_s:.0f} s more to build the schedule)" if build_s and now <= stop else ""
+    bound = "" if bound_algbw is None else f"; LP upper bound {bound_algbw:.6g} GB/s"
+    raise TimeLimitError(f"alltoall on {topology.name!r}: time limit of {(ask.end or 0) - ask.start:g} s (and its "
+                         f"grace) reached {where}{more} after {now - ask.start:.1f} s{bound}",
+                         upper_algbw_GBps=bound_algbw)
 
 
 def _schedule_of(topology: Topology, net: Network, cg: ColumnGeneration, run: CgRun, dive: DiveResult,

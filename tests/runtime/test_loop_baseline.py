@@ -139,3 +139,5 @@ def test_a_reaction_budget_too_short_to_build_the_schedule_runs_again_under_the_
     pub = next(e for e in events if e["event"] == "publish" and e["version"] == 2)
     assert pub["reason"].startswith("detector")
     assert not ctl.manager.deployed[("world", "allgather")].provisional
+    assert ("world", "allgather") in ctl.manager.budget_missed  # the next reaction skips the hopeless budget
+    assert sum(limit == 0.5 for _, limit in calls) == 1

@@ -10,7 +10,7 @@ import pytest
 
 from synth.alltoall_cg import synthesize_alltoall
 from synth.bounds.alltoall import alltoall_rate_GBps
-from synth.errors import SolverError
+from synth.errors import SolverError, TimeLimitError
 from synth.figures import AllToAllFigures
 from synth.result import Status
 from synth.topologies import load_topology, named_topology
@@ -118,6 +118,24 @@ def test_time_limit_returns_incumbent_with_certified_gap() -> None:
     if res.status is Status.TIME_LIMIT:
         assert res.gap_pct > 0
         assert "time limit" in res.message
+
+
+def test_a_limit_past_during_setup_fails_at_once_not_after_building(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The phases do not stop midway; at 2048 GPUs a 3 s limit ran 29 s (setup, one CG iteration, rounding)
+    before building the schedule failed. Past the limit and its grace after setup, the solve stops there."""
+    import synth.alltoall_cg._schedule as sched_module
+
+    monkeypatch.setattr(sched_module, "SCHEDULE_GRACE_S", 0.0)  # no grace: any limit has passed after setup
+    topo = load_topology("hpn:1x2x8", ["fail2"])
+    with pytest.raises(TimeLimitError, match=r"reached setting up the path pool after") as err:
+        synthesize_alltoall(topo, time_limit_s=1e-9)
+    assert err.value.upper_algbw_GBps is None  # no LP solved yet: no bound to report
+    import synth.alltoall_cg.synthesize as a2a
+
+    monkeypatch.setattr(a2a, "ROUTE_COST_S", 1.0)  # building 240 routes would take ~120 s: not within 30 s
+    with pytest.raises(TimeLimitError, match=r"after \d+ CG iterations \(and ~120 s more to build the schedule\)"):
+        synthesize_alltoall(topo, time_limit_s=30.0)
+    assert synthesize_alltoall(topo, time_limit_s=30.0, warm_start=synthesize_alltoall(topo)).schedule is not None
 
 
 def test_progress_is_logged_not_printed(caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
