@@ -105,11 +105,20 @@ ITEMS: tuple[Item, ...] = (
          ),
     Item("daemon", ("daemon.json",), (_b("daemon.py"),), (_b("daemon.py", "--repeats", "1"),)),
     Item("publish", ("publish.json",), (_b("publish.py"),), (_b("publish.py", "--quick"),)),
-    Item("loop_scale", ("loop_scale.json",), (_b("loop_scale.py"),), (_b("loop_scale.py", "--quick"),)),
+    Item("loop_scale", ("loop_scale.json",), (_b("loop_scale.py", "--sizes", "1x16x8", "4x16x8"),),
+         (_b("loop_scale.py", "--quick"),)),  # 1024 and 2048 ranks: the three items below
     Item("loop_scale_large", ("loop_scale_large.json",),
          (_b("loop_scale.py", "--sizes", "8x16x8", "16x16x8", "--collectives", "allgather", "reducescatter",
              "--out", "loop_scale_large"),),
          (_b("loop_scale.py", "--quick", "--out", "loop_scale_large"),)),
+    Item("loop_scale_a2a", ("loop_scale_a2a.json",),
+         (_b("loop_scale.py", "--sizes", "8x16x8", "--collectives", "alltoall", "--out", "loop_scale_a2a"),),
+         (_b("loop_scale.py", "--quick", "--collectives", "alltoall", "--out", "loop_scale_a2a"),)),
+    Item("loop_scale_a2a_noxml", ("loop_scale_a2a_noxml.json",),
+         (_b("loop_scale.py", "--sizes", "8x16x8", "16x16x8", "--collectives", "alltoall", "--time-limit-s", "90",
+             "--no-export", "--out", "loop_scale_a2a_noxml"),),
+         (_b("loop_scale.py", "--quick", "--collectives", "alltoall", "--no-export", "--out",
+             "loop_scale_a2a_noxml"),)),
     Item("schedule_json", ("schedule_json.json",), (_b("schedule_json.py"),), (_b("schedule_json.py", "--quick"),)),
     Item("executor", ("executor.json",),
          (_b("executor.py", "--nprocs", "4", "8", "--sizes", "1M", "16M", "--iters", "5", "--swaps", "5"),),
@@ -227,7 +236,8 @@ class Rule:
                                  r"(?<=poll )\d+", r"(?<=bytes_in )\d+")  # ports, pids, the daemon's timed counters
     skipped_suffixes: tuple[str, ...] = (".png", ".svg", ".pdf")
     measured_items: frozenset[str] = frozenset({"daemon", "executor", "executor_full4", "executor_full8", "live_loop",
-                                                "loop_scale", "loop_scale_large"})
+                                                "loop_scale", "loop_scale_large", "loop_scale_a2a",
+                                                "loop_scale_a2a_noxml"})
     rounded_items: tuple[tuple[str, int], ...] = (("closed_loop", 12), ("noise", 12))
     #: Hand-written files with a generated part: only the part between the markers is compared.
     generated_parts: tuple[tuple[str, str, str], ...] = (

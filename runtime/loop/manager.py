@@ -90,17 +90,11 @@ class ScheduleManager:
 
     def __init__(self, nominal: Topology, profile: JobProfile, store: VersionStore, estimator: LinkEstimator,
                  config: ManagerConfig, log: Callable[[dict[str, Any]], None]) -> None:
-        self.nominal = nominal
-        self.profile = profile
-        self.store = store
-        self.estimator = estimator
-        self.config = config
+        self.nominal, self.profile, self.store, self.estimator, self.config = nominal, profile, store, estimator, config
         self._log = log
         self.deployed: dict[tuple[str, str], Deployed] = {}
         self.jobs: dict[tuple[str, str], Job] = {}
-        #: (comm, collective) whose reaction budget ran out before a schedule was built: later reactions go
-        #: straight to ``time_limit_s`` (at 2048 ranks an AllToAll's setup alone outlasts a 3 s budget)
-        self.budget_missed: set[tuple[str, str]] = set()
+        self.budget_missed: set[tuple[str, str]] = set()  # reaction budget too short to build (see _resynthesize)
         self.schedules: dict[tuple[str, str, int], Schedule] = {}
         self.counters = ManagerCounters()
         self._verdicts = VerdictCache()  # Algorithm 1 reruns only when an estimate or the version changed
@@ -179,6 +173,24 @@ class ScheduleManager:
             self._log({"event": "warm_failed", "collective": collective, "error": str(exc)[:300]})
             return synthesize(collective, topo, chunks=chunks, solver=self.config.solver, time_limit_s=limit,
                               ranks=ranks, relay=relay)
+
+    def _resynthesize(self, key: tuple[str, str], topo: Topology, warm: SynthResult | Schedule | None, reason: str,
+                      now: float) -> tuple[SynthResult, float | None]:
+        """A flag's re-synthesis and its budget: ``reaction_time_limit_s`` (not for an optimum's, nor once it
+        missed: at 2048 ranks an AllToAll's setup outlasts 3 s), then ``time_limit_s`` if it gave no schedule."""
+        budget = None if reason.startswith(("bootstrap", "reaction")) or key in self.budget_missed \
+            else self.config.reaction_time_limit_s
+        res = None
+        if budget is not None:
+            try:
+                res = self._synthesize(key, topo, warm, limit_s=budget)
+            except TimeLimitError as exc:  # e.g. a 1M-route AllToAll not even built within the budget
+                self.budget_missed.add(key)
+                self._log({"event": "reaction_budget_missed", "t_s": now, "comm": key[0], "collective": key[1],
+                           "error": str(exc)[:300], "message": "later reactions run under time_limit_s"})
+        if res is None or res.schedule is None:  # nothing within the reaction budget: the full limit
+            res, budget = self._synthesize(key, topo, warm, limit_s="config"), None
+        return res, budget
 
     def _publish(self, key: tuple[str, str], result: SynthResult | Schedule, topo: Topology, reason: str,
                  verdict: Verdict | None, trigger_samples: int, now: float, *, refit: bool = True) -> VersionEntry:
@@ -348,19 +360,7 @@ class ScheduleManager:
             t0 = time.perf_counter()
             try:
                 warm = None if reason.startswith("bootstrap") else d.result if d.result is not None else d.schedule
-                budget = None if reason.startswith(("bootstrap", "reaction")) or key in self.budget_missed \
-                    else self.config.reaction_time_limit_s
-                res = None
-                if budget is not None:
-                    try:
-                        res = self._synthesize(key, topo, warm, limit_s=budget)
-                    except TimeLimitError as exc:  # e.g. a 1M-route AllToAll not even built within the budget
-                        self.budget_missed.add(key)
-                        self._log({"event": "reaction_budget_missed", "t_s": now, "comm": key[0],
-                                   "collective": key[1], "error": str(exc)[:300],
-                                   "message": "later reactions of this collective run under time_limit_s"})
-                if res is None or res.schedule is None:  # nothing within the reaction budget: the full limit
-                    res, budget = self._synthesize(key, topo, warm, limit_s="config"), None
+                res, budget = self._resynthesize(key, topo, warm, reason, now)
             except LoopcollError as exc:
                 self.counters.failures += 1
                 d.swapped_t_s = now  # back off for a cool-down before trying again

@@ -55,13 +55,13 @@ from synth.alltoall_cg._rounding import (
     disaggregate,
     largest_remainder,
 )
+from synth.alltoall_cg._ask import Ask, check_end, make_ask
 from synth.alltoall_cg._schedule import (
     ROUTE_COST_S,
     RouteCache,
     build_deadline,
     build_schedule,
     check_and_measure,
-    schedule_reserve_s,
 )
 from synth.alltoall_cg._warm import WarmState, paths_from_schedule, restore, seed_paths
 from synth._resources import require_memory
@@ -228,31 +228,6 @@ def _choose(topology: Topology, cg: ColumnGeneration, pids: np.ndarray, y: np.nd
     return dive, measured, first, (pick.binding or cap[1]) if loss > TARGET_LOSS else None, tuple(pick.tried)
 
 
-@dataclass(frozen=True, slots=True)
-class _Ask:
-    """What one :func:`synthesize_alltoall` call asks for, checked (``first``: chunks tried first)."""
-
-    solver: str
-    max_steps: int | None
-    first: int
-    cap_k: int
-    cap_name: str
-    rounding_budget_s: float
-    start: float
-    deadline: float | None  # of the column generation and the rounding: the limit less the schedule's reserve
-    end: float | None  # the time limit itself; building the schedule may pass it by SCHEDULE_GRACE_S
-
-
-def _make_ask(n_gpus: int, solver: str, max_steps: int | None, chunking: tuple[int, int, str],
-              rounding_budget_s: float, time_limit_s: float | None) -> _Ask:
-    """The checked call, timed from now: the column generation and the rounding end
-    :func:`~synth.alltoall_cg._schedule.schedule_reserve_s` before the limit, to build the schedule."""
-    start = time.perf_counter()
-    end = None if time_limit_s is None else start + float(time_limit_s)
-    deadline = None if end is None or time_limit_s is None else end - schedule_reserve_s(n_gpus, time_limit_s)
-    return _Ask(solver, max_steps, *chunking, rounding_budget_s, start, deadline, end)
-
-
 def synthesize_alltoall(
     topology: Topology,
     *,
@@ -318,7 +293,7 @@ def synthesize_alltoall(
     _validate_args(topology, 1 if nchunks is None else nchunks, max_steps, solver, time_limit_s, warm_start)
     check_rounding_args(max_nchunks, rounding_budget_s)
     first, cap_k, cap_name = chunk_cap(topology.nranks, nchunks, max_nchunks)
-    ask = _make_ask(topology.nranks, solver, max_steps, (first, cap_k, cap_name), rounding_budget_s, time_limit_s)
+    ask = make_ask(topology.nranks, solver, max_steps, (first, cap_k, cap_name), rounding_budget_s, time_limit_s)
     net = Network.from_topology(topology)
     state = warm_start.warm_state if isinstance(warm_start, SynthResult) else warm_start
     diameter = _diameter(topology, net, state, max_steps)
@@ -354,13 +329,13 @@ def _repairable(state: WarmState, net: Network, nchunks: int | None, cap_k: int,
         and diameter <= state.steps and (max_steps is None or max_steps == state.steps)
 
 
-def _column_generation(topology: Topology, net: Network, warm_start: WarmStart, ask: _Ask,
+def _column_generation(topology: Topology, net: Network, warm_start: WarmStart, ask: Ask,
                        diameter: int) -> SynthResult:
     """The full column generation (cold or warm), then the rounding and the K choice."""
     steps = ask.max_steps if ask.max_steps is not None else diameter
     cg, mode, dropped, cache = _start(net, ask.solver, steps, warm_start)
     t_setup = time.perf_counter() - ask.start
-    _check_end(topology, ask, "setting up the path pool", None)
+    check_end(topology, ask, "setting up the path pool", None)
     run = cg.run(deadline=ask.deadline, first_method="dual" if mode == "state" else "primal",
                  sweep=ask.max_steps is None)
     t_cg = time.perf_counter() - ask.start - t_setup
@@ -372,7 +347,7 @@ def _column_generation(topology: Topology, net: Network, warm_start: WarmStart, 
              cg.steps)
     # building at least one route per pair, from an empty route cache, at half the reserve's per-route cost
     cold_build_s = 0.5 * ROUTE_COST_S * n * (n - 1) if not cache.hops and not cache.routes else 0.0
-    _check_end(topology, ask, f"after {run.iterations} CG iterations", bound_algbw, build_s=cold_build_s)
+    check_end(topology, ask, f"after {run.iterations} CG iterations", bound_algbw, build_s=cold_build_s)
     t0 = time.perf_counter()
     pids, y = disaggregate(cg, run.lam, ask.first)
     dive, measured = _round(topology, cg, pids, y, ask.first, run.t_lp, ask.deadline if run.converged else ask.start)
@@ -419,24 +394,9 @@ def _column_generation(topology: Topology, net: Network, warm_start: WarmStart, 
                        figures=figures, warm_state=WarmState.capture(cg, cache, diameter, rounded))
 
 
-def _check_end(topology: Topology, ask: _Ask, where: str, bound_algbw: float | None, build_s: float = 0.0) -> None:
-    """Raise :class:`TimeLimitError` at once when the limit (and its grace) has passed, or would pass before an
-    estimated ``build_s`` of schedule building: the phases between the checks do not stop midway, so at 2048
-    GPUs a 3 s limit otherwise ran 29 s before building failed."""
-    stop = build_deadline(ask.end)
-    now = time.perf_counter()
-    if stop is None or now + build_s <= stop:
-        return
-    more = f" (and ~{build_s:.0f} s more to build the schedule)" if build_s and now <= stop else ""
-    bound = "" if bound_algbw is None else f"; LP upper bound {bound_algbw:.6g} GB/s"
-    raise TimeLimitError(f"alltoall on {topology.name!r}: time limit of {(ask.end or 0) - ask.start:g} s (and its "
-                         f"grace) reached {where}{more} after {now - ask.start:.1f} s{bound}",
-                         upper_algbw_GBps=bound_algbw)
-
-
 def _schedule_of(topology: Topology, net: Network, cg: ColumnGeneration, run: CgRun, dive: DiveResult,
                  measured: Measured, nchunks: int, cache: RouteCache,
-                 ask: _Ask) -> tuple[float, Schedule, RoundedState | None]:
+                 ask: Ask) -> tuple[float, Schedule, RoundedState | None]:
     """The rounded schedule's algbw, the schedule (checked) and, for a converged LP, the state a
     later repair starts from."""
     lp_algbw = net.n_gpus / run.t_lp
@@ -462,7 +422,7 @@ def _schedule_of(topology: Topology, net: Network, cg: ColumnGeneration, run: Cg
     return algbw, schedule, rounded
 
 
-def _try_repair(topology: Topology, net: Network, state: WarmState, ask: _Ask, diameter: int) -> SynthResult | None:
+def _try_repair(topology: Topology, net: Network, state: WarmState, ask: Ask, diameter: int) -> SynthResult | None:
     """The certified local repair as a result, or None when it does not apply (see ``_repair``)."""
     assert state.rounded is not None
     n, nchunks = net.n_gpus, state.rounded.nchunks

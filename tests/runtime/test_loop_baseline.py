@@ -33,6 +33,20 @@ def _noisy(table, seq, t, sigma, rng):
     return out
 
 
+def _run_failed(ctl, fail, events, until_version, collectives=60):
+    """Feed ``collectives`` noisy collectives of the failed fabric (seed 3), polling after each; stop early once
+    ``until_version`` is published."""
+    rng = np.random.default_rng(3)
+    t = time.time() + 10.0
+    for k in range(collectives):
+        ctl.ingest(_noisy(fail, k, t, 0.05, rng))
+        t += 0.1
+        ctl.poll(now_s=t)
+        if until_version is not None and any(e["event"] == "publish" and e["version"] == until_version
+                                             for e in events):
+            return
+
+
 def _setup(tmp_path, **config):
     topo = load_topology(SPEC)
     ring = fallback_schedule("allgather", topo)
@@ -89,12 +103,7 @@ def test_a_reaction_cut_short_by_its_budget_is_published_then_the_optimum_follow
         return dataclasses.replace(res, status=Status.TIME_LIMIT) if limit_s == 0.5 else res
 
     mgr._synthesize = synthesize
-    rng = np.random.default_rng(3)
-    t = time.time() + 10.0
-    for k in range(60):
-        ctl.ingest(_noisy(fail, k, t, 0.05, rng))
-        t += 0.1
-        ctl.poll(now_s=t)
+    _run_failed(ctl, fail, events, until_version=None)
     flags = [e["reason"] for e in events if e["event"] == "flag"]
     pubs = [e for e in events if e["event"] == "publish"]
     assert flags[0].startswith("detector") and limits[0] == 0.5
@@ -123,14 +132,7 @@ def test_a_reaction_budget_too_short_to_build_the_schedule_runs_again_under_the_
         return real(collective, topo, **kw)
 
     monkeypatch.setattr(manager_module, "synthesize", synthesize)
-    rng = np.random.default_rng(3)
-    t = time.time() + 10.0
-    for k in range(60):
-        ctl.ingest(_noisy(fail, k, t, 0.05, rng))
-        t += 0.1
-        ctl.poll(now_s=t)
-        if any(e["event"] == "publish" and e["version"] == 2 for e in events):
-            break
+    _run_failed(ctl, fail, events, until_version=2)
     kinds = [e["event"] for e in events]
     assert "synthesis_failed" not in kinds and "warm_failed" not in kinds
     missed = next(e for e in events if e["event"] == "reaction_budget_missed")
