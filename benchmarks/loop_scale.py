@@ -290,7 +290,8 @@ def _detect(topo: Topology, spec: str, coll: str, sched: Schedule, healthy: Flow
     if why:
         print(f"  {outcome}: {why}", file=sys.stderr, flush=True)
     for e in events:
-        if e.get("event") in ("synthesized", "no_gain", "reaction_budget_missed", "warm_failed"):
+        if e.get("event") in ("synthesized", "no_gain", "reaction_budget_missed", "warm_failed", "xml_deferred",
+                              "capped") or e.get("event") == "publish" and e.get("xml_error"):
             print("  " + json.dumps({k: v for k, v in e.items() if k not in ("t_s", "comm")}, default=str)[:400],
                   file=sys.stderr, flush=True)
     return {"detect": flagged_at, "flagged by": by, "outcome": outcome, "synth s": synth_s,
