@@ -26,7 +26,7 @@ from synth.schedule import CutLink, Hop, Route, RouteKind, Schedule
 from synth.topologies.model import Topology
 
 __all__ = ["ROUTE_BATCH", "ROUTE_COST_S", "SCHEDULE_GRACE_S", "RouteCache", "build_deadline", "build_schedule",
-           "check_and_measure", "make_routes", "measure_loads", "route_order", "schedule_reserve_s"]
+           "min_build_s", "check_and_measure", "make_routes", "measure_loads", "route_order", "schedule_reserve_s"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -48,6 +48,16 @@ def schedule_reserve_s(n_gpus: int, time_limit_s: float) -> float:
     (6.82, 10.0)
     """
     return min(ROUTE_COST_S * n_gpus * n_gpus, time_limit_s / 2)
+
+
+def min_build_s(n_gpus: int) -> float:
+    """A conservative estimate of building a schedule from an empty route cache: one route per GPU pair at
+    half of :data:`ROUTE_COST_S` (a limit checked before the rounding stops early when even this would not fit).
+
+    >>> round(min_build_s(2048), 1)
+    13.6
+    """
+    return 0.5 * ROUTE_COST_S * n_gpus * (n_gpus - 1)
 
 
 def build_deadline(end: float | None) -> float | None:

@@ -55,13 +55,13 @@ from synth.alltoall_cg._rounding import (
     disaggregate,
     largest_remainder,
 )
-from synth.alltoall_cg._ask import Ask, check_end, make_ask
+from synth.alltoall_cg._ask import Ask, check_end, limit_error, make_ask
 from synth.alltoall_cg._schedule import (
-    ROUTE_COST_S,
     RouteCache,
     build_deadline,
     build_schedule,
     check_and_measure,
+    min_build_s,
 )
 from synth.alltoall_cg._warm import WarmState, paths_from_schedule, restore, seed_paths
 from synth._resources import require_memory
@@ -345,9 +345,8 @@ def _column_generation(topology: Topology, net: Network, warm_start: WarmStart, 
     log.info("alltoall_cg: LP %s after %d iterations: algbw %.6g GB/s (bound %.6g), %d trees, %d steps",
              "optimal" if run.converged else "stopped", run.iterations, lp_algbw, bound_algbw, len(cg.trees),
              cg.steps)
-    # building at least one route per pair, from an empty route cache, at half the reserve's per-route cost
-    cold_build_s = 0.5 * ROUTE_COST_S * n * (n - 1) if not cache.hops and not cache.routes else 0.0
-    check_end(topology, ask, f"after {run.iterations} CG iterations", bound_algbw, build_s=cold_build_s)
+    check_end(topology, ask, f"after {run.iterations} CG iterations", bound_algbw,
+              build_s=min_build_s(n) if not cache.hops and not cache.routes else 0.0, optimum=run.converged)
     t0 = time.perf_counter()
     pids, y = disaggregate(cg, run.lam, ask.first)
     dive, measured = _round(topology, cg, pids, y, ask.first, run.t_lp, ask.deadline if run.converged else ask.start)
@@ -363,10 +362,7 @@ def _column_generation(topology: Topology, net: Network, warm_start: WarmStart, 
     try:
         algbw, schedule, rounded = _schedule_of(topology, net, cg, run, dive, measured, nchunks, cache, ask)
     except TimeLimitError as exc:
-        raise TimeLimitError(f"alltoall on {topology.name!r}: time limit of {(ask.end or 0) - ask.start:g} s (and "
-                             f"its grace) reached {exc} after {time.perf_counter() - ask.start:.1f} s; LP "
-                             f"{'optimum' if run.converged else 'upper bound'} {bound_algbw:.6g} GB/s",
-                             upper_algbw_GBps=bound_algbw) from exc
+        raise limit_error(topology, ask, str(exc), bound_algbw, run.converged) from exc
     except ScheduleError as exc:
         return SynthResult(status=Status.FAILED, message=f"rounded AllToAll schedule failed loopcoll's re-check: "
                            f"{exc}", schedule=None, algbw_GBps=0.0, optimal_algbw_GBps=lp_algbw, gap_pct=100.0,

@@ -130,12 +130,13 @@ def test_a_limit_past_during_setup_fails_at_once_not_after_building(monkeypatch:
     with pytest.raises(TimeLimitError, match=r"reached setting up the path pool after") as err:
         synthesize_alltoall(topo, time_limit_s=1e-9)
     assert err.value.upper_algbw_GBps is None  # no LP solved yet: no bound to report
-    import synth.alltoall_cg.synthesize as a2a
-
-    monkeypatch.setattr(a2a, "ROUTE_COST_S", 1.0)  # building 240 routes would take ~120 s: not within 30 s
+    prev = synthesize_alltoall(topo)
+    monkeypatch.setattr(sched_module, "ROUTE_COST_S", 1.0)  # building 240 routes would take ~120 s: not within 30 s
     with pytest.raises(TimeLimitError, match=r"after \d+ CG iterations \(and ~120 s more to build the schedule\)"):
         synthesize_alltoall(topo, time_limit_s=30.0)
-    assert synthesize_alltoall(topo, time_limit_s=30.0, warm_start=synthesize_alltoall(topo)).schedule is not None
+    # a warm column generation (no repair) reuses the previous routes: no cold build to estimate, so it runs on
+    res = synthesize_alltoall(topo, time_limit_s=30.0, warm_start=prev, local_repair=False)
+    assert res.figures.warm_mode == "state" and res.schedule is not None
 
 
 def test_progress_is_logged_not_printed(caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
